@@ -1,0 +1,5 @@
+"""``python -m runplane`` is the ``runplane`` command."""
+
+from runplane.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,662 @@
+"""The ``process`` executor: run one job as a process group in its own working directory.
+
+Transport-free: the node agent calls :func:`run_job` and forwards the events it reports
+(:class:`Started`, :class:`LogLines`, :class:`Metric`, then exactly one :class:`Finished`)
+to the server however it likes. See ``docs/executor.md`` for the full contract.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+import signal
+import subprocess
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol, TypeAlias
+
+import trio
+
+from runplane.agent.metrics_line import MetricLineError, parse_metric_line, quote
+
+Stream: TypeAlias = Literal["stdout", "stderr", "system"]
+Outcome: TypeAlias = Literal["succeeded", "failed", "timeout", "cancelled"]
+Stage: TypeAlias = Literal["setup", "command"]
+
+# Log batching: one LogLines event per this many lines, or this long after its first line.
+MAX_BATCH_LINES = 256
+BATCH_INTERVAL_SEC = 0.05
+# Longer lines are split into pieces of at most this many bytes (a system line says so).
+MAX_LINE_BYTES = 64 * 1024
+# Once the job's process group is gone, a pipe still held open by a process that left the
+# group (setsid) is read until it has been quiet this long, and never longer than the cap.
+DRAIN_IDLE_SEC = 1.0
+DRAIN_CAP_SEC = 10.0
+# PATH for the job when the agent itself has none.
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+_READ_SIZE = 64 * 1024
+_CHANNEL_SIZE = 16
+_POLL_SEC = 0.05
+
+
+# --------------------------------------------------------------------------- the contract
+
+
+@dataclass(frozen=True, slots=True)
+class ExecSpec:
+    """One job, as the node agent hands it to the executor."""
+
+    job_id: str
+    command: list[str]
+    env: dict[str, str]
+    workdir: Path
+    setup: str | None = None
+    timeout_sec: float | None = None
+    inline_files: dict[str, str] = field(default_factory=dict)
+    grace_sec: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """A process of the job started: the setup shell, then the command."""
+
+    pid: int
+    stage: Stage
+
+
+@dataclass(frozen=True, slots=True)
+class LogLines:
+    """A batch of log lines in the order the executor read them."""
+
+    lines: tuple[tuple[Stream, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """One ``::metric`` line of the command's stdout."""
+
+    step: int | None
+    values: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The last event of a job; also the return value of :func:`run_job`."""
+
+    outcome: Outcome
+    exit_code: int | None
+    error: str | None
+    final_metrics: dict[str, float]
+    duration_sec: float
+
+
+Event: TypeAlias = Started | LogLines | Metric | Finished
+ReportFn: TypeAlias = Callable[[Event], Awaitable[None]]
+Report: TypeAlias = ReportFn | trio.MemorySendChannel[Event]
+
+
+class CancelSignal(Protocol):
+    """What :func:`run_job` needs of a cancel request; :class:`trio.Event` is one."""
+
+    def is_set(self) -> bool: ...
+
+    async def wait(self) -> None: ...
+
+
+async def run_job(spec: ExecSpec, report: Report, cancel: CancelSignal | None = None) -> Finished:
+    """Run ``spec`` to the end and return its :class:`Finished` (also reported, last).
+
+    Every failure of the job itself (missing command, bad inline file, failing setup, ...)
+    ends as a ``failed`` :class:`Finished`, never as an exception. Exceptions propagate only
+    from ``report`` itself or from cancellation of the caller's scope; in both cases the job's
+    process group is SIGKILLed before ``run_job`` unwinds.
+    """
+    emit = _emitter(report)
+    send, recv = trio.open_memory_channel[_Item](_CHANNEL_SIZE)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_batch_events, recv, emit, MAX_BATCH_LINES, BATCH_INTERVAL_SEC)
+            async with send:
+                finished = await _Job(spec, send, cancel).run()
+    except BaseExceptionGroup as group:
+        # A failing ``report`` is one error: raise it as such, not wrapped in a group.
+        exc = _sole(group)
+        if exc is group:
+            raise
+        raise exc from exc.__cause__
+    await emit(finished)
+    return finished
+
+
+def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def job_environment(spec: ExecSpec, agent_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment the job's processes get.
+
+    A minimal base (PATH and LANG from the agent when set, HOME = the workdir,
+    ``PYTHONUNBUFFERED=1``, ``RUNPLANE_JOB_ID``) with ``spec.env`` on top. Nothing else of
+    the agent's own environment (tokens, ``RUNPLANE_*`` settings, cloud credentials) is
+    passed on.
+    """
+    agent = os.environ if agent_env is None else agent_env
+    env = {
+        "PATH": agent.get("PATH") or DEFAULT_PATH,
+        "HOME": str(spec.workdir.absolute()),
+        "LANG": agent.get("LANG") or "C.UTF-8",
+        "PYTHONUNBUFFERED": "1",
+        "RUNPLANE_JOB_ID": spec.job_id,
+    }
+    env.update(spec.env)
+    return env
+
+
+# --------------------------------------------------------------------------- reporting
+
+_Lines: TypeAlias = list[tuple[Stream, str]]
+_Item: TypeAlias = _Lines | Metric | Started
+
+
+def _emitter(report: Report) -> ReportFn:
+    if isinstance(report, trio.MemorySendChannel):
+        return report.send
+    return report
+
+
+async def _batch_events(
+    recv: trio.MemoryReceiveChannel[_Item],
+    emit: ReportFn,
+    max_lines: int,
+    interval: float,
+) -> None:
+    """Turn the item stream into events: lines batched, everything else in order."""
+    pending: _Lines = []
+    deadline = math.inf
+
+    async def flush() -> None:
+        nonlocal pending, deadline
+        if pending:
+            batch, pending = pending, []
+            await emit(LogLines(tuple(batch)))
+        deadline = math.inf
+
+    async with recv:
+        while True:
+            item: _Item | None = None
+            with trio.move_on_at(deadline) as scope:
+                try:
+                    item = await recv.receive()
+                except trio.EndOfChannel:
+                    break
+            if scope.cancelled_caught:
+                await flush()
+                continue
+            if isinstance(item, list):
+                if not pending:
+                    deadline = trio.current_time() + interval
+                pending.extend(item)
+                while len(pending) >= max_lines:
+                    batch, pending = pending[:max_lines], pending[max_lines:]
+                    await emit(LogLines(tuple(batch)))
+                if not pending:
+                    deadline = math.inf
+            elif item is not None:
+                await flush()
+                await emit(item)
+    await flush()
+
+
+# --------------------------------------------------------------------------- output lines
+
+
+class LineSplitter:
+    """Bytes of one stream in, decoded lines out.
+
+    Lines end at ``\\n`` (a trailing ``\\r`` is dropped); bytes are decoded as UTF-8 with
+    ``errors="replace"``; a line longer than ``max_bytes`` is split into pieces at UTF-8
+    character boundaries, followed by a ``system`` line saying so.
+    """
+
+    def __init__(self, stream: Stream, max_bytes: int = MAX_LINE_BYTES) -> None:
+        self.stream = stream
+        self.max_bytes = max_bytes
+        self._buf = bytearray()
+        self._parts = 0  # pieces of the current line already emitted
+        self._emitted = 0  # bytes of the current line already emitted
+
+    def feed(self, data: bytes | bytearray) -> _Lines:
+        out: _Lines = []
+        buf = self._buf
+        buf += data
+        start = 0
+        while (nl := buf.find(b"\n", start)) != -1:
+            self._end_line(bytes(buf[start:nl]), out)
+            start = nl + 1
+        del buf[:start]
+        while len(buf) > self.max_bytes:
+            cut = _utf8_cut(buf, self.max_bytes)
+            self._piece(bytes(buf[:cut]), out)
+            del buf[:cut]
+        return out
+
+    def close(self) -> _Lines:
+        """Lines still buffered at end of stream (a last line without ``\\n``)."""
+        out: _Lines = []
+        if self._buf or self._parts:
+            self._end_line(bytes(self._buf), out)
+            self._buf.clear()
+        return out
+
+    def _piece(self, raw: bytes, out: _Lines) -> None:
+        out.append((self.stream, raw.decode("utf-8", errors="replace")))
+        self._parts += 1
+        self._emitted += len(raw)
+
+    def _end_line(self, raw: bytes, out: _Lines) -> None:
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        while len(raw) > self.max_bytes:
+            cut = _utf8_cut(raw, self.max_bytes)
+            self._piece(raw[:cut], out)
+            raw = raw[cut:]
+        if raw or not self._parts:
+            self._piece(raw, out)
+        if self._parts > 1:
+            out.append(
+                (
+                    "system",
+                    f"{self.stream} line of {self._emitted} bytes was split into "
+                    f"{self._parts} lines of at most {self.max_bytes} bytes",
+                )
+            )
+        self._parts = 0
+        self._emitted = 0
+
+
+def _utf8_cut(buf: bytes | bytearray, limit: int) -> int:
+    """A cut position <= limit that does not split a UTF-8 sequence (when it can help it)."""
+    cut = limit
+    while cut > limit - 3 and cut > 0 and (buf[cut] & 0xC0) == 0x80:
+        cut -= 1
+    return cut if cut > 0 else limit
+
+
+# --------------------------------------------------------------------------- process groups
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _live_members(pgid: int) -> list[int] | None:
+    """Non-zombie pids of process group ``pgid`` from /proc; ``None`` without /proc."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    members: list[int] = []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # "pid (comm) state ppid pgrp ..."; comm may contain spaces and parentheses.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            members.append(int(name))
+    return members
+
+
+async def _group_alive(pgid: int) -> bool:
+    """Whether any live process is left in the group (zombies waiting for a reaper don't count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    members = await trio.to_thread.run_sync(_live_members, pgid)
+    return True if members is None else bool(members)
+
+
+# --------------------------------------------------------------------------- one job
+
+
+@dataclass(slots=True)
+class _ProcResult:
+    start_error: str | None = None
+    returncode: int | None = None
+    stopped: Literal["timeout", "cancelled"] | None = None
+    sigkilled: bool = False  # our stop needed SIGKILL after the grace period
+
+
+class _Drain:
+    """Bounds reading a pipe once every process of the job's group is gone."""
+
+    def __init__(self) -> None:
+        self._cap = math.inf
+        self._scopes: set[trio.CancelScope] = set()
+
+    def start(self) -> None:
+        now = trio.current_time()
+        self._cap = now + DRAIN_CAP_SEC
+        for scope in self._scopes:
+            scope.deadline = min(now + DRAIN_IDLE_SEC, self._cap)
+
+    def _deadline(self) -> float:
+        if self._cap == math.inf:
+            return math.inf
+        return min(trio.current_time() + DRAIN_IDLE_SEC, self._cap)
+
+    @contextmanager
+    def read_scope(self) -> Iterator[trio.CancelScope]:
+        scope = trio.CancelScope(deadline=self._deadline())
+        self._scopes.add(scope)
+        try:
+            with scope:
+                yield scope
+        finally:
+            self._scopes.discard(scope)
+
+
+class _Job:
+    def __init__(
+        self,
+        spec: ExecSpec,
+        out: trio.MemorySendChannel[_Item],
+        cancel: CancelSignal | None,
+    ) -> None:
+        self.spec = spec
+        self.out = out
+        self.workdir = spec.workdir.absolute()
+        self.cancel = cancel
+        self.started_at = trio.current_time()
+        timeout = spec.timeout_sec
+        self.deadline = self.started_at + timeout if timeout and timeout > 0 else math.inf
+        self.grace = max(0.0, spec.grace_sec)
+        self.final_metrics: dict[str, float] = {}
+        self.env = job_environment(spec)
+
+    # -- results
+
+    def _elapsed(self) -> float:
+        return trio.current_time() - self.started_at
+
+    async def _system(self, text: str) -> None:
+        await self.out.send([("system", text)])
+
+    async def _finish(
+        self, outcome: Outcome, exit_code: int | None, error: str | None, summary: str
+    ) -> Finished:
+        duration = self._elapsed()
+        await self._system(f"{summary} ({duration:.2f} s)")
+        return Finished(
+            outcome=outcome,
+            exit_code=exit_code,
+            error=error,
+            final_metrics=dict(self.final_metrics),
+            duration_sec=duration,
+        )
+
+    async def _fail(self, error: str) -> Finished:
+        return await self._finish("failed", None, error, error)
+
+    def _stopped_error(self, result: _ProcResult) -> str:
+        if result.stopped == "timeout":
+            what = f"timed out after {_seconds(self.spec.timeout_sec or 0)}"
+        else:
+            what = "cancelled"
+        if result.sigkilled:
+            return f"{what}; killed with SIGKILL after {_seconds(self.grace)} grace"
+        return what
+
+    # -- the run
+
+    async def run(self) -> Finished:
+        spec = self.spec
+        if self.cancel is not None and self.cancel.is_set():
+            return await self._finish("cancelled", None, "cancelled", "cancelled before start")
+        if not spec.command:
+            return await self._fail("empty command")
+        try:
+            await trio.to_thread.run_sync(_prepare_workdir, self.workdir, spec.inline_files)
+        except _WorkdirError as exc:
+            return await self._fail(str(exc))
+
+        if spec.setup:
+            label = f"running setup: sh -c {_one_line(spec.setup)}"
+            setup = await self._run_process(["sh", "-c", spec.setup], "setup", label)
+            if setup.start_error is not None:
+                return await self._fail(f"setup could not start: {setup.start_error}")
+            if setup.stopped is not None:
+                error = self._stopped_error(setup) + " (during setup)"
+                return await self._finish(setup.stopped, None, error, error)
+            code = setup.returncode
+            if code is not None and code < 0:
+                return await self._fail(f"setup killed by signal {_signal_name(-code)}")
+            if code:
+                return await self._fail(f"setup exited with code {code}")
+            if self.cancel is not None and self.cancel.is_set():
+                return await self._finish("cancelled", None, "cancelled", "cancelled after setup")
+
+        label = f"running: {shlex.join(spec.command)}"
+        result = await self._run_process(list(spec.command), "command", label)
+        if result.start_error is not None:
+            return await self._fail(result.start_error)
+        code = result.returncode
+        exit_code = code if code is not None and code >= 0 else None
+        if result.stopped is not None:
+            error = self._stopped_error(result)
+            return await self._finish(result.stopped, exit_code, error, error)
+        assert code is not None
+        if code == 0:
+            return await self._finish("succeeded", 0, None, "exit code 0")
+        if code > 0:
+            return await self._finish("failed", code, f"exit code {code}", f"exit code {code}")
+        error = f"killed by signal {_signal_name(-code)}"
+        return await self._finish("failed", None, error, error)
+
+    async def _run_process(self, argv: list[str], stage: Stage, label: str) -> _ProcResult:
+        """Run one process of the job in its own session, its output read until EOF."""
+        result = _ProcResult()
+        if self.cancel is not None and self.cancel.is_set():
+            result.stopped = "cancelled"
+            return result
+        try:
+            proc = await trio.lowlevel.open_process(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=self.workdir,
+                env=self.env,
+                start_new_session=True,
+            )
+        except (OSError, ValueError) as exc:
+            await self._system(label)
+            result.start_error = _start_error(argv[0], self.workdir, exc)
+            return result
+        pgid = proc.pid  # a session leader leads its own process group
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        stdout, stderr = proc.stdout, proc.stderr
+        drain = _Drain()
+
+        async def watchdog() -> None:
+            reason: Literal["timeout", "cancelled"] = "timeout"
+            with trio.move_on_at(self.deadline):
+                if self.cancel is None:
+                    await trio.sleep_forever()
+                else:
+                    await self.cancel.wait()
+                    reason = "cancelled"
+            if proc.poll() is not None:
+                return  # it ended on its own first
+            result.stopped = reason
+            result.sigkilled = await self._terminate(proc, pgid)
+
+        done = False
+        try:
+            await self.out.send(Started(pid=proc.pid, stage=stage))
+            await self._system(label)
+            async with trio.open_nursery() as pumps:
+                pumps.start_soon(self._pump, stdout, "stdout", stage == "command", drain)
+                pumps.start_soon(self._pump, stderr, "stderr", False, drain)
+                async with trio.open_nursery() as waiting:
+                    waiting.start_soon(watchdog)
+                    result.returncode = await proc.wait()
+                    if result.stopped is None:
+                        waiting.cancel_scope.cancel()
+                # The main process is gone; nothing else of its group may outlive it.
+                if result.stopped is None and await _group_alive(pgid):
+                    _signal_group(pgid, signal.SIGKILL)
+                    await self._system(
+                        f"{stage} exited; killed the background processes it left running"
+                    )
+                drain.start()
+            done = True
+        finally:
+            if not done:
+                # Cancelled from outside, or ``report`` failed: no process may outlive us.
+                with trio.CancelScope(shield=True):
+                    _signal_group(pgid, signal.SIGKILL)
+                    await proc.wait()
+                    await trio.aclose_forcefully(stdout)
+                    await trio.aclose_forcefully(stderr)
+        return result
+
+    async def _terminate(self, proc: trio.Process, pgid: int) -> bool:
+        """SIGTERM the group, SIGKILL what is left after the grace period; True if needed."""
+        _signal_group(pgid, signal.SIGTERM)
+        end = trio.current_time() + self.grace
+        while trio.current_time() < end:
+            if proc.returncode is not None and not await _group_alive(pgid):
+                return False
+            await trio.sleep(min(_POLL_SEC, max(0.0, end - trio.current_time())))
+        if proc.returncode is not None and not await _group_alive(pgid):
+            return False
+        _signal_group(pgid, signal.SIGKILL)
+        return True
+
+    async def _pump(
+        self,
+        stream: trio.abc.ReceiveStream,
+        name: Literal["stdout", "stderr"],
+        metrics: bool,
+        drain: _Drain,
+    ) -> None:
+        splitter = LineSplitter(name)
+        try:
+            while True:
+                data: bytes | bytearray = b""
+                with drain.read_scope() as scope:
+                    data = await stream.receive_some(_READ_SIZE)
+                if scope.cancelled_caught:
+                    await self._send_lines(splitter.close(), metrics)
+                    await self._system(
+                        f"stopped reading {name}: still held open by a process that left "
+                        "the job's process group"
+                    )
+                    return
+                if not data:
+                    break
+                await self._send_lines(splitter.feed(data), metrics)
+            await self._send_lines(splitter.close(), metrics)
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async def _send_lines(self, lines: _Lines, metrics: bool) -> None:
+        if not metrics:
+            if lines:
+                await self.out.send(lines)
+            return
+        run: _Lines = []
+        for stream, text in lines:
+            try:
+                parsed = parse_metric_line(text) if stream == "stdout" else None
+            except MetricLineError as exc:
+                run.append(("system", f"ignored metric line ({exc}): {quote(text)}"))
+                continue
+            if parsed is None:
+                run.append((stream, text))
+                continue
+            if run:
+                await self.out.send(run)
+                run = []
+            self.final_metrics.update(parsed.values)
+            await self.out.send(Metric(step=parsed.step, values=parsed.values))
+        if run:
+            await self.out.send(run)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+class _WorkdirError(Exception):
+    pass
+
+
+def _prepare_workdir(workdir: Path, inline_files: Mapping[str, str]) -> None:
+    """Create the workdir and write the inline files (blocking; run in a thread)."""
+    try:
+        workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _WorkdirError(f"cannot create workdir {workdir}: {exc.strerror or exc}") from None
+    root = workdir.resolve()
+    for rel, content in inline_files.items():
+        path = Path(rel)
+        if not rel or path.is_absolute() or ".." in path.parts or not path.parts:
+            raise _WorkdirError(f"inline file path must be relative inside the workdir: {rel!r}")
+        target = root / path
+        if not target.parent.resolve().is_relative_to(root):
+            raise _WorkdirError(f"inline file path leaves the workdir: {rel!r}")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.is_symlink():
+                target.unlink()
+            target.write_text(content, encoding="utf-8")
+            target.chmod(0o755 if content.startswith("#!") else 0o644)
+        except OSError as exc:
+            raise _WorkdirError(
+                f"cannot write inline file {rel!r}: {exc.strerror or exc}"
+            ) from None
+
+
+def _start_error(program: str, workdir: Path, exc: OSError | ValueError) -> str:
+    if isinstance(exc, ValueError):
+        return f"cannot start {program}: {exc}"
+    filename = exc.filename
+    if filename is not None and str(filename) == str(workdir):
+        return f"cannot enter workdir {workdir}: {exc.strerror}"
+    if isinstance(exc, FileNotFoundError):
+        return f"command not found: {program}"
+    if isinstance(exc, PermissionError):
+        return f"command not executable: {program}"
+    return f"cannot start {program}: {exc.strerror or exc}"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g} s"
+
+
+def _one_line(script: str) -> str:
+    return shlex.quote(script).replace("\n", "\\n")

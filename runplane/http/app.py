@@ -1,0 +1,126 @@
+"""The Quart-trio application factory.
+
+The app's lifespan opens the store and starts the root supervisor in the app's nursery;
+shutdown stops the actor tree and then flushes and closes the store. Routes reach the
+actors through ``services()`` and only send messages and await replies.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from quart import request
+from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException
+
+from runplane.actors.root import Root
+from runplane.http.context import Services
+from runplane.http.middleware import RequestLogMiddleware
+from runplane.http.problems import Problem, problem_response
+from runplane.http.routes import admin, health
+from runplane.persistence import Store, open_store
+from runplane.settings import Settings, ensure_secret_key
+
+log = logging.getLogger("runplane.http")
+
+#: Cap on JSON request bodies (uploads and artifacts stream with their own cap).
+MAX_JSON_BODY = 1024 * 1024
+
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+}
+
+
+def _request_id() -> str | None:
+    try:
+        return request.scope.get("runplane.request_id")
+    except RuntimeError:  # outside a request context
+        return None
+
+
+async def _on_problem(exc: Problem) -> Any:
+    return problem_response(
+        exc.status,
+        exc.code,
+        exc.detail,
+        request_id=_request_id(),
+        errors=exc.errors,
+        headers=exc.headers,
+    )
+
+
+async def _on_http_exception(exc: HTTPException) -> Any:
+    status = exc.code or 500
+    headers: dict[str, str] = {}
+    detail = exc.description or ""
+    if status == 404:
+        detail = f"no route for {request.method} {request.path}"
+    elif status == 405:
+        allowed = exc.valid_methods if hasattr(exc, "valid_methods") else None
+        if allowed:
+            headers["Allow"] = ", ".join(sorted(allowed))
+        detail = f"{request.method} is not allowed on {request.path}" + (
+            f"; allowed: {headers['Allow']}" if allowed else ""
+        )
+    elif status == 413:
+        detail = f"request body is over the {MAX_JSON_BODY // 1024} KiB limit for JSON bodies"
+    code = _HTTP_CODES.get(status, "http_error")
+    return problem_response(status, code, detail, request_id=_request_id(), headers=headers)
+
+
+async def _on_unexpected(exc: Exception) -> Any:
+    request_id = _request_id()
+    log.error(
+        "unhandled error",
+        exc_info=exc,
+        extra={"request_id": request_id, "method": request.method, "path": request.path},
+    )
+    return problem_response(
+        500,
+        "internal_error",
+        "the server hit an unexpected error; quote the request_id when reporting it",
+        request_id=request_id,
+    )
+
+
+def create_app(settings: Settings, *, store: Store | None = None) -> QuartTrio:
+    """Build the app. ``store`` may be given (tests share one); otherwise the lifespan opens
+    the store named by the settings and closes it on shutdown."""
+    settings = ensure_secret_key(settings)
+    app = QuartTrio("runplane")
+    app.config["MAX_CONTENT_LENGTH"] = MAX_JSON_BODY
+    app.config["PROPAGATE_EXCEPTIONS"] = False
+    app.register_error_handler(Problem, _on_problem)
+    app.register_error_handler(HTTPException, _on_http_exception)
+    app.register_error_handler(Exception, _on_unexpected)
+    app.register_blueprint(health.blueprint)
+    app.register_blueprint(admin.blueprint)
+
+    @app.while_serving
+    async def lifespan() -> AsyncIterator[None]:
+        own_store = store is None
+        active = store or open_store(settings.database_url, settings.data_dir)
+        if own_store:
+            await active.open()
+        root = Root(settings, active)
+        try:
+            await app.nursery.start(root.run)
+            app.extensions["runplane"] = Services(settings=settings, store=active, root=root)
+            log.info("started", extra={"store": active.kind})
+            yield
+        finally:
+            await root.stop()
+            if own_store:
+                await active.close()
+            log.info("store closed", extra={"store": active.kind})
+
+    app.asgi_app = RequestLogMiddleware(app.asgi_app)  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,23 @@
+"""What routes can reach: settings, the store and the actor tree's client handles."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from quart import current_app
+
+from runplane.actors.root import Root
+from runplane.persistence import Store
+from runplane.settings import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    settings: Settings
+    store: Store
+    root: Root
+
+
+def services() -> Services:
+    """The running app's services (set by the lifespan before the first request)."""
+    return current_app.extensions["runplane"]

@@ -1,0 +1,74 @@
+"""ASGI middleware around the Quart app: a request id and one structured log line per request."""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import time
+from typing import Any
+
+log = logging.getLogger("runplane.http")
+
+REQUEST_ID_HEADER = b"x-request-id"
+_SAFE_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,64}$")
+
+Scope = dict[str, Any]
+
+
+def new_request_id() -> str:
+    return "req_" + secrets.token_hex(8)
+
+
+def _incoming_request_id(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name == REQUEST_ID_HEADER and _SAFE_ID.match(value):
+            return value.decode()
+    return None
+
+
+class RequestLogMiddleware:
+    """Gives each HTTP request an id (kept from a sane incoming ``X-Request-ID`` or minted),
+    exposes it as ``scope["runplane.request_id"]`` and in the response header, and logs one
+    line with method, path, status, bytes and duration when the response ends."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = _incoming_request_id(scope) or new_request_id()
+        scope["runplane.request_id"] = request_id
+        started = time.perf_counter()
+        status = 0
+        sent = 0
+
+        async def send_wrapper(message: dict[str, Any]) -> None:
+            nonlocal status, sent
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = [h for h in message.get("headers", []) if h[0] != REQUEST_ID_HEADER]
+                headers.append((REQUEST_ID_HEADER, request_id.encode()))
+                message = {**message, "headers": headers}
+            elif message["type"] == "http.response.body":
+                sent += len(message.get("body", b""))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            client = scope.get("client")
+            log.info(
+                "request",
+                extra={
+                    "request_id": request_id,
+                    "method": scope.get("method"),
+                    "path": scope.get("path"),
+                    "status": status or 500,
+                    "bytes": sent,
+                    "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+                    "remote": client[0] if client else None,
+                },
+            )

@@ -1,0 +1,1 @@
+"""Route blueprints: thin handlers that parse, send a message, await the reply, render."""

@@ -1,0 +1,35 @@
+"""Operator routes under ``/v1/admin`` that need the admin token."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import StringConstraints
+from quart import Blueprint
+
+from runplane.actors import channels
+from runplane.http.bodies import Body, parse_body
+from runplane.http.context import services
+from runplane.http.guards import require_admin
+
+blueprint = Blueprint("admin", __name__, url_prefix="/v1/admin")
+
+Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128)]
+
+
+class ChannelTargetBody(Body):
+    channel: Name
+    version: Name
+
+
+@blueprint.get("/channel-target")
+async def get_channel_targets() -> dict[str, str]:
+    require_admin()
+    return await channels.get_targets(services().root.channels)
+
+
+@blueprint.post("/channel-target")
+async def set_channel_target() -> dict[str, str]:
+    require_admin()
+    body = await parse_body(ChannelTargetBody)
+    return await channels.set_target(services().root.channels, body.channel, body.version)

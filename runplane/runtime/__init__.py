@@ -1,0 +1,64 @@
+"""runplane's generic actor runtime: actors, supervisors, a registry, broadcast.
+
+It knows nothing of jobs, HTTP or storage; see ``docs/runtime.md``.
+"""
+
+from .actor import DEFAULT_ASK_TIMEOUT, Actor, ActorContext, ActorRef
+from .broadcast import (
+    Cursor,
+    Hub,
+    HubStatistics,
+    Ring,
+    RingStatistics,
+    Subscription,
+    SubscriptionStatistics,
+    Topic,
+    TopicStatistics,
+)
+from .errors import (
+    ActorCrashed,
+    ActorError,
+    ActorGone,
+    AskTimeout,
+    Lagged,
+    MailboxClosed,
+    MailboxFull,
+    SupervisorEscalated,
+)
+from .mailbox import MailboxStatistics
+from .registry import Kind, Registry, RegistryStatistics
+from .reply import Reply
+from .supervisor import ChildSpec, Restart, Supervisor, SupervisorStatistics
+
+__all__ = [
+    "DEFAULT_ASK_TIMEOUT",
+    "Actor",
+    "ActorContext",
+    "ActorCrashed",
+    "ActorError",
+    "ActorGone",
+    "ActorRef",
+    "AskTimeout",
+    "ChildSpec",
+    "Cursor",
+    "Hub",
+    "HubStatistics",
+    "Kind",
+    "Lagged",
+    "MailboxClosed",
+    "MailboxFull",
+    "MailboxStatistics",
+    "Registry",
+    "RegistryStatistics",
+    "Reply",
+    "Restart",
+    "Ring",
+    "RingStatistics",
+    "Subscription",
+    "SubscriptionStatistics",
+    "Supervisor",
+    "SupervisorEscalated",
+    "SupervisorStatistics",
+    "Topic",
+    "TopicStatistics",
+]

@@ -1,0 +1,443 @@
+"""Broadcast without backpressure: topics, replayable rings, and a hub of them.
+
+Publishing never blocks and never waits for a subscriber; a subscriber that
+falls behind loses items and is told how many with :class:`Lagged`.
+
+- :class:`Topic`: live fan-out, one bounded buffer per subscriber; when it is
+  full the oldest item is dropped (tokio's ``broadcast`` lag semantics).
+- :class:`Ring`: a per-stream ring buffer with sequence numbers from 1, and a
+  cursor per subscriber reading the shared ring (tractor's
+  ``trionics/_broadcast.py``; Centrifugo's offset history): replay from a
+  sequence number, then the live tail.
+- :class:`Hub`: named topics and rings, made on demand, discarded explicitly;
+  closed rings are kept for late replay up to a bound.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+from weakref import WeakSet
+
+import trio
+from trio.lowlevel import ParkingLot, cancel_shielded_checkpoint, checkpoint_if_cancelled
+
+from .errors import Lagged
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicStatistics:
+    name: str
+    subscribers: int
+    capacity: int  # buffer per subscriber
+    published: int
+    dropped: int  # items dropped across all subscribers
+    max_depth: int  # the fullest subscriber buffer
+    closed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionStatistics:
+    depth: int
+    capacity: int
+    dropped: int  # in total
+    lag: int  # dropped and not yet reported by a Lagged
+
+
+@dataclass(frozen=True, slots=True)
+class RingStatistics:
+    name: str
+    size: int  # items retained
+    capacity: int
+    first_seq: int  # oldest retained (== last_seq + 1 when empty)
+    last_seq: int  # newest published (0 before the first)
+    subscribers: int
+    dropped: int  # items cursors skipped because they lagged
+    closed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class HubStatistics:
+    topics: int
+    rings: int
+    closed_rings: int
+    retained: int  # items held by all rings
+
+
+class _Closing:
+    """``with`` support: leaving the block closes the subscription."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+# -- topics -------------------------------------------------------------------
+
+
+class Subscription(_Closing, Generic[T]):
+    """One subscriber's bounded buffer on a :class:`Topic`.
+
+    ``receive`` raises :class:`Lagged` once after items were dropped, then
+    continues with the oldest item kept; ``trio.EndOfChannel`` after the topic
+    closed and the buffer is drained. ``async for`` ends at the close (and
+    lets :class:`Lagged` out: catch it and iterate again to continue).
+    """
+
+    def __init__(self, topic: Topic[T], capacity: int) -> None:
+        self._topic = topic
+        self._capacity = capacity
+        self._items: deque[T] = deque()
+        self._lag = 0
+        self._dropped = 0
+        self._lot = ParkingLot()
+        self._closed = False
+
+    def _offer(self, item: T) -> None:
+        if len(self._items) >= self._capacity:
+            self._items.popleft()
+            self._lag += 1
+            self._dropped += 1
+            self._topic._dropped += 1
+        self._items.append(item)
+        self._lot.unpark_all()
+
+    async def receive(self) -> T:
+        await checkpoint_if_cancelled()
+        while True:
+            if self._closed:
+                raise trio.ClosedResourceError("subscription is closed")
+            if self._lag:
+                lag, self._lag = self._lag, 0
+                await cancel_shielded_checkpoint()
+                raise Lagged(lag)
+            if self._items:
+                item = self._items.popleft()
+                await cancel_shielded_checkpoint()
+                return item
+            if self._topic.closed:
+                raise trio.EndOfChannel
+            await self._lot.park()
+
+    def close(self) -> None:
+        """Unsubscribe (also on leaving ``with``)."""
+        if not self._closed:
+            self._closed = True
+            self._items.clear()
+            self._topic._subscribers.discard(self)
+            self._lot.unpark_all()
+
+    def statistics(self) -> SubscriptionStatistics:
+        return SubscriptionStatistics(len(self._items), self._capacity, self._dropped, self._lag)
+
+    def __enter__(self) -> Subscription[T]:
+        return self
+
+    def __aiter__(self) -> Subscription[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        try:
+            return await self.receive()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
+
+
+class Topic(Generic[T]):
+    """Live fan-out: each subscriber gets every item published after it subscribed,
+    unless its buffer (``capacity`` items) overflows."""
+
+    def __init__(self, name: str = "", *, capacity: int = 64) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be >= 1")
+        self.name = name
+        self.capacity = capacity
+        self._subscribers: WeakSet[Subscription[T]] = WeakSet()  # a dropped one unsubscribes
+        self._published = 0
+        self._dropped = 0
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def publish(self, item: T) -> int:
+        """Hand ``item`` to every subscriber, never waiting; returns how many."""
+        if self._closed:
+            raise trio.ClosedResourceError(f"topic {self.name!r} is closed")
+        self._published += 1
+        for subscription in self._subscribers:
+            subscription._offer(item)
+        return len(self._subscribers)
+
+    def subscribe(self, *, capacity: int | None = None) -> Subscription[T]:
+        """A new subscriber (use ``with``); ``capacity`` overrides the topic's."""
+        if self._closed:
+            raise trio.ClosedResourceError(f"topic {self.name!r} is closed")
+        capacity = self.capacity if capacity is None else capacity
+        if capacity < 1:
+            raise ValueError("capacity must be >= 1")
+        subscription = Subscription(self, capacity)
+        self._subscribers.add(subscription)
+        return subscription
+
+    def close(self) -> None:
+        """No more items: subscribers drain their buffers, then their iteration ends."""
+        if not self._closed:
+            self._closed = True
+            for subscription in self._subscribers:
+                subscription._lot.unpark_all()
+
+    def statistics(self) -> TopicStatistics:
+        return TopicStatistics(
+            name=self.name,
+            subscribers=len(self._subscribers),
+            capacity=self.capacity,
+            published=self._published,
+            dropped=self._dropped,
+            max_depth=max((len(s._items) for s in self._subscribers), default=0),
+            closed=self._closed,
+        )
+
+
+# -- rings --------------------------------------------------------------------
+
+
+class Cursor(_Closing, Generic[T]):
+    """A subscriber's position in a :class:`Ring`: ``next_seq`` is what it reads next.
+
+    ``receive`` returns ``(seq, item)``. If the ring overwrote items the cursor
+    had not read, it raises :class:`Lagged` with their exact count, and the
+    next ``receive`` resumes at the oldest retained item. ``trio.EndOfChannel``
+    once the ring is closed and everything is read.
+    """
+
+    def __init__(self, ring: Ring[T], next_seq: int) -> None:
+        self._ring = ring
+        self.next_seq = next_seq
+        self._closed = False
+
+    async def receive(self) -> tuple[int, T]:
+        await checkpoint_if_cancelled()
+        ring = self._ring
+        while True:
+            if self._closed:
+                raise trio.ClosedResourceError("cursor is closed")
+            if self.next_seq <= ring.last_seq:
+                first = ring.first_seq
+                if self.next_seq < first:
+                    dropped = first - self.next_seq
+                    self.next_seq = first
+                    ring._dropped += dropped
+                    await cancel_shielded_checkpoint()
+                    raise Lagged(dropped)
+                seq = self.next_seq
+                item = ring._item(seq)
+                self.next_seq += 1
+                await cancel_shielded_checkpoint()
+                return seq, item
+            if ring.closed:
+                raise trio.EndOfChannel
+            await ring._lot.park()
+
+    def close(self) -> None:
+        """Stop following the ring (also on leaving ``with``)."""
+        if not self._closed:
+            self._closed = True
+            self._ring._cursors.discard(self)
+
+    def __enter__(self) -> Cursor[T]:
+        return self
+
+    def __aiter__(self) -> Cursor[T]:
+        return self
+
+    async def __anext__(self) -> tuple[int, T]:
+        try:
+            return await self.receive()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
+
+
+class Ring(Generic[T]):
+    """The last ``capacity`` items of a stream, numbered from ``next_seq`` (default 1).
+
+    The publisher writes and wakes readers; every reader has its own cursor,
+    so nothing a reader does can hold the publisher or another reader up.
+    """
+
+    def __init__(self, name: str = "", *, capacity: int = 1024, next_seq: int = 1) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be >= 1")
+        if next_seq < 1:
+            raise ValueError("next_seq must be >= 1")
+        self.name = name
+        self.capacity = capacity
+        self._slots: list[Any] = [None] * capacity
+        self._last = next_seq - 1
+        self._size = 0
+        self._lot = ParkingLot()
+        self._cursors: WeakSet[Cursor[T]] = WeakSet()
+        self._dropped = 0
+        self._closed = False
+        self._on_close: Callable[[Ring[T]], None] | None = None
+
+    @property
+    def last_seq(self) -> int:
+        """Sequence number of the newest item (``next_seq - 1`` before any)."""
+        return self._last
+
+    @property
+    def first_seq(self) -> int:
+        """Sequence number of the oldest retained item (``last_seq + 1`` if empty)."""
+        return self._last - self._size + 1
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def publish(self, item: T) -> int:
+        """Append ``item``, overwriting the oldest when full; returns its seq."""
+        if self._closed:
+            raise trio.ClosedResourceError(f"ring {self.name!r} is closed")
+        self._last += 1
+        self._slots[self._last % self.capacity] = item
+        self._size = min(self._size + 1, self.capacity)
+        self._lot.unpark_all()
+        return self._last
+
+    def _item(self, seq: int) -> T:
+        item: T = self._slots[seq % self.capacity]
+        return item
+
+    def retained(self, after_seq: int = 0) -> list[tuple[int, T]]:
+        """The retained ``(seq, item)`` pairs with ``seq > after_seq``."""
+        start = max(after_seq + 1, self.first_seq)
+        return [(seq, self._item(seq)) for seq in range(start, self._last + 1)]
+
+    def subscribe(self, *, from_seq: int | None = None) -> Cursor[T]:
+        """A cursor (use ``with``) reading items after ``from_seq``, then the live tail.
+
+        ``from_seq`` is the last seq the subscriber already has (``0``: from the
+        start; ``None``: only items published from now on). Items after it
+        that are no longer retained are reported by :class:`Lagged`. A
+        ``from_seq`` beyond ``last_seq`` means "from now on".
+        """
+        if from_seq is not None and from_seq < 0:
+            raise ValueError("from_seq must be >= 0")
+        start = self._last if from_seq is None else min(from_seq, self._last)
+        cursor = Cursor(self, start + 1)
+        self._cursors.add(cursor)
+        return cursor
+
+    def close(self) -> None:
+        """No more items: cursors read what is retained, then their iteration ends."""
+        if not self._closed:
+            self._closed = True
+            self._lot.unpark_all()
+            if self._on_close is not None:
+                self._on_close(self)
+
+    def statistics(self) -> RingStatistics:
+        return RingStatistics(
+            name=self.name,
+            size=self._size,
+            capacity=self.capacity,
+            first_seq=self.first_seq,
+            last_seq=self._last,
+            subscribers=len(self._cursors),
+            dropped=self._dropped,
+            closed=self._closed,
+        )
+
+
+# -- hub ----------------------------------------------------------------------
+
+
+class Hub:
+    """Named topics and rings, created on first use.
+
+    Memory stays bounded: every ring holds at most ``ring_capacity`` items, a
+    ring is dropped by :meth:`discard_ring`, and closed rings (finished
+    streams, kept for late replay) beyond ``max_closed_rings`` are dropped
+    oldest-closed first.
+    """
+
+    def __init__(
+        self,
+        *,
+        topic_capacity: int = 64,
+        ring_capacity: int = 1024,
+        max_closed_rings: int = 1000,
+    ) -> None:
+        self.topic_capacity = topic_capacity
+        self.ring_capacity = ring_capacity
+        self.max_closed_rings = max_closed_rings
+        self._topics: dict[str, Topic[Any]] = {}
+        self._rings: dict[str, Ring[Any]] = {}
+        self._closed_rings: OrderedDict[str, None] = OrderedDict()
+
+    def topic(self, name: str) -> Topic[Any]:
+        """The topic ``name``, created if needed (or if the old one was closed)."""
+        topic = self._topics.get(name)
+        if topic is None or topic.closed:
+            topic = self._topics[name] = Topic(name, capacity=self.topic_capacity)
+        return topic
+
+    def discard_topic(self, name: str) -> None:
+        """Close and forget the topic ``name`` (no-op if there is none)."""
+        topic = self._topics.pop(name, None)
+        if topic is not None:
+            topic.close()
+
+    def ring(self, name: str, *, next_seq: int = 1) -> Ring[Any]:
+        """The ring ``name``, created if needed (``next_seq`` applies to a new one).
+
+        A closed ring is returned as is (for replay) until it is discarded.
+        """
+        ring = self._rings.get(name)
+        if ring is None:
+            ring = Ring(name, capacity=self.ring_capacity, next_seq=next_seq)
+            ring._on_close = self._ring_closed
+            self._rings[name] = ring
+        return ring
+
+    def find_ring(self, name: str) -> Ring[Any] | None:
+        """The ring ``name`` if it exists; never creates one."""
+        return self._rings.get(name)
+
+    def discard_ring(self, name: str) -> None:
+        """Close and forget the ring ``name``: its cursors drain and end."""
+        ring = self._rings.pop(name, None)
+        self._closed_rings.pop(name, None)
+        if ring is not None:
+            ring._on_close = None
+            ring.close()
+
+    def _ring_closed(self, ring: Ring[Any]) -> None:
+        if self._rings.get(ring.name) is not ring:
+            return
+        self._closed_rings[ring.name] = None
+        while len(self._closed_rings) > self.max_closed_rings:
+            oldest, _ = self._closed_rings.popitem(last=False)
+            self._rings.pop(oldest, None)
+
+    def statistics(self) -> HubStatistics:
+        return HubStatistics(
+            topics=len(self._topics),
+            rings=len(self._rings),
+            closed_rings=len(self._closed_rings),
+            retained=sum(ring._size for ring in self._rings.values()),
+        )

@@ -1,0 +1,194 @@
+"""Virtual actors addressed by (kind, id), activated on demand, passivated when idle.
+
+After Orleans grains: callers never create or destroy these actors, they
+``get`` them. An actor idle for its kind's idle timeout stops in order (its
+``on_stop`` persists), so a million finished jobs cost rows, not tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from .actor import DEFAULT_ASK_TIMEOUT, Actor, ActorRef
+from .errors import MailboxClosed
+from .supervisor import ChildSpec, Restart, Supervisor
+
+Activate = Callable[[str], Awaitable[Actor[Any]]]
+
+_RETRIES = 2  # extra tries of tell/ask when they race a passivation
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """A registered kind: how to activate an id, and its lifecycle settings."""
+
+    name: str
+    activate: Activate
+    idle_timeout: float | None = 300.0
+    restart: Restart = Restart.TRANSIENT
+    mailbox_capacity: int = 64
+    shutdown_timeout: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryStatistics:
+    active: int  # actors live now (activating ones included)
+    activations: int
+    passivations: int  # ended in order: idle, stopped, or shut down
+    crashes: int  # ended for good by a crash (not restarted, or escalated)
+
+
+class _Entry:
+    __slots__ = ("ready", "ref")
+
+    def __init__(self) -> None:
+        self.ready = trio.Event()
+        self.ref: ActorRef[Any] | None = None  # None while activating, or if activation failed
+
+
+class Registry:
+    """Addresses actors by ``(kind, id)``; they run as dynamic children of ``supervisor``.
+
+    The supervisor must be running. Children are started with the kind's
+    restart type (``TRANSIENT`` by default: a crash restarts the actor from its
+    activation function; passivation ends it).
+    """
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self._supervisor = supervisor
+        self._kinds: dict[str, Kind] = {}
+        self._entries: dict[tuple[str, str], _Entry] = {}
+        self._activations = 0
+        self._passivations = 0
+        self._crashes = 0
+
+    def register(
+        self,
+        kind: str,
+        activate: Activate,
+        *,
+        idle_timeout: float | None = 300.0,
+        restart: Restart = Restart.TRANSIENT,
+        mailbox_capacity: int = 64,
+        shutdown_timeout: float = 5.0,
+    ) -> None:
+        """Register ``kind``: ``await activate(id)`` builds its actor (loading state
+        from the store); ``idle_timeout`` seconds without a message passivate it
+        (``None``: never)."""
+        if kind in self._kinds:
+            raise ValueError(f"kind {kind!r} is already registered")
+        if restart is Restart.PERMANENT:
+            # a passivated actor must stay down until the next get
+            raise ValueError("registry actors are TRANSIENT or TEMPORARY, not PERMANENT")
+        self._kinds[kind] = Kind(
+            kind, activate, idle_timeout, restart, mailbox_capacity, shutdown_timeout
+        )
+
+    async def get(self, kind: str, id: str) -> ActorRef[Any]:
+        """The ref of ``(kind, id)``, activating it if needed.
+
+        Concurrent gets of one id activate it once. A get during passivation
+        waits until the old activation has finished (saved), then activates
+        anew. Raises what the activation function raised (e.g. not found).
+        """
+        spec = self._kinds.get(kind)
+        if spec is None:
+            raise LookupError(f"unknown actor kind {kind!r}")
+        key = (kind, id)
+        while True:
+            entry = self._entries.get(key)
+            if entry is None:
+                return await self._activate(spec, key)
+            await entry.ready.wait()
+            ref = entry.ref
+            if ref is None:
+                continue  # that activation failed; try ours
+            if not ref.closed:
+                return ref
+            await ref.wait_terminated()  # passivating: let it save first
+            if self._entries.get(key) is entry:
+                del self._entries[key]
+
+    async def tell(self, kind: str, id: str, msg: Any) -> None:
+        """``get`` then ``tell``; again if it was passivated in between."""
+        for _ in range(_RETRIES):
+            ref = await self.get(kind, id)
+            with suppress(MailboxClosed):
+                return await ref.tell(msg)
+        await (await self.get(kind, id)).tell(msg)
+
+    async def ask(
+        self,
+        kind: str,
+        id: str,
+        msg: Any,
+        *,
+        timeout: float | None = DEFAULT_ASK_TIMEOUT,  # noqa: ASYNC109 (as ActorRef.ask)
+    ) -> Any:
+        """``get`` then ``ask``; again if it was passivated in between."""
+        for _ in range(_RETRIES):
+            ref = await self.get(kind, id)
+            with suppress(MailboxClosed):
+                return await ref.ask(msg, timeout=timeout)
+        return await (await self.get(kind, id)).ask(msg, timeout=timeout)
+
+    def active(self, kind: str, id: str) -> bool:
+        """Whether ``(kind, id)`` has a live (not passivating) activation."""
+        entry = self._entries.get((kind, id))
+        return entry is not None and entry.ref is not None and not entry.ref.closed
+
+    async def passivate(self, kind: str, id: str) -> None:
+        """Passivate ``(kind, id)`` now (orderly stop, ``on_stop`` persists), if active."""
+        entry = self._entries.get((kind, id))
+        if entry is None or entry.ref is None:
+            return
+        with suppress(KeyError):  # it ended meanwhile
+            await self._supervisor.stop_child((kind, id))
+
+    def statistics(self) -> RegistryStatistics:
+        return RegistryStatistics(
+            active=len(self._entries),
+            activations=self._activations,
+            passivations=self._passivations,
+            crashes=self._crashes,
+        )
+
+    async def _activate(self, spec: Kind, key: tuple[str, str]) -> ActorRef[Any]:
+        entry = _Entry()
+        self._entries[key] = entry
+        _, id = key
+
+        def on_exit(error: BaseException | None) -> None:
+            if self._entries.get(key) is entry:
+                del self._entries[key]
+            if error is None:
+                self._passivations += 1
+            else:
+                self._crashes += 1
+
+        try:
+            ref = await self._supervisor.start_child(
+                ChildSpec(
+                    id=key,
+                    factory=lambda: spec.activate(id),
+                    restart=spec.restart,
+                    shutdown_timeout=spec.shutdown_timeout,
+                    mailbox_capacity=spec.mailbox_capacity,
+                    idle_timeout=spec.idle_timeout,
+                    on_exit=on_exit,
+                )
+            )
+        except BaseException:
+            if self._entries.get(key) is entry:
+                del self._entries[key]
+            entry.ready.set()
+            raise
+        entry.ref = ref
+        self._activations += 1
+        entry.ready.set()
+        return ref

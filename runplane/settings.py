@@ -1,0 +1,229 @@
+"""Deployment settings: every ``RUNPLANE_*`` variable, parsed and validated once at start-up.
+
+A bad value stops start-up with one line that names the setting and what it accepts
+(``SettingsError``); nothing downstream re-reads the environment.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+#: Feature areas that ``RUNPLANE_DISABLE`` may switch off (each then answers 503).
+AREAS = (
+    "streams",
+    "pipelines",
+    "sessions",
+    "webhooks",
+    "node_sharing",
+    "policy",
+    "enrollment",
+    "teleop",
+    "git",
+)
+
+SECRET_KEY_FILE = "secret.key"
+SECRET_KEY_BYTES = 32
+
+
+class SettingsError(ValueError):
+    """A setting has a value we cannot use; the message is one line meant for the operator."""
+
+
+def _comma_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return [str(v).strip() for v in value if str(v).strip()]
+
+
+class Settings(BaseSettings):
+    """The deployment's settings. Field ``x`` is read from ``RUNPLANE_X``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="RUNPLANE_", extra="ignore", frozen=True, validate_default=True
+    )
+
+    data_dir: Path = Path(".runplane")
+    database_url: str | None = None
+    auth: Literal["off", "shadow", "required"] = "off"
+    admin_token: SecretStr | None = None
+    secret_key: SecretStr | None = None
+    public_url: str | None = None
+    max_cpu: int = Field(128, ge=1)
+    max_ram: int = Field(1024, ge=1)
+    max_gpu: int = Field(16, ge=0)
+    max_timeout_sec: int = Field(604800, ge=1)
+    max_concurrent_org: int = Field(100, ge=0)
+    max_concurrent_user: int = Field(0, ge=0)
+    max_upload_mb: int = Field(512, ge=1)
+    session_idle_ttl_sec: int = Field(300, ge=1)
+    disable: Annotated[frozenset[str], NoDecode] = frozenset()
+    egress_allow: Annotated[tuple[str, ...], NoDecode] = ()
+    stacks_dir: Path | None = None
+    local_agent: bool = True
+
+    @field_validator("database_url", "public_url", "admin_token", "secret_key", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str | None) -> str | None:
+        if value is None or value == "memory":
+            return value
+        if value.startswith(("postgresql://", "postgres://")):
+            return value
+        raise ValueError("accepted: unset (embedded SQLite), 'memory', or 'postgresql://...'")
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.startswith(("http://", "https://")) or value[-3:] == "://":
+            raise ValueError("accepted: an origin such as 'https://runplane.example.com'")
+        return value.rstrip("/")
+
+    @field_validator("admin_token")
+    @classmethod
+    def _admin_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 16:
+            raise ValueError("accepted: a token of at least 16 characters")
+        return value
+
+    @field_validator("secret_key")
+    @classmethod
+    def _secret_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(_decode_key(value.get_secret_value()) or b"") < 32:
+            raise ValueError("accepted: 64 hex characters (32 bytes), e.g. `openssl rand -hex 32`")
+        return value
+
+    @field_validator("disable", mode="before")
+    @classmethod
+    def _disable(cls, value: Any) -> frozenset[str]:
+        areas = _comma_list(value)
+        unknown = [a for a in areas if a not in AREAS]
+        if unknown:
+            raise ValueError(f"unknown area {unknown[0]!r}; accepted: {', '.join(AREAS)}")
+        return frozenset(areas)
+
+    @field_validator("egress_allow", mode="before")
+    @classmethod
+    def _egress_allow(cls, value: Any) -> tuple[str, ...]:
+        entries = _comma_list(value)
+        for entry in entries:
+            if "/" in entry:
+                try:
+                    ipaddress.ip_network(entry, strict=False)
+                except ValueError:
+                    raise ValueError(
+                        f"{entry!r} is not a valid CIDR; accepted: hosts or CIDRs, comma-separated"
+                    ) from None
+            elif not entry or any(c.isspace() for c in entry):
+                raise ValueError("accepted: hosts or CIDRs, comma-separated")
+        return tuple(entries)
+
+    @field_validator("stacks_dir")
+    @classmethod
+    def _stacks_dir(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_dir():
+            raise ValueError(
+                f"{str(value)!r} is not a directory; accepted: a directory of stack manifests"
+            )
+        return value
+
+    def area_enabled(self, area: str) -> bool:
+        if area not in AREAS:
+            raise KeyError(area)
+        return area not in self.disable
+
+    def secret_key_bytes(self) -> bytes:
+        """The key material for sealing and signing (set by ``ensure_secret_key``)."""
+        if self.secret_key is None:
+            raise RuntimeError("secret key not loaded: call ensure_secret_key() at start-up")
+        key = _decode_key(self.secret_key.get_secret_value())
+        assert key is not None
+        return key
+
+
+def _decode_key(text: str) -> bytes | None:
+    try:
+        return bytes.fromhex(text.strip())
+    except ValueError:
+        return None
+
+
+def _env_name(field: str) -> str:
+    return "RUNPLANE_" + field.upper()
+
+
+_ACCEPTED_HINTS = {
+    "literal_error": lambda err: "accepted: "
+    + ", ".join(re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", "")))),
+    "bool_parsing": lambda err: "accepted: 1, 0, true, false, yes, no",
+    "int_parsing": lambda err: "accepted: an integer",
+}
+
+
+def _one_line(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    field = str(err["loc"][0]) if err["loc"] else "?"
+    raw = err.get("input")
+    shown = "(secret)" if field in {"admin_token", "secret_key"} else repr(raw)
+    hint_fn = _ACCEPTED_HINTS.get(err["type"])
+    if hint_fn is not None:
+        hint = hint_fn(err)
+    else:
+        hint = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] in {"greater_than_equal", "less_than_equal"}:
+            hint = "accepted: an integer " + hint.removeprefix("Input should be ")
+    return f"{_env_name(field)}={shown} is not valid: {hint}"
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Read and validate the settings; raise ``SettingsError`` with one clear line."""
+    env = os.environ if environ is None else environ
+    values: dict[str, str] = {}
+    for name in Settings.model_fields:
+        key = _env_name(name)
+        if key in env:
+            values[name] = env[key]
+    try:
+        # Settings are read from the explicit mapping only (not os.environ twice).
+        return Settings.model_validate(values)
+    except ValidationError as exc:
+        raise SettingsError(_one_line(exc)) from None
+
+
+def ensure_secret_key(settings: Settings) -> Settings:
+    """Return settings with a secret key: the configured one, or one generated once into
+    ``<data_dir>/secret.key`` with mode 0600 and reused on every later start."""
+    if settings.secret_key is not None:
+        return settings
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    path = settings.data_dir / SECRET_KEY_FILE
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(SECRET_KEY_BYTES) + "\n")
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise SettingsError(
+            f"{path} is readable by others (mode {mode:o}): run `chmod 600 {path}` "
+            "or set RUNPLANE_SECRET_KEY"
+        )
+    text = path.read_text().strip()
+    if len(_decode_key(text) or b"") < SECRET_KEY_BYTES:
+        raise SettingsError(f"{path} does not hold 64 hex characters: delete it to regenerate")
+    return settings.model_copy(update={"secret_key": SecretStr(text)})

@@ -1,0 +1,271 @@
+"""Topics, rings and the hub: replay, lag, drops, and never blocking the publisher."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from runplane.runtime import Cursor, Hub, Lagged, Ring, Topic
+
+
+async def read(cursor: Cursor[Any], n: int) -> list[tuple[int, Any]]:
+    return [await cursor.receive() for _ in range(n)]
+
+
+# -- rings --------------------------------------------------------------------
+
+
+async def test_ring_replays_after_a_seq_then_follows_the_live_tail(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    ring: Ring[str] = Ring("job-1", capacity=16)
+    assert [ring.publish(f"line {i}") for i in range(1, 6)] == [1, 2, 3, 4, 5]
+    with ring.subscribe(from_seq=2) as cursor:
+        assert await read(cursor, 3) == [(3, "line 3"), (4, "line 4"), (5, "line 5")]
+
+        async def later() -> None:
+            await trio.sleep(1)
+            ring.publish("line 6")
+            await trio.sleep(1)
+            ring.publish("line 7")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(later)
+            assert await read(cursor, 2) == [(6, "line 6"), (7, "line 7")]
+        assert trio.current_time() == pytest.approx(2)
+
+
+async def test_ring_subscribe_positions() -> None:
+    ring: Ring[int] = Ring(capacity=8)
+    for i in range(3):
+        ring.publish(i)
+    assert ring.subscribe(from_seq=0).next_seq == 1  # everything retained
+    assert ring.subscribe().next_seq == 4  # live tail only
+    assert ring.subscribe(from_seq=99).next_seq == 4  # beyond the end: live
+    assert ring.retained(after_seq=1) == [(2, 1), (3, 2)]
+    with pytest.raises(ValueError):
+        ring.subscribe(from_seq=-1)
+
+
+async def test_ring_lag_reports_the_exact_count_and_resumes_at_the_oldest() -> None:
+    ring: Ring[int] = Ring(capacity=4)
+    with ring.subscribe(from_seq=0) as cursor:
+        ring.publish(1)
+        ring.publish(2)
+        assert await cursor.receive() == (1, 1)
+        for i in range(3, 11):  # 10 published, 7..10 retained
+            ring.publish(i)
+        assert (ring.first_seq, ring.last_seq) == (7, 10)
+        with pytest.raises(Lagged) as caught:
+            await cursor.receive()
+        assert caught.value.dropped == 5  # seqs 2..6 were overwritten before it read them
+        assert await read(cursor, 4) == [(7, 7), (8, 8), (9, 9), (10, 10)]
+        stats = ring.statistics()
+        assert (stats.size, stats.capacity, stats.dropped, stats.last_seq) == (4, 4, 5, 10)
+        assert stats.subscribers == 1
+    assert ring.statistics().subscribers == 0
+
+
+async def test_ring_lag_from_history_outside_the_ring() -> None:
+    ring: Ring[str] = Ring(capacity=8, next_seq=101)  # 1..100 live only in the store
+    assert ring.publish("x") == 101
+    with ring.subscribe(from_seq=40) as cursor:
+        with pytest.raises(Lagged) as caught:
+            await cursor.receive()
+        assert caught.value.dropped == 60  # 41..100: read them from the store
+        assert await cursor.receive() == (101, "x")
+
+
+async def test_ring_close_ends_iteration_after_draining(autojump_clock: trio.abc.Clock) -> None:
+    ring: Ring[int] = Ring(capacity=8)
+    seen: list[tuple[int, int]] = []
+
+    async def follow() -> None:
+        with ring.subscribe(from_seq=0) as cursor:
+            async for entry in cursor:
+                seen.append(entry)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(follow)
+        for i in range(5):
+            ring.publish(i)
+            await trio.sleep(1)
+        ring.close()
+    assert seen == [(1, 0), (2, 1), (3, 2), (4, 3), (5, 4)]
+    with pytest.raises(trio.ClosedResourceError):
+        ring.publish(5)
+    # a late subscriber still replays a closed ring, then ends
+    with ring.subscribe(from_seq=3) as late:
+        assert [entry async for entry in late] == [(4, 3), (5, 4)]
+
+
+async def test_ring_stalled_subscriber_does_not_slow_100_others(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    ring: Ring[int] = Ring(capacity=32)
+    n = 500
+    received: list[list[int]] = []
+
+    async def reader(cursor: Cursor[int]) -> None:
+        got: list[int] = []
+        received.append(got)
+        with cursor:
+            async for seq, item in cursor:
+                assert seq == item
+                got.append(item)
+
+    stalled = ring.subscribe(from_seq=0)  # never reads
+    async with trio.open_nursery() as nursery:
+        for _ in range(100):
+            nursery.start_soon(reader, ring.subscribe(from_seq=0))
+        await trio.lowlevel.checkpoint()
+        t0 = trio.current_time()
+        for i in range(1, n + 1):
+            assert ring.publish(i) == i
+            await trio.sleep(0.01)
+        published_in = trio.current_time() - t0
+        ring.close()
+    assert published_in == pytest.approx(n * 0.01)  # the publisher never waited
+    assert len(received) == 100
+    assert all(got == list(range(1, n + 1)) for got in received)
+    with pytest.raises(Lagged) as caught:
+        await stalled.receive()
+    assert caught.value.dropped == n - 32
+    assert ring.statistics().dropped == n - 32
+    assert await stalled.receive() == (n - 31, n - 31)
+
+
+# -- topics -------------------------------------------------------------------
+
+
+async def test_topic_drops_the_oldest_and_counts(autojump_clock: trio.abc.Clock) -> None:
+    topic: Topic[int] = Topic("nodes", capacity=3)
+    slow = topic.subscribe()
+    roomy = topic.subscribe(capacity=10)
+    for i in range(1, 6):
+        assert topic.publish(i) == 2
+    assert slow.statistics().lag == 2
+    with pytest.raises(Lagged) as caught:
+        await slow.receive()
+    assert caught.value.dropped == 2
+    assert [await slow.receive() for _ in range(3)] == [3, 4, 5]
+    assert [await roomy.receive() for _ in range(5)] == [1, 2, 3, 4, 5]
+    stats = topic.statistics()
+    assert (stats.subscribers, stats.capacity, stats.published, stats.dropped) == (2, 3, 5, 2)
+    assert slow.statistics().dropped == 2 and slow.statistics().lag == 0
+    topic.publish(6)
+    assert topic.statistics().max_depth == 1
+    slow.close()
+    roomy.close()
+    assert topic.statistics().subscribers == 0
+    assert topic.publish(7) == 0
+
+
+async def test_topic_subscribers_see_only_later_items_and_end_on_close(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    topic: Topic[str] = Topic()
+    topic.publish("before")
+    seen: list[str] = []
+
+    async def follow(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with topic.subscribe() as sub:
+            task_status.started()
+            async for item in sub:
+                seen.append(item)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(follow)
+        topic.publish("a")
+        topic.publish("b")
+        topic.close()
+    assert seen == ["a", "b"]
+
+
+async def test_topic_stalled_subscriber_does_not_slow_100_others(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    topic: Topic[int] = Topic(capacity=16)
+    n = 300
+    received: list[list[int]] = []
+
+    async def reader(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        got: list[int] = []
+        received.append(got)
+        with topic.subscribe() as sub:
+            task_status.started()
+            async for item in sub:
+                got.append(item)
+
+    stalled = topic.subscribe()
+    async with trio.open_nursery() as nursery:
+        for _ in range(100):
+            await nursery.start(reader)
+        t0 = trio.current_time()
+        for i in range(n):
+            topic.publish(i)
+            await trio.sleep(0.01)
+        published_in = trio.current_time() - t0
+        topic.close()
+    assert published_in == pytest.approx(n * 0.01)
+    assert all(got == list(range(n)) for got in received) and len(received) == 100
+    assert stalled.statistics().dropped == n - 16
+    assert topic.statistics().dropped == n - 16
+    with pytest.raises(Lagged):
+        await stalled.receive()
+    assert [item async for item in stalled] == list(range(n - 16, n))
+
+
+# -- hub ----------------------------------------------------------------------
+
+
+async def test_hub_makes_on_demand_and_discards() -> None:
+    hub = Hub(ring_capacity=4, topic_capacity=2)
+    ring = hub.ring("job-1")
+    assert hub.ring("job-1") is ring and ring.capacity == 4
+    assert hub.find_ring("job-2") is None
+    assert hub.topic("nodes") is hub.topic("nodes")
+    assert hub.topic("nodes").capacity == 2
+    ring.publish("x")
+    cursor = ring.subscribe(from_seq=0)
+    hub.discard_ring("job-1")
+    assert ring.closed and hub.find_ring("job-1") is None
+    assert await cursor.receive() == (1, "x")
+    with pytest.raises(trio.EndOfChannel):
+        await cursor.receive()
+    assert hub.ring("job-1") is not ring  # a fresh stream
+    hub.discard_topic("nodes")
+    assert hub.statistics().topics == 0
+
+
+async def test_hub_keeps_a_bounded_number_of_closed_rings() -> None:
+    hub = Hub(ring_capacity=8, max_closed_rings=2)
+    for i in range(5):
+        ring = hub.ring(f"job-{i}")
+        ring.publish(i)
+        ring.close()
+    hub.ring("live").publish("still going")
+    stats = hub.statistics()
+    assert (stats.rings, stats.closed_rings, stats.retained) == (3, 2, 3)
+    assert hub.find_ring("job-0") is None and hub.find_ring("job-2") is None
+    assert hub.find_ring("job-3") is not None and hub.find_ring("job-4") is not None
+    # a closed ring still replays until it is evicted
+    with hub.ring("job-4").subscribe(from_seq=0) as cursor:
+        assert [entry async for entry in cursor] == [(1, 4)]
+
+
+async def test_a_dropped_subscription_unsubscribes() -> None:
+    topic: Topic[int] = Topic()
+    ring: Ring[int] = Ring()
+    kept = topic.subscribe()
+    topic.subscribe()  # dropped at once
+    cursor = ring.subscribe()
+    ring.subscribe()
+    assert topic.statistics().subscribers == 1
+    assert ring.statistics().subscribers == 1
+    assert topic.publish(1) == 1
+    assert await kept.receive() == 1
+    del cursor
+    assert ring.statistics().subscribers == 0

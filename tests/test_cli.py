@@ -1,0 +1,152 @@
+"""The ``runplane`` command as a real process: serve, answer, stop cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from runplane import __version__
+
+ADMIN = "cli-test-admin-token-0123456789"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _env(data_dir: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNPLANE_")}
+    env.update(
+        RUNPLANE_DATA_DIR=str(data_dir), RUNPLANE_LOCAL_AGENT="0", RUNPLANE_ADMIN_TOKEN=ADMIN
+    )
+    env.update(extra)
+    return env
+
+
+class Server:
+    def __init__(self, data_dir: Path, log: Path) -> None:
+        self.port = _free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self._log_fh = log.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "runplane", "serve", "--port", str(self.port)],
+            env=_env(data_dir),
+            stderr=self._log_fh,
+            stdout=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, log.read_text()
+            try:
+                if httpx.get(self.base + "/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.05)
+        raise AssertionError("server did not answer /healthz within 20 s:\n" + log.read_text())
+
+    def terminate(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=20)
+        finally:
+            self._log_fh.close()
+
+    def lines(self) -> list[dict[str, object]]:
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    srv = Server(tmp_path / "data", tmp_path / "server.log")
+    yield srv
+    if srv.proc.poll() is None:
+        srv.proc.kill()
+        srv.proc.wait()
+
+
+def test_version() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "runplane", "--version"], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == f"runplane {__version__}"
+
+
+def test_bad_setting_stops_startup_with_one_line(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "runplane", "serve", "--port", str(_free_port())],
+        env=_env(tmp_path, RUNPLANE_AUTH="sometimes"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "runplane: RUNPLANE_AUTH='sometimes' is not valid: accepted: off, shadow, required"
+    ]
+
+
+def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        out = subprocess.run(
+            [sys.executable, "-m", "runplane", "serve", "--port", str(port)],
+            env=_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert out.returncode == 1
+    assert f"cannot serve on 127.0.0.1:{port}" in out.stderr
+    assert "pass --port" in out.stderr
+
+
+def test_serve_logs_each_request_and_exits_zero_on_sigterm(server: Server) -> None:
+    assert httpx.get(server.base + "/v1/healthz").text == "ok"
+    missing = httpx.get(server.base + "/v1/unknown")
+    assert missing.status_code == 404
+    assert server.terminate() == 0
+    lines = server.lines()
+    requests = [line for line in lines if line["msg"] == "request"]
+    # the readiness probe(s) plus our two requests, one line each
+    assert [r["path"] for r in requests][-2:] == ["/v1/healthz", "/v1/unknown"]
+    assert requests[-1]["status"] == 404
+    assert requests[-1]["request_id"] == missing.headers["X-Request-ID"]
+    messages = [line["msg"] for line in lines]
+    assert "shutdown requested" in messages
+    assert messages[-1] == "stopped"
+    assert all({"ts", "level", "logger", "msg"} <= set(line) for line in lines)
+
+
+def test_acknowledged_write_survives_sigterm_restart(tmp_path: Path) -> None:
+    first = Server(tmp_path / "data", tmp_path / "first.log")
+    response = httpx.post(
+        first.base + "/v1/admin/channel-target",
+        json={"channel": "stable", "version": "9.9.9"},
+        headers={"Authorization": f"Bearer {ADMIN}"},
+    )
+    assert response.status_code == 200
+    assert first.terminate() == 0
+    second = Server(tmp_path / "data", tmp_path / "second.log")
+    try:
+        got = httpx.get(
+            second.base + "/v1/admin/channel-target",
+            headers={"Authorization": f"Bearer {ADMIN}"},
+        )
+        assert got.json() == {"stable": "9.9.9"}
+    finally:
+        assert second.terminate() == 0
