@@ -22,6 +22,7 @@ from runplane.http.problems import Problem, problem_response
 from runplane.http.routes import admin, health
 from runplane.persistence import Store, open_store
 from runplane.settings import Settings, ensure_secret_key
+from runplane.stacks import load_catalog
 
 log = logging.getLogger("runplane.http")
 
@@ -104,6 +105,8 @@ def create_app(settings: Settings, *, store: Store | None = None) -> QuartTrio:
     app.register_blueprint(health.blueprint)
     app.register_blueprint(admin.blueprint)
 
+    catalog = load_catalog(settings.stacks_dir)
+
     @app.while_serving
     async def lifespan() -> AsyncIterator[None]:
         own_store = store is None
@@ -113,7 +116,9 @@ def create_app(settings: Settings, *, store: Store | None = None) -> QuartTrio:
         root = Root(settings, active)
         try:
             await app.nursery.start(root.run)
-            app.extensions["runplane"] = Services(settings=settings, store=active, root=root)
+            app.extensions["runplane"] = Services(
+                settings=settings, store=active, root=root, catalog=catalog
+            )
             log.info("started", extra={"store": active.kind})
             yield
         finally:

@@ -9,6 +9,7 @@ from quart import current_app
 from runplane.actors.root import Root
 from runplane.persistence import Store
 from runplane.settings import Settings
+from runplane.stacks import Catalog
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,6 +17,7 @@ class Services:
     settings: Settings
     store: Store
     root: Root
+    catalog: Catalog
 
 
 def services() -> Services:

@@ -1,0 +1,179 @@
+"""The agent <-> server protocol over the WebSocket at ``/v1/nodes/connect``.
+
+Every message is one JSON text frame, an object with a ``type``. Both ends validate what
+they receive with these models (unknown fields refused) so a mismatch is a clear error, not
+a guess. Job messages carry the job's ``attempt``: the server refuses a report whose attempt
+is not the current one (fencing after a requeue).
+
+Flow::
+
+    agent                                   server
+    hello {protocol, credential|join_token, facts, running}  ->
+                                            <- welcome {node_id, credential?, heartbeat_sec}
+                                               (or close 4401/4426 with a reason)
+    heartbeat {running}                     ->        every heartbeat_sec
+                                            <- run {job_id, attempt, spec}
+    job_phase {job_id, attempt, phase}      ->        pulling, running
+    job_logs {job_id, attempt, lines}       ->        batched
+    job_metric {job_id, attempt, step, values} ->
+    job_finished {job_id, attempt, outcome, exit_code, error, final_metrics} ->
+                                            <- finished_ack {job_id, attempt}
+                                            <- cancel {job_id, attempt}
+
+The agent keeps ``job_finished`` messages until acknowledged and resends them after a
+reconnect, so an outcome reached while disconnected is not lost. In ``hello`` it lists the
+jobs still running on it; the server resumes those and cancels attempts it no longer wants.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+PROTOCOL_VERSION = 1
+#: WebSocket close codes the server uses (4000-4999 are application codes).
+CLOSE_UNAUTHORIZED = 4401  # bad/revoked join token or credential
+CLOSE_UPGRADE_REQUIRED = 4426  # protocol version not supported
+CLOSE_PROTOCOL_ERROR = 4400  # malformed message
+CLOSE_REPLACED = 4409  # the same node connected again; this connection is stale
+CLOSE_DISABLED = 4403  # enrollment disabled
+
+
+class _Msg(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Gpu(_Msg):
+    model: str
+    vendor: str = "nvidia"
+    vram_gb: int = Field(0, ge=0)
+    cuda: str = ""
+
+
+class Facts(_Msg):
+    name: str
+    cpu_cores: int = Field(ge=1)
+    ram_gb: int = Field(ge=0)
+    disk_gb: int = Field(0, ge=0)
+    gpus: list[Gpu] = []
+    arch: str
+    os: str
+    capabilities: list[str] = []
+    max_concurrency: int = Field(1, ge=1)
+    dlperf: float = Field(0.0, ge=0)
+    executors: list[str] = ["process"]
+
+
+class RunningJob(_Msg):
+    job_id: str
+    attempt: int = Field(ge=1)
+
+
+class Hello(_Msg):
+    type: Literal["hello"] = "hello"
+    protocol: int
+    agent_version: str
+    credential: str | None = None
+    join_token: str | None = None
+    facts: Facts
+    running: list[RunningJob] = []
+    channel: str = "stable"
+
+
+class Heartbeat(_Msg):
+    type: Literal["heartbeat"] = "heartbeat"
+    running: list[RunningJob] = []
+
+
+class JobPhase(_Msg):
+    type: Literal["job_phase"] = "job_phase"
+    job_id: str
+    attempt: int
+    phase: Literal["pulling", "running"]
+
+
+class JobLogs(_Msg):
+    type: Literal["job_logs"] = "job_logs"
+    job_id: str
+    attempt: int
+    lines: list[tuple[Literal["stdout", "stderr", "system"], str]]
+
+
+class JobMetric(_Msg):
+    type: Literal["job_metric"] = "job_metric"
+    job_id: str
+    attempt: int
+    step: int | None = None
+    values: dict[str, float]
+
+
+class JobFinished(_Msg):
+    type: Literal["job_finished"] = "job_finished"
+    job_id: str
+    attempt: int
+    outcome: Literal["succeeded", "failed", "timeout", "cancelled"]
+    exit_code: int | None = None
+    error: str | None = None
+    final_metrics: dict[str, float] = {}
+    artifacts: list[dict[str, Any]] = []
+
+
+AgentMessage = Annotated[
+    Hello | Heartbeat | JobPhase | JobLogs | JobMetric | JobFinished, Field(discriminator="type")
+]
+
+
+class Welcome(_Msg):
+    type: Literal["welcome"] = "welcome"
+    protocol: int = PROTOCOL_VERSION
+    node_id: str
+    credential: str | None = None  # only when the agent enrolled with a join token
+    heartbeat_sec: float = 5.0
+
+
+class RunSpec(_Msg):
+    command: list[str]
+    env: dict[str, str] = {}
+    setup: str | None = None
+    timeout_sec: int | None = None
+    inline_files: dict[str, str] = {}
+
+
+class Run(_Msg):
+    type: Literal["run"] = "run"
+    job_id: str
+    attempt: int
+    spec: RunSpec
+
+
+class Cancel(_Msg):
+    type: Literal["cancel"] = "cancel"
+    job_id: str
+    attempt: int
+
+
+class FinishedAck(_Msg):
+    type: Literal["finished_ack"] = "finished_ack"
+    job_id: str
+    attempt: int
+
+
+ServerMessage = Annotated[Welcome | Run | Cancel | FinishedAck, Field(discriminator="type")]
+
+_agent_adapter: TypeAdapter[Any] = TypeAdapter(AgentMessage)
+_server_adapter: TypeAdapter[Any] = TypeAdapter(ServerMessage)
+
+
+def decode_agent(text: str | bytes) -> Hello | Heartbeat | JobPhase | JobLogs | JobMetric | JobFinished:
+    """Parse a frame the agent sent; raises pydantic.ValidationError on anything else."""
+    return _agent_adapter.validate_json(text)
+
+
+def decode_server(text: str | bytes) -> Welcome | Run | Cancel | FinishedAck:
+    """Parse a frame the server sent; raises pydantic.ValidationError on anything else."""
+    return _server_adapter.validate_json(text)
+
+
+def encode(msg: _Msg) -> str:
+    return msg.model_dump_json()
