@@ -119,9 +119,8 @@ class JobFinished(_Msg):
     artifacts: list[dict[str, Any]] = []
 
 
-AgentMessage = Annotated[
-    Hello | Heartbeat | JobPhase | JobLogs | JobMetric | JobFinished, Field(discriminator="type")
-]
+AgentMsg = Hello | Heartbeat | JobPhase | JobLogs | JobMetric | JobFinished
+AgentMessage = Annotated[AgentMsg, Field(discriminator="type")]
 
 
 class Welcome(_Msg):
@@ -159,18 +158,19 @@ class FinishedAck(_Msg):
     attempt: int
 
 
-ServerMessage = Annotated[Welcome | Run | Cancel | FinishedAck, Field(discriminator="type")]
+ServerMsg = Welcome | Run | Cancel | FinishedAck
+ServerMessage = Annotated[ServerMsg, Field(discriminator="type")]
 
 _agent_adapter: TypeAdapter[Any] = TypeAdapter(AgentMessage)
 _server_adapter: TypeAdapter[Any] = TypeAdapter(ServerMessage)
 
 
-def decode_agent(text: str | bytes) -> Hello | Heartbeat | JobPhase | JobLogs | JobMetric | JobFinished:
+def decode_agent(text: str | bytes) -> AgentMsg:
     """Parse a frame the agent sent; raises pydantic.ValidationError on anything else."""
     return _agent_adapter.validate_json(text)
 
 
-def decode_server(text: str | bytes) -> Welcome | Run | Cancel | FinishedAck:
+def decode_server(text: str | bytes) -> ServerMsg:
     """Parse a frame the server sent; raises pydantic.ValidationError on anything else."""
     return _server_adapter.validate_json(text)
 
