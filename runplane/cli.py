@@ -1,4 +1,4 @@
-"""The ``runplane`` command line: ``runplane serve`` and ``runplane --version``."""
+"""The ``runplane`` command line: ``runplane serve``, ``runplane agent``, ``runplane --version``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import signal
 import sys
 from collections.abc import Sequence
 from functools import partial
+from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -32,14 +34,70 @@ def _parser() -> argparse.ArgumentParser:
         "--port", type=int, default=8080, help="port to bind (default 8080; 0 picks a free one)"
     )
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+    agent = sub.add_parser("agent", help="run a node agent that takes jobs from a runplane server")
+    agent.add_argument(
+        "--server", required=True, metavar="URL", help="server URL, e.g. http://127.0.0.1:8080"
+    )
+    agent.add_argument(
+        "--join-token",
+        metavar="TOKEN",
+        help="join token (rpj_...) to enroll with; not needed once enrolled",
+    )
+    agent.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path("./.runplane-agent"),
+        help="credential, job workdirs and caches (default ./.runplane-agent)",
+    )
+    agent.add_argument("--name", help="node name (default: the hostname)")
+    agent.add_argument(
+        "--max-concurrency",
+        type=_positive_int,
+        metavar="N",
+        help="jobs run at once (default: the number of CPU cores)",
+    )
+    agent.add_argument(
+        "--capability",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="add a capability to the detected ones (repeatable), e.g. simulator",
+    )
+    agent.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
     return parser
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+async def _local_agent_credential(app: Any, data_dir: Path) -> None:
+    """With auth required no agent may enroll without a join token; the in-process agent is
+    the server's own, so the server enrolls it directly (once) and hands it the credential."""
+    from runplane import enrollment
+    from runplane.agent import credentials
+
+    if credentials.load_credential(data_dir) is not None:
+        return
+    node = await enrollment.open_enroll(app.extensions["runplane"].store)
+    credentials.save_credential(data_dir, node.credential_secret)
+
+
 async def serve(settings: Settings, host: str, port: int) -> None:
-    """Serve until SIGINT/SIGTERM, then drain in-flight requests and flush the store."""
+    """Serve until SIGINT/SIGTERM, then drain in-flight requests and flush the store.
+
+    With ``RUNPLANE_LOCAL_AGENT`` on, one node agent runs in this process, connected to the
+    server over loopback like any other; it is stopped first on shutdown."""
     from hypercorn.config import Config
     from hypercorn.trio import serve as hypercorn_serve
 
+    from runplane.agent.client import Agent
     from runplane.http.app import create_app
 
     config = Config()
@@ -48,7 +106,8 @@ async def serve(settings: Settings, host: str, port: int) -> None:
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")
     app = create_app(settings)
-    stop = trio.Event()
+    stop = trio.Event()  # a signal arrived
+    server_stop = trio.Event()  # the local agent is down: stop serving
     # The receiver is installed before the socket is bound, so no signal finds us unprepared.
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
 
@@ -61,11 +120,36 @@ async def serve(settings: Settings, host: str, port: int) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(watch_signals)
             binds = await nursery.start(
-                partial(hypercorn_serve, app, config, shutdown_trigger=stop.wait)
+                partial(hypercorn_serve, app, config, shutdown_trigger=server_stop.wait)
             )
             log.info("listening", extra={"urls": binds, "version": __version__})
+            agent: Agent | None = None
+            if settings.local_agent:
+                agent_dir = settings.data_dir / "local-agent"
+                if settings.auth == "required":
+                    await _local_agent_credential(app, agent_dir)
+                agent = Agent(_loopback(binds[0]), agent_dir, name="local")
+                agent_done = trio.Event()
+
+                async def run_agent(agent: Agent = agent, done: trio.Event = agent_done) -> None:
+                    try:
+                        await agent.run()
+                    finally:
+                        done.set()
+
+                nursery.start_soon(run_agent)
             await stop.wait()
+            if agent is not None:
+                agent.request_stop()
+                with trio.move_on_after(GRACEFUL_TIMEOUT):
+                    await agent_done.wait()
+            server_stop.set()
     log.info("stopped")
+
+
+def _loopback(url: str) -> str:
+    """Where the in-process agent reaches the server: a wildcard bind means loopback."""
+    return url.replace("://0.0.0.0:", "://127.0.0.1:").replace("://[::]:", "://[::1]:")
 
 
 def _leaves(group: BaseExceptionGroup[OSError]) -> list[OSError]:
@@ -81,6 +165,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         _parser().print_help()
         return 2
     logs.configure(args.log_level)
+    if args.command == "agent":
+        # An agent reads no server settings: only its own flags.
+        from runplane.agent.main import main as agent_main
+
+        return agent_main(
+            args.server,
+            data_dir=args.data_dir,
+            join_token=args.join_token,
+            name=args.name,
+            max_concurrency=args.max_concurrency,
+            capabilities=args.capability,
+        )
     try:
         settings = ensure_secret_key(load_settings())
     except SettingsError as exc:

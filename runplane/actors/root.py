@@ -1,9 +1,12 @@
 """The root of the actor tree: the supervisor every long-lived actor hangs under.
 
     root (one-for-one, 5 restarts / 10 s)
-    └── channels        ChannelTargets: operator release-channel map
+    ├── channels        ChannelTargets: operator release-channel map
+    ├── placement       PlacementActor: queue + fleet index, plans assignments
+    └── actors          supervisor of the registry's virtual actors
+        ├── job/<id>    JobActor, one per live job (terminal ones passivate)
+        └── node/<id>   NodeActor, one per connected (or recently lost) node
 
-Later actors (placement, node and job registries, webhooks, ...) join as children here.
 If the root gives up (restart intensity exceeded) the error reaches the app's nursery and
 the server stops: the process supervisor (systemd, k8s) restarts it, and every actor
 rebuilds its state from the store.
@@ -15,29 +18,128 @@ from typing import Any, cast
 
 import trio
 
+from runplane.actors import placement as pl
 from runplane.actors.channels import ChannelMsg, ChannelTargets
+from runplane.actors.fleet import Fleet
+from runplane.actors.job import Assign, JobDeps, LoseAttempt
+from runplane.actors.jobs import JOB_KIND, Jobs, cancel_order, run_order
+from runplane.actors.node import NodeDeps
 from runplane.persistence import Store
-from runplane.runtime import ActorRef, ChildSpec, Restart, Supervisor
+from runplane.runtime import ActorRef, ChildSpec, Hub, Registry, Supervisor
 from runplane.settings import Settings
+from runplane.stacks import Catalog
+
+#: Seconds between agent heartbeats, and how many may be missed before a node is lost.
+HEARTBEAT_SEC = 5.0
+MISSED_HEARTBEATS = 3
 
 
 class Root:
-    def __init__(self, settings: Settings, store: Store) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        catalog: Catalog,
+        *,
+        heartbeat_sec: float = HEARTBEAT_SEC,
+    ) -> None:
         self.settings = settings
         self.store = store
+        self.heartbeat_sec = heartbeat_sec
+        self.hub = Hub()
+        self.actors = Supervisor(name="actors", intensity=1000, period=1.0)
+        self.registry = Registry(self.actors)
         self.supervisor = Supervisor(
             [
-                ChildSpec(
-                    "channels", lambda: ChannelTargets(store), restart=Restart.PERMANENT
-                ),
+                ChildSpec("channels", lambda: ChannelTargets(store)),
+                ChildSpec("placement", self._new_placement, mailbox_capacity=4096),
+                ChildSpec("actors", lambda: self.actors),
             ],
             intensity=5,
             period=10.0,
             name="root",
         )
+        self._placement_starts = 0
+        self.jobs: Jobs | None = None
+        self.fleet: Fleet | None = None
+        self._catalog = catalog
+
+    def _new_placement(self) -> pl.PlacementActor:
+        self._placement_starts += 1
+        actor = pl.PlacementActor(assign=self._assign)
+        if self._placement_starts > 1:  # a restart: rebuild the queue and fleet
+            actor.rebuild = self._rebuild_placement
+        return actor
+
+    async def _assign(self, job_id: str, node_id: str) -> bool:
+        return bool(await self.registry.ask(JOB_KIND, job_id, Assign(node_id)))
+
+    async def _rebuild_placement(self) -> None:
+        assert self.jobs is not None and self.fleet is not None
+        await self.jobs.recover()
+        await self.fleet.refresh_all()
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
-        await self.supervisor.run(task_status=task_status)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.supervisor.run)
+            self._wire()
+            assert self.jobs is not None and self.fleet is not None
+            await self.fleet.recover()
+            await self.jobs.recover()
+            task_status.started()
+
+    def _wire(self) -> None:
+        placement = self.placement
+        registry = self.registry
+        self.fleet = Fleet(self.settings, self.store, registry, placement)
+        self.jobs = Jobs(self.store, self._catalog, registry, placement)
+        fleet = self.fleet
+
+        async def enqueue(row: dict[str, Any]) -> None:
+            await placement.tell(pl.Enqueue(row))
+
+        async def dequeue(job_id: str) -> None:
+            await placement.tell(pl.Dequeue(job_id))
+
+        async def release(job_id: str) -> None:
+            await placement.tell(pl.Release(job_id))
+
+        async def reprioritize(job_id: str, priority: int) -> None:
+            await placement.tell(pl.Reprioritize(job_id, priority))
+
+        async def node_up(shape: Any) -> None:
+            await placement.tell(pl.NodeUp(shape))
+
+        async def node_down(node_id: str) -> None:
+            await placement.tell(pl.NodeDown(node_id))
+
+        async def lose_attempt(job_id: str, attempt: int, reason: str) -> None:
+            await registry.tell(JOB_KIND, job_id, LoseAttempt(attempt, reason))
+
+        self.jobs.register(
+            JobDeps(
+                store=self.store,
+                hub=self.hub,
+                deliver=fleet.deliver,
+                enqueue=enqueue,
+                dequeue=dequeue,
+                release=release,
+                reprioritize=reprioritize,
+                node_outcome=fleet.node_outcome,
+                run_order=run_order,
+                cancel_order=cancel_order,
+            )
+        )
+        fleet.register(
+            NodeDeps(
+                store=self.store,
+                grace=self.heartbeat_sec * MISSED_HEARTBEATS,
+                node_up=node_up,
+                node_down=node_down,
+                lose_attempt=lose_attempt,
+                expected=fleet.expected,
+            )
+        )
 
     async def stop(self) -> None:
         await self.supervisor.stop()
@@ -45,3 +147,7 @@ class Root:
     @property
     def channels(self) -> ActorRef[ChannelMsg]:
         return cast(ActorRef[ChannelMsg], self.supervisor.child("channels"))
+
+    @property
+    def placement(self) -> ActorRef[pl.PlacementMsg]:
+        return cast(ActorRef[pl.PlacementMsg], self.supervisor.child("placement"))

@@ -15,11 +15,11 @@ from quart import request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
-from runplane.actors.root import Root
+from runplane.actors.root import HEARTBEAT_SEC, Root
 from runplane.http.context import Services
 from runplane.http.middleware import RequestLogMiddleware
 from runplane.http.problems import Problem, problem_response
-from runplane.http.routes import admin, health
+from runplane.http.routes import admin, agents, events, health, jobs, join_tokens, nodes, stacks
 from runplane.persistence import Store, open_store
 from runplane.settings import Settings, ensure_secret_key
 from runplane.stacks import load_catalog
@@ -92,9 +92,12 @@ async def _on_unexpected(exc: Exception) -> Any:
     )
 
 
-def create_app(settings: Settings, *, store: Store | None = None) -> QuartTrio:
+def create_app(
+    settings: Settings, *, store: Store | None = None, heartbeat_sec: float = HEARTBEAT_SEC
+) -> QuartTrio:
     """Build the app. ``store`` may be given (tests share one); otherwise the lifespan opens
-    the store named by the settings and closes it on shutdown."""
+    the store named by the settings and closes it on shutdown. ``heartbeat_sec`` is what
+    agents are told; a node is lost after three missed beats (tests shorten it)."""
     settings = ensure_secret_key(settings)
     app = QuartTrio("runplane")
     app.config["MAX_CONTENT_LENGTH"] = MAX_JSON_BODY
@@ -104,6 +107,12 @@ def create_app(settings: Settings, *, store: Store | None = None) -> QuartTrio:
     app.register_error_handler(Exception, _on_unexpected)
     app.register_blueprint(health.blueprint)
     app.register_blueprint(admin.blueprint)
+    app.register_blueprint(join_tokens.blueprint)
+    app.register_blueprint(stacks.blueprint)
+    app.register_blueprint(jobs.blueprint)
+    app.register_blueprint(events.blueprint)
+    app.register_blueprint(nodes.blueprint)
+    app.register_blueprint(agents.blueprint)
 
     catalog = load_catalog(settings.stacks_dir)
 
@@ -113,7 +122,7 @@ def create_app(settings: Settings, *, store: Store | None = None) -> QuartTrio:
         active = store or open_store(settings.database_url, settings.data_dir)
         if own_store:
             await active.open()
-        root = Root(settings, active)
+        root = Root(settings, active, catalog, heartbeat_sec=heartbeat_sec)
         try:
             await app.nursery.start(root.run)
             app.extensions["runplane"] = Services(

@@ -7,40 +7,17 @@ validation failures and ``request_id`` so a user can quote it to an operator.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
 from quart import Response
 
+from runplane.problems import FieldProblem, Problem, not_found
+
+__all__ = ["FieldProblem", "Problem", "not_found", "problem_body", "problem_response"]
+
 PROBLEM_TYPE_BASE = "https://runplane.dev/problems/"
 CONTENT_TYPE = "application/problem+json"
-
-
-@dataclass(frozen=True, slots=True)
-class FieldProblem:
-    """One validation problem; the spec's RunProblem {key, code, message}."""
-
-    key: str
-    code: str
-    message: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"key": self.key, "code": self.code, "message": self.message}
-
-
-@dataclass(eq=False)
-class Problem(Exception):
-    """Raise from a route (or anything it calls) to answer with a problem body."""
-
-    status: int
-    code: str
-    detail: str
-    errors: list[FieldProblem] = field(default_factory=list)
-    headers: dict[str, str] = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        return f"{self.status} {self.code}: {self.detail}"
 
 
 def problem_body(
@@ -81,8 +58,3 @@ def problem_response(
     for name, value in (headers or {}).items():
         response.headers[name] = value
     return response
-
-
-def not_found(what: str = "resource") -> Problem:
-    """The 404 for unknown ids and other orgs' ids alike: the body must not tell them apart."""
-    return Problem(404, "not_found", f"{what} not found")

@@ -154,7 +154,7 @@ async def test_failed_migration_rolls_back_and_is_not_recorded(
     durable_store_url: str | None, data_dir: Path, tmp_path: Path
 ) -> None:
     bad = packaged_files() | {
-        "0002_broken.sql": "CREATE TABLE half (id TEXT);\nINSERT INTO no_such_table VALUES (1);\n"
+        "9002_broken.sql": "CREATE TABLE half (id TEXT);\nINSERT INTO no_such_table VALUES (1);\n"
     }
     dialect = "postgres" if durable_store_url else "sqlite"
     store = store_with(
@@ -162,17 +162,17 @@ async def test_failed_migration_rolls_back_and_is_not_recorded(
         data_dir,
         load_migrations(write_dir(tmp_path / "bad", bad), dialect=dialect),
     )
-    with pytest.raises(MigrationError, match="0002_broken"):
+    with pytest.raises(MigrationError, match="9002_broken"):
         await store.open()
-    # fixed on the next deploy: 0001 stayed applied, 0002 runs cleanly now
-    good = packaged_files() | {"0002_broken.sql": "CREATE TABLE half (id TEXT);\n"}
+    # fixed on the next deploy: the packaged ones stayed applied, 9002 runs cleanly now
+    good = packaged_files() | {"9002_broken.sql": "CREATE TABLE half (id TEXT);\n"}
     store = store_with(
         durable_store_url,
         data_dir,
         load_migrations(write_dir(tmp_path / "good", good), dialect=dialect),
     )
     async with store:
-        assert getattr(store, "applied_migrations", None) == [2]
+        assert getattr(store, "applied_migrations", None) == [9002]
         await store.execute("INSERT INTO half (id) VALUES (?)", ("ok",))
 
 

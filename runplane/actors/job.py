@@ -1,0 +1,401 @@
+"""The job actor: one per live job, owning its phase machine (``runplane/jobs/phase.py``).
+
+Every transition and every telemetry batch is written to the store before it is published
+on the job's ring (``job/<id>`` in the hub), so an SSE subscriber replaying from the store
+and then following the ring sees every event exactly once. Terminal jobs passivate: a
+million finished jobs are rows, not tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from runplane.jobs import repo
+from runplane.jobs.phase import (
+    Assigned,
+    CancelRequested,
+    Effect,
+    Finished,
+    InvalidTransition,
+    JobState,
+    NodeLost,
+    Phase,
+    Pulling,
+    Running,
+    StaleAttempt,
+    transition,
+)
+from runplane.jobs.phase import Event as PhaseEvent
+from runplane.persistence import Store, from_json, now_ms, to_json
+from runplane.runtime import Actor, Hub, Ring
+
+log = logging.getLogger("runplane.jobs")
+
+#: Log lines one job may keep; past it lines are counted, not stored, and a system line says so.
+LOG_CAP = 50_000
+
+
+# messages -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Assign:
+    node_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class AgentPhase:
+    node_id: str
+    attempt: int
+    phase: str  # pulling | running
+
+
+@dataclass(frozen=True, slots=True)
+class AgentLogs:
+    node_id: str
+    attempt: int
+    lines: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentMetric:
+    node_id: str
+    attempt: int
+    step: int | None
+    values: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentFinished:
+    node_id: str
+    attempt: int
+    outcome: str
+    error: str | None
+    final_metrics: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class LoseAttempt:
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class SetPriority:
+    priority: int
+
+
+JobMsg = (
+    Assign
+    | AgentPhase
+    | AgentLogs
+    | AgentMetric
+    | AgentFinished
+    | LoseAttempt
+    | Cancel
+    | SetPriority
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CancelOutcome:
+    cancelled: bool
+    killed_on_node: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JobDeps:
+    """What a job actor talks to, injected so it knows no HTTP and no socket."""
+
+    store: Store
+    hub: Hub
+    #: deliver a protocol message to a node's agent; True when handed to a live connection
+    deliver: Callable[[str, Any], Awaitable[bool]]
+    #: placement hooks
+    enqueue: Callable[[dict[str, Any]], Awaitable[None]]
+    dequeue: Callable[[str], Awaitable[None]]
+    release: Callable[[str], Awaitable[None]]
+    reprioritize: Callable[[str, int], Awaitable[None]]
+    #: the node lost (or finished) an attempt: reliability counters
+    node_outcome: Callable[[str, str], Awaitable[None]]
+    #: build the agent's run order for (job row, attempt)
+    run_order: Callable[[dict[str, Any], int], Any]
+    cancel_order: Callable[[str, int], Any]
+
+
+def ring_name(job_id: str) -> str:
+    return f"job/{job_id}"
+
+
+class JobActor(Actor[JobMsg]):
+    def __init__(self, deps: JobDeps, row: dict[str, Any]) -> None:
+        self.deps = deps
+        self.row = row
+        self.id: str = row["id"]
+        self.state = JobState(
+            phase=Phase(row["phase"]),
+            attempt=row["attempt"],
+            attempts=row["attempts"],
+            node_id=row["node_id"],
+            error=row["error"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+        )
+        self.seq: int = row["event_seq"]
+        self.log_lines: int = row["log_lines"]
+        self.log_dropped: int = row["log_dropped"]
+        self.final_metrics: dict[str, float] = from_json(row["final_metrics"]) or {}
+        self.ring: Ring[dict[str, Any]] = self._ring()
+
+    def _ring(self) -> Ring[dict[str, Any]]:
+        name = ring_name(self.id)
+        ring = self.deps.hub.find_ring(name)
+        if ring is not None and ring.last_seq != self.seq:
+            self.deps.hub.discard_ring(name)  # out of step with the store: start afresh
+            ring = None
+        return ring or self.deps.hub.ring(name, next_seq=self.seq + 1)
+
+    async def on_start(self) -> None:
+        if self.state.phase is Phase.QUEUED:
+            await self.deps.enqueue(self.row)
+        if self.state.phase.terminal:
+            self.ring.close()
+
+    def can_passivate(self) -> bool:
+        return self.state.phase.terminal
+
+    # -- handling -----------------------------------------------------------------------
+
+    async def handle(self, msg: JobMsg) -> Any:
+        match msg:
+            case Assign(node_id):
+                return await self._apply(Assigned(node_id))
+            case AgentPhase(node_id, attempt, phase):
+                if not self._from_current_node(node_id, attempt):
+                    return False
+                event: PhaseEvent = Pulling(attempt) if phase == "pulling" else Running(attempt)
+                return await self._apply(event)
+            case AgentLogs(node_id, attempt, lines):
+                if not self._from_current_node(node_id, attempt) or self.state.phase.terminal:
+                    return False
+                await self._logs(lines)
+                return True
+            case AgentMetric(node_id, attempt, step, values):
+                if not self._from_current_node(node_id, attempt) or self.state.phase.terminal:
+                    return False
+                await self._metric(step, values)
+                return True
+            case AgentFinished(node_id, attempt, outcome, error, final_metrics):
+                if not self._from_current_node(node_id, attempt):
+                    return False
+                self.final_metrics.update(final_metrics)
+                return await self._apply(Finished(attempt, Phase(outcome), error))
+            case LoseAttempt(attempt, reason):
+                return await self._apply(NodeLost(attempt, reason))
+            case Cancel():
+                return await self._cancel()
+            case SetPriority(priority):
+                await self.deps.store.execute(
+                    "UPDATE jobs SET priority = ?, updated_at = ? WHERE id = ?",
+                    (priority, now_ms(), self.id),
+                )
+                self.row = {**self.row, "priority": priority}
+                if self.state.phase is Phase.QUEUED:
+                    await self.deps.reprioritize(self.id, priority)
+                return True
+
+    def _from_current_node(self, node_id: str, attempt: int) -> bool:
+        if node_id != self.state.node_id or attempt != self.state.attempt:
+            log.warning(
+                "stale agent report refused",
+                extra={
+                    "job_id": self.id,
+                    "node_id": node_id,
+                    "attempt": attempt,
+                    "current_attempt": self.state.attempt,
+                    "current_node": self.state.node_id,
+                },
+            )
+            return False
+        return True
+
+    async def _cancel(self) -> CancelOutcome:
+        if self.state.phase.terminal:
+            return CancelOutcome(cancelled=False, killed_on_node=False)
+        node, attempt = self.state.node_id, self.state.attempt
+        effects = await self._apply(CancelRequested(), return_effects=True)
+        killed = False
+        if Effect.CANCEL_ON_NODE in effects and node is not None:
+            killed = await self.deps.deliver(node, self.deps.cancel_order(self.id, attempt))
+        return CancelOutcome(cancelled=True, killed_on_node=killed)
+
+    async def _apply(self, event: PhaseEvent, *, return_effects: bool = False) -> Any:
+        before = self.state
+        try:
+            after, effects = transition(before, event, now_ms())
+        except (InvalidTransition, StaleAttempt) as exc:
+            log.warning("transition refused", extra={"job_id": self.id, "reason": str(exc)})
+            return () if return_effects else False
+        events: list[tuple[Any, ...]] = []
+        payloads: list[dict[str, Any]] = []
+        extra: dict[str, Any] = {}
+        if after.phase.terminal:
+            extra["final_metrics"] = to_json(self.final_metrics)
+            if self.log_dropped:
+                self._system_line(
+                    events,
+                    payloads,
+                    f"log truncated: {self.log_dropped} lines "
+                    f"after the first {LOG_CAP} were not kept",
+                )
+        if after.phase is not before.phase:
+            self.seq += 1
+            payload = {
+                "kind": "phase",
+                "job_id": self.id,
+                "seq": self.seq,
+                "phase": after.phase.value,
+            }
+            if after.error:
+                payload["error"] = after.error
+            events.append((self.id, self.seq, "phase", now_ms(), to_json(payload)))
+            payloads.append(payload)
+        if after.phase is Phase.QUEUED:
+            extra["wait_reason"] = None
+        await self.deps.store.transaction(
+            repo.save_state(self.id, after, events, self.seq, **extra)
+        )
+        self.state = after
+        for payload in payloads:
+            self.ring.publish(payload)
+        log.info(
+            "job phase",
+            extra={
+                "job_id": self.id,
+                "from": before.phase.value,
+                "to": after.phase.value,
+                "attempt": after.attempt,
+                "node_id": after.node_id or before.node_id,
+            },
+        )
+        await self._effects(before, after, effects)
+        if after.phase.terminal:
+            self.ring.close()
+        return effects if return_effects else True
+
+    async def _effects(
+        self, before: JobState, after: JobState, effects: tuple[Effect, ...]
+    ) -> None:
+        for effect in effects:
+            match effect:
+                case Effect.RUN_ON_NODE:
+                    assert after.node_id is not None
+                    delivered = await self.deps.deliver(
+                        after.node_id, self.deps.run_order(self.row, after.attempt)
+                    )
+                    await self.deps.node_outcome(after.node_id, "placed")
+                    if not delivered:  # the node vanished between plan and order
+                        self.context.start_soon(
+                            self._lose_later, after.attempt, "node went away before the run order"
+                        )
+                case Effect.RELEASE:
+                    await self.deps.release(self.id)
+                case Effect.DEQUEUE:
+                    await self.deps.dequeue(self.id)
+                case Effect.ENQUEUE:
+                    await self.deps.enqueue({**self.row, "phase": after.phase.value})
+                case Effect.COUNT_LOST:
+                    if before.node_id:
+                        await self.deps.node_outcome(before.node_id, "lost")
+                case Effect.CANCEL_ON_NODE:
+                    pass  # delivered by _cancel, which knows whether it reached the node
+        if after.phase.terminal and before.node_id and after.phase is Phase.SUCCEEDED:
+            await self.deps.node_outcome(before.node_id, "ok")
+
+    async def _lose_later(self, attempt: int, reason: str) -> None:
+        await self.context.ref.tell(LoseAttempt(attempt, reason))
+
+    def _system_line(
+        self, events: list[tuple[Any, ...]], payloads: list[dict[str, Any]], line: str
+    ) -> None:
+        self.seq += 1
+        payload = {
+            "kind": "log",
+            "job_id": self.id,
+            "seq": self.seq,
+            "stream": "system",
+            "line": line,
+        }
+        events.append((self.id, self.seq, "log", now_ms(), to_json(payload)))
+        payloads.append(payload)
+
+    async def _logs(self, lines: tuple[tuple[str, str], ...]) -> None:
+        room = max(0, LOG_CAP - self.log_lines)
+        kept, dropped = lines[:room], len(lines) - min(room, len(lines))
+        events: list[tuple[Any, ...]] = []
+        payloads: list[dict[str, Any]] = []
+        ts = now_ms()
+        for stream, line in kept:
+            self.seq += 1
+            payload = {
+                "kind": "log",
+                "job_id": self.id,
+                "seq": self.seq,
+                "stream": stream,
+                "line": line,
+            }
+            events.append((self.id, self.seq, "log", ts, to_json(payload)))
+            payloads.append(payload)
+        first_drop = dropped and not self.log_dropped
+        self.log_lines += len(kept)
+        self.log_dropped += dropped
+        if first_drop:
+            self._system_line(
+                events,
+                payloads,
+                f"log cap of {LOG_CAP} lines reached: further lines are counted but not kept",
+            )
+        if not events:
+            return
+        await self.deps.store.transaction(
+            repo.save_state(
+                self.id,
+                self.state,
+                events,
+                self.seq,
+                log_lines=self.log_lines,
+                log_dropped=self.log_dropped,
+            )
+        )
+        for payload in payloads:
+            self.ring.publish(payload)
+
+    async def _metric(self, step: int | None, values: dict[str, float]) -> None:
+        self.seq += 1
+        payload: dict[str, Any] = {
+            "kind": "metric",
+            "job_id": self.id,
+            "seq": self.seq,
+            "values": values,
+        }
+        if step is not None:
+            payload["step"] = step
+        self.final_metrics.update(values)
+        await self.deps.store.transaction(
+            repo.save_state(
+                self.id,
+                self.state,
+                [(self.id, self.seq, "metric", now_ms(), to_json(payload))],
+                self.seq,
+                final_metrics=to_json(self.final_metrics),
+            )
+        )
+        self.ring.publish(payload)

@@ -1,0 +1,1188 @@
+"""The node agent: one WebSocket to the server, jobs run with the process executor.
+
+:class:`Agent` connects to ``ws(s)://<server>/v1/nodes/connect``, says ``hello`` (credential
+or join token, facts, the jobs it holds), heartbeats, runs the ``run`` messages it gets with
+:func:`runplane.agent.executor.run_job` and reports what they do. The connection may drop
+at any time: jobs keep running, their reports wait in the :class:`Outbox` (bounded), and
+the agent reconnects with exponential backoff. ``job_finished`` messages are kept (also on
+disk) until the server acknowledges them. See ``docs/agent.md``.
+
+The same class runs as its own process (``runplane agent``, see :mod:`runplane.agent.main`)
+and inside the server's nursery as the local agent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeAlias
+from urllib.parse import urlsplit, urlunsplit
+
+import trio
+import trio_websocket
+from pydantic import ValidationError
+
+from runplane import __version__
+from runplane.agent import credentials
+from runplane.agent.executor import (
+    Event,
+    ExecSpec,
+    Finished,
+    LogLines,
+    Metric,
+    Started,
+    run_job,
+)
+from runplane.agent.facts import collect_facts
+from runplane.agent.protocol import (
+    CLOSE_DISABLED,
+    CLOSE_REPLACED,
+    CLOSE_UNAUTHORIZED,
+    CLOSE_UPGRADE_REQUIRED,
+    PROTOCOL_VERSION,
+    Cancel,
+    Facts,
+    FinishedAck,
+    Heartbeat,
+    Hello,
+    JobFinished,
+    JobLogs,
+    JobMetric,
+    JobPhase,
+    Run,
+    RunningJob,
+    RunSpec,
+    Welcome,
+    decode_server,
+    encode,
+)
+
+log = logging.getLogger("runplane.agent")
+
+CONNECT_PATH = "/v1/nodes/connect"
+
+#: Reconnect delays: the n-th retry waits a random time in [d/2, d], d = min(MAX, MIN * 2**n).
+BACKOFF_MIN_SEC = 0.5
+BACKOFF_MAX_SEC = 30.0
+CONNECT_TIMEOUT_SEC = 10.0
+WELCOME_TIMEOUT_SEC = 10.0
+DISCONNECT_TIMEOUT_SEC = 2.0
+#: A connection whose server does not answer a WebSocket ping within max(this, 3 heartbeats)
+#: is given up (a half-open TCP connection would otherwise look alive for many minutes).
+PING_TIMEOUT_MIN_SEC = 10.0
+#: A ``job_finished`` not acknowledged this long after it was sent is sent again.
+ACK_RESEND_SEC = 30.0
+#: After the jobs of a stopping agent ended, how long it waits for their finish to be acked.
+STOP_FLUSH_SEC = 5.0
+#: Per job, reports waiting to be sent are bounded: beyond this many log lines + metric
+#: points, or this many bytes of log text, the oldest are dropped (and a system line says so).
+MAX_BUFFERED_UNITS = 10_000
+MAX_BUFFERED_BYTES = 8 * 1024 * 1024
+#: While connected, a job's reporting waits (back-pressure) once this many are queued.
+HIGH_WATER_UNITS = 2_000
+#: One ``job_logs`` frame carries at most this much log text (bigger batches are split).
+MAX_FRAME_TEXT = 512 * 1024
+#: Largest frame accepted from the server (a ``run`` may carry inline files).
+MAX_INCOMING_MESSAGE = 64 * 1024 * 1024
+
+JobKey: TypeAlias = tuple[str, int]
+Queued: TypeAlias = JobPhase | JobLogs | JobMetric | JobFinished
+
+_JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class AgentError(Exception):
+    """The agent cannot go on; ``str(exc)`` is one line for a human."""
+
+
+class AgentRefused(AgentError):
+    """The server closed the connection with a code that retrying cannot fix."""
+
+    def __init__(self, code: int | None, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+class AgentReplaced(AgentRefused):
+    """Another agent connected as this node (close 4409); this one stopped."""
+
+
+class DataDirBusy(AgentError):
+    """Another agent already runs with this data dir."""
+
+
+class _ProtocolViolation(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------- small parts
+
+
+def connect_url(server_url: str) -> str:
+    """The agent endpoint for a server URL: ``http://h:p/x`` -> ``ws://h:p/x/v1/nodes/connect``.
+
+    ``https`` becomes ``wss``; ``ws``/``wss`` URLs are taken as they are (the path is added
+    unless it is already there). Query and fragment are dropped.
+    """
+    parts = urlsplit(server_url.strip())
+    scheme = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}.get(parts.scheme.lower())
+    if scheme is None or not parts.hostname:
+        raise ValueError(
+            f"server URL must look like http://host:port or https://host, got {server_url!r}"
+        )
+    path = parts.path.rstrip("/")
+    if not path.endswith(CONNECT_PATH):
+        path += CONNECT_PATH
+    return urlunsplit((scheme, parts.netloc, path, "", ""))
+
+
+class Backoff:
+    """Exponential backoff with jitter: retry n waits uniform(d/2, d), d = min(max, min*2**n)."""
+
+    def __init__(
+        self,
+        minimum: float = BACKOFF_MIN_SEC,
+        maximum: float = BACKOFF_MAX_SEC,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.minimum = minimum
+        self.maximum = maximum
+        self.attempts = 0
+        self._rng = rng or random.Random()
+
+    def ceiling(self, attempt: int) -> float:
+        return min(self.maximum, self.minimum * 2.0 ** min(attempt, 62))
+
+    def next_delay(self) -> float:
+        ceiling = self.ceiling(self.attempts)
+        self.attempts += 1
+        return self._rng.uniform(ceiling / 2, ceiling)
+
+    def reset(self) -> None:
+        self.attempts = 0
+
+
+class _Changed:
+    """Wake everyone waiting for *some* state change (they re-check their own condition)."""
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = trio.Event()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+
+def check_job_ref(job_id: str, attempt: int) -> str | None:
+    """Why a job id/attempt cannot name a workdir (``None`` when it can)."""
+    if not _JOB_ID_RE.fullmatch(job_id):
+        return f"invalid job id {job_id[:140]!r}: expected letters, digits, '_', '-', '.'"
+    if attempt < 1:
+        return f"invalid attempt {attempt}: must be >= 1"
+    return None
+
+
+def _key(msg: Queued | Run | Cancel | FinishedAck | RunningJob) -> JobKey:
+    return (msg.job_id, msg.attempt)
+
+
+# --------------------------------------------------------------------------- the outbox
+
+
+@dataclass(slots=True)
+class _Entry:
+    seq: int
+    msg: Queued
+    lines: int = 0  # droppable log lines
+    nbytes: int = 0
+    metric: bool = False
+
+
+@dataclass(slots=True)
+class _Queue:
+    entries: deque[_Entry] = field(default_factory=deque)
+    lines: int = 0
+    metrics: int = 0
+    nbytes: int = 0
+    dropped_lines: int = 0
+    dropped_metrics: int = 0
+
+    @property
+    def units(self) -> int:
+        return self.lines + self.metrics
+
+    def add(self, entry: _Entry) -> None:
+        self.entries.append(entry)
+        self._count(entry, 1)
+
+    def remove_at(self, index: int) -> _Entry:
+        entry = self.entries[index]
+        del self.entries[index]
+        self._count(entry, -1)
+        return entry
+
+    def _count(self, entry: _Entry, sign: int) -> None:
+        self.lines += sign * entry.lines
+        self.nbytes += sign * entry.nbytes
+        self.metrics += sign * int(entry.metric)
+
+
+@dataclass(slots=True)
+class _Unacked:
+    msg: JobFinished
+    sent_at: float | None = None  # None: waiting in the queue (or in flight), not sent yet
+
+
+@dataclass(slots=True)
+class _Inflight:
+    key: JobKey
+    entry: _Entry
+    messages: list[Queued]
+
+
+def _split_lines(lines: Sequence[tuple[Any, str]], limit: int) -> Iterator[list[tuple[Any, str]]]:
+    chunk: list[tuple[Any, str]] = []
+    size = 0
+    for line in lines:
+        n = len(line[1])
+        if chunk and size + n > limit:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(line)
+        size += n
+    if chunk:
+        yield chunk
+
+
+def dropped_note(lines: int, metrics: int) -> str:
+    what = []
+    if lines:
+        what.append(f"{lines} log line{'s' * (lines != 1)}")
+    if metrics:
+        what.append(f"{metrics} metric point{'s' * (metrics != 1)}")
+    return (
+        f"agent dropped {' and '.join(what)} of this job: too much output buffered "
+        "while disconnected from the server"
+    )
+
+
+class Outbox:
+    """Reports waiting to be sent, per job in order, and finishes waiting for an ack.
+
+    Pure bookkeeping, no I/O: the agent's sender takes :meth:`head`, sends it, calls
+    :meth:`sent`. A job's queue holds at most ``max_units`` log lines + metric points and
+    ``max_bytes`` of log text; beyond that the oldest are dropped and the next report of
+    that job sent is preceded by a ``system`` line saying how many. Phases and finishes are
+    never dropped. Jobs are interleaved in the order their reports were made.
+    """
+
+    def __init__(
+        self,
+        max_units: int | None = None,
+        max_bytes: int | None = None,
+        frame_text: int | None = None,
+    ) -> None:
+        self.max_units = MAX_BUFFERED_UNITS if max_units is None else max_units
+        self.max_bytes = MAX_BUFFERED_BYTES if max_bytes is None else max_bytes
+        self.frame_text = MAX_FRAME_TEXT if frame_text is None else frame_text
+        self._queues: dict[JobKey, _Queue] = {}
+        self._unacked: dict[JobKey, _Unacked] = {}
+        self._inflight: _Inflight | None = None
+        self._seq = 0
+        self.dropped_lines = 0
+        self.dropped_metrics = 0
+
+    # -- adding
+
+    def _entry(self, msg: Queued, **kw: Any) -> _Entry:
+        self._seq += 1
+        return _Entry(self._seq, msg, **kw)
+
+    def put(self, msg: Queued) -> None:
+        key = _key(msg)
+        queue = self._queues.setdefault(key, _Queue())
+        if isinstance(msg, JobLogs):
+            if not msg.lines:
+                return
+            chunks = list(_split_lines(msg.lines, self.frame_text))
+            for chunk in chunks:
+                part = msg if len(chunks) == 1 else msg.model_copy(update={"lines": chunk})
+                nbytes = sum(len(text) for _, text in chunk)
+                queue.add(self._entry(part, lines=len(chunk), nbytes=nbytes))
+            self._trim(queue)
+        elif isinstance(msg, JobMetric):
+            queue.add(self._entry(msg, metric=True))
+            self._trim(queue)
+        else:
+            if isinstance(msg, JobFinished):
+                self._unacked[key] = _Unacked(msg)
+            queue.add(self._entry(msg))
+
+    def _trim(self, queue: _Queue) -> None:
+        while queue.units > self.max_units or queue.nbytes > self.max_bytes:
+            index = next((i for i, e in enumerate(queue.entries) if e.lines or e.metric), None)
+            if index is None:
+                return
+            entry = queue.entries[index]
+            if entry.metric:
+                queue.remove_at(index)
+                queue.dropped_metrics += 1
+                self.dropped_metrics += 1
+                continue
+            assert isinstance(entry.msg, JobLogs)
+            lines = entry.msg.lines
+            n = freed = 0
+            while n < len(lines) and (
+                queue.units - n > self.max_units or queue.nbytes - freed > self.max_bytes
+            ):
+                freed += len(lines[n][1])
+                n += 1
+            queue.remove_at(index)
+            if n < len(lines):
+                rest = _Entry(
+                    entry.seq,
+                    entry.msg.model_copy(update={"lines": lines[n:]}),
+                    lines=len(lines) - n,
+                    nbytes=entry.nbytes - freed,
+                )
+                queue.entries.insert(index, rest)
+                queue.lines += rest.lines
+                queue.nbytes += rest.nbytes
+            queue.dropped_lines += n
+            self.dropped_lines += n
+
+    # -- sending
+
+    def head(self) -> tuple[JobKey, list[Queued]] | None:
+        """The next message(s) to send: the oldest report (with a drop note before it).
+
+        The same messages are returned until :meth:`sent` (a send cut by a lost connection
+        is retried first on the next one).
+        """
+        if self._inflight is not None:
+            return self._inflight.key, self._inflight.messages
+        best: tuple[int, JobKey] | None = None
+        for key, queue in self._queues.items():
+            if queue.entries and (best is None or queue.entries[0].seq < best[0]):
+                best = (queue.entries[0].seq, key)
+        if best is None:
+            return None
+        key = best[1]
+        queue = self._queues[key]
+        entry = queue.remove_at(0)
+        messages: list[Queued] = []
+        if not isinstance(entry.msg, JobPhase) and (queue.dropped_lines or queue.dropped_metrics):
+            note = dropped_note(queue.dropped_lines, queue.dropped_metrics)
+            messages.append(JobLogs(job_id=key[0], attempt=key[1], lines=[("system", note)]))
+            queue.dropped_lines = queue.dropped_metrics = 0
+        messages.append(entry.msg)
+        self._inflight = _Inflight(key, entry, messages)
+        return key, messages
+
+    def sent(self, now: float) -> None:
+        """The messages of the last :meth:`head` went out."""
+        inflight, self._inflight = self._inflight, None
+        if inflight is None:
+            return
+        if isinstance(inflight.entry.msg, JobFinished):
+            unacked = self._unacked.get(inflight.key)
+            if unacked is not None:
+                unacked.sent_at = now
+        queue = self._queues.get(inflight.key)
+        if queue is not None and not queue.entries:
+            del self._queues[inflight.key]
+
+    # -- acknowledgements
+
+    def ack(self, key: JobKey) -> bool:
+        """The server has the finish of ``key``: forget it (and any copy waiting to be resent)."""
+        if self._unacked.pop(key, None) is None:
+            return False
+        queue = self._queues.get(key)
+        if queue is not None:
+            for i in reversed(range(len(queue.entries))):
+                if isinstance(queue.entries[i].msg, JobFinished):
+                    queue.remove_at(i)
+            if not queue.entries:
+                del self._queues[key]
+        inflight = self._inflight
+        if (
+            inflight is not None
+            and inflight.key == key
+            and isinstance(inflight.entry.msg, JobFinished)
+        ):
+            self._inflight = None
+        return True
+
+    def requeue_unacked(self, sent_before: float | None = None) -> int:
+        """Queue again the finishes sent but not acked (only those sent before ``sent_before``)."""
+        count = 0
+        for key, unacked in self._unacked.items():
+            if unacked.sent_at is None:
+                continue
+            if sent_before is not None and unacked.sent_at > sent_before:
+                continue
+            unacked.sent_at = None
+            self._queues.setdefault(key, _Queue()).add(self._entry(unacked.msg))
+            count += 1
+        return count
+
+    # -- looking
+
+    def units(self, key: JobKey) -> int:
+        queue = self._queues.get(key)
+        return queue.units if queue is not None else 0
+
+    def is_unacked(self, key: JobKey) -> bool:
+        return key in self._unacked
+
+    def unacked(self) -> list[JobKey]:
+        return list(self._unacked)
+
+    def pending(self) -> int:
+        """Messages waiting to be sent (drop notes not counted)."""
+        return sum(len(q.entries) for q in self._queues.values()) + (self._inflight is not None)
+
+    def empty(self) -> bool:
+        return self.pending() == 0
+
+
+class _FinishStore:
+    """Unacknowledged ``job_finished`` messages on disk, so an agent restart resends them."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def _path(self, key: JobKey) -> Path:
+        digest = hashlib.sha256(f"{key[0]}\n{key[1]}".encode()).hexdigest()[:40]
+        return self.directory / f"{digest}.json"
+
+    def save(self, msg: JobFinished) -> None:
+        try:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            path = self._path(_key(msg))
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(encode(msg), encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.warning("cannot keep job_finished on disk", extra={"error": str(exc)})
+
+    def delete(self, key: JobKey) -> None:
+        with contextlib.suppress(OSError):
+            self._path(key).unlink()
+
+    def load(self) -> list[JobFinished]:
+        found: list[JobFinished] = []
+        try:
+            paths = sorted(self.directory.glob("*.json"), key=lambda p: p.stat().st_mtime)
+        except OSError:
+            return found
+        for path in paths:
+            try:
+                msg = JobFinished.model_validate_json(path.read_bytes())
+            except (OSError, ValidationError) as exc:
+                log.warning(
+                    "dropped unreadable outbox file", extra={"path": str(path), "error": str(exc)}
+                )
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                continue
+            found.append(msg)
+        return found
+
+
+# --------------------------------------------------------------------------- the agent
+
+
+@dataclass(eq=False, slots=True)
+class _Job:
+    job_id: str
+    attempt: int
+    workdir: Path
+    cancel: trio.Event = field(default_factory=trio.Event)
+    running_sent: bool = False
+    finished: bool = False
+    pids: set[int] = field(default_factory=set)
+
+    @property
+    def key(self) -> JobKey:
+        return (self.job_id, self.attempt)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStatistics:
+    connected: bool
+    node_id: str | None
+    welcomes: int  # successful hello/welcome exchanges
+    connect_attempts: int
+    running: tuple[JobKey, ...]
+    queued_messages: int  # reports waiting to be sent
+    unacked_finished: tuple[JobKey, ...]
+    dropped_lines: int
+    dropped_metrics: int
+    last_error: str | None
+
+
+@dataclass(slots=True)
+class _Session:
+    ws: trio_websocket.WebSocketConnection
+    heartbeat_sec: float
+    closing: bool = False
+    failure: BaseException | None = None
+
+
+_RETRYABLE = (
+    trio_websocket.HandshakeError,
+    trio_websocket.ConnectionClosed,
+    OSError,
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+    trio.TooSlowError,
+    _ProtocolViolation,
+)
+
+
+class Agent:
+    """A node agent. ``await agent.run()`` runs it until cancelled or :meth:`request_stop`.
+
+    ``run(task_status=...)`` reports started (with the node id) after the first welcome.
+    Cancelling ``run()`` stops gracefully: running jobs are cancelled (SIGTERM, SIGKILL after
+    ``grace_sec``), their finish is reported if the connection is up, the socket is closed;
+    all of it bounded by ``stop_timeout``, after which what is left is SIGKILLed.
+    A refusal by the server raises :class:`AgentRefused` (or :class:`AgentReplaced`) from
+    ``run()``.
+    """
+
+    def __init__(
+        self,
+        server_url: str,
+        data_dir: Path,
+        *,
+        join_token: str | None = None,
+        name: str | None = None,
+        max_concurrency: int | None = None,
+        facts: Facts | None = None,
+        extra_capabilities: Sequence[str] = (),
+        grace_sec: float = 10.0,
+        stop_timeout: float | None = None,
+        backoff_min: float = BACKOFF_MIN_SEC,
+        backoff_max: float = BACKOFF_MAX_SEC,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.server_url = server_url
+        self.url = connect_url(server_url)
+        self.data_dir = Path(data_dir)
+        self.join_token = join_token or None
+        self.name = name
+        self.max_concurrency = max_concurrency
+        self.extra_capabilities = [c.strip() for c in extra_capabilities if c.strip()]
+        self.grace_sec = grace_sec
+        self.stop_timeout = (
+            stop_timeout if stop_timeout is not None else grace_sec + STOP_FLUSH_SEC + 5.0
+        )
+        self._facts = facts
+        self._backoff = Backoff(backoff_min, backoff_max, rng)
+        self._node_id: str | None = credentials.load_node_id(self.data_dir)
+        self._credential: str | None = None
+        self._outbox = Outbox()
+        self._store = _FinishStore(self.data_dir / "outbox")
+        self._jobs: dict[JobKey, _Job] = {}
+        self._jobs_nursery: trio.Nursery | None = None
+        self._changed = _Changed()
+        self._stop = trio.Event()
+        self._welcomed = trio.Event()
+        self._session: _Session | None = None
+        self._handshake_scope: trio.CancelScope | None = None
+        self._inner = trio.CancelScope(shield=True)
+        self._ran = False
+        self._welcomes = 0
+        self._connect_attempts = 0
+        self._last_error: str | None = None
+
+    # -- public
+
+    @property
+    def node_id(self) -> str | None:
+        """The node id of the last welcome (from the data dir before the first one)."""
+        return self._node_id
+
+    @property
+    def facts(self) -> Facts | None:
+        return self._facts
+
+    def statistics(self) -> AgentStatistics:
+        return AgentStatistics(
+            connected=self._session is not None,
+            node_id=self._node_id,
+            welcomes=self._welcomes,
+            connect_attempts=self._connect_attempts,
+            running=tuple(self._jobs),
+            queued_messages=self._outbox.pending(),
+            unacked_finished=tuple(self._outbox.unacked()),
+            dropped_lines=self._outbox.dropped_lines,
+            dropped_metrics=self._outbox.dropped_metrics,
+            last_error=self._last_error,
+        )
+
+    def job_pids(self) -> set[int]:
+        """Pids of the job processes the executor started and waits for (not to be reaped)."""
+        return {pid for job in self._jobs.values() for pid in job.pids}
+
+    def request_stop(self) -> None:
+        """Stop gracefully (as cancelling ``run()`` does, but ``run()`` then returns)."""
+        self._stop.set()
+        if self._handshake_scope is not None:
+            self._handshake_scope.cancel()  # a connect attempt in progress is not worth waiting
+        self._changed.notify()
+
+    def stop_now(self) -> None:
+        """Stop at once: running jobs are SIGKILLed, nothing more is reported."""
+        self.request_stop()
+        self._inner.cancel()
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[str | None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        if self._ran:
+            raise RuntimeError("Agent.run() may be called only once")
+        self._ran = True
+        done = trio.Event()
+        errors: list[Exception] = []
+        # The agent itself runs shielded, so that a cancel of run() becomes a graceful stop
+        # (the connection stays up to report the cancelled jobs) bounded by stop_timeout.
+        inner = self._inner
+
+        async def body() -> None:
+            try:
+                with inner:
+                    await self._main()
+            except Exception as exc:
+                errors.append(exc)
+            finally:
+                done.set()
+                self._changed.notify()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(body)
+            try:
+                while not (self._welcomed.is_set() or done.is_set()):
+                    await self._changed.wait()
+                if self._welcomed.is_set():
+                    task_status.started(self._node_id)
+                await done.wait()
+            except BaseException:
+                self.request_stop()
+                with trio.CancelScope(shield=True):
+                    with trio.move_on_after(self.stop_timeout):
+                        await done.wait()
+                    if not done.is_set():
+                        log.warning(
+                            "graceful stop timed out; killing what is left",
+                            extra={"stop_timeout_sec": self.stop_timeout},
+                        )
+                    inner.cancel()
+                    await done.wait()
+                raise
+        if errors:
+            raise errors[0]
+
+    # -- the body
+
+    async def _main(self) -> None:
+        try:
+            credentials.ensure_data_dir(self.data_dir)
+            lock_fd = self._lock_data_dir()
+        except OSError as exc:
+            raise AgentError(
+                f"cannot use data dir {self.data_dir}: {exc.strerror or exc}"
+            ) from None
+        try:
+            await self._start_and_serve()
+        finally:
+            os.close(lock_fd)  # releases the lock
+        log.info("agent stopped")
+
+    def _lock_data_dir(self) -> int:
+        """Lock the data dir for this agent (``flock``: released when the fd is closed)."""
+        fd = os.open(self.data_dir / "agent.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DataDirBusy(f"another agent is running with data dir {self.data_dir}") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        return fd
+
+    async def _start_and_serve(self) -> None:
+        self._credential = credentials.load_credential(self.data_dir)
+        for msg in self._store.load():
+            self._outbox.put(msg)
+        if self._facts is None:
+            self._facts = await trio.to_thread.run_sync(
+                collect_facts, self.data_dir, self.name, self.max_concurrency
+            )
+        update: dict[str, Any] = {}
+        if self.name:
+            update["name"] = self.name
+        if self.max_concurrency:
+            update["max_concurrency"] = self.max_concurrency
+        extra = [c for c in self.extra_capabilities if c not in self._facts.capabilities]
+        if extra:
+            update["capabilities"] = [*self._facts.capabilities, *extra]
+        if update:
+            self._facts = self._facts.model_copy(update=update)
+        log.info(
+            "agent starting",
+            extra={
+                "url": self.url,
+                "data_dir": str(self.data_dir),
+                "version": __version__,
+                "enrolled": self._credential is not None,
+                "facts": self._facts.model_dump(),
+            },
+        )
+        fatal: AgentError | None = None
+        async with trio.open_nursery() as jobs:
+            self._jobs_nursery = jobs
+            try:
+                await self._connect_loop()
+            except AgentError as exc:
+                fatal = exc  # raised below, after the jobs ended (not in an exception group)
+            finally:
+                self._cancel_jobs()
+        if fatal is not None:
+            raise fatal
+
+    async def _wait_until(self, predicate: Callable[[], bool]) -> None:
+        while not predicate():
+            await self._changed.wait()
+
+    def _cancel_jobs(self) -> None:
+        for job in self._jobs.values():
+            job.cancel.set()
+
+    # -- connecting
+
+    async def _connect_loop(self) -> None:
+        backoff = self._backoff
+        while not self._stop.is_set():
+            self._connect_attempts += 1
+            log.info("connecting", extra={"url": self.url, "attempt": backoff.attempts + 1})
+            welcomes = self._welcomes
+            try:
+                with trio.CancelScope() as self._handshake_scope:
+                    await self._connect(backoff)
+            except _RETRYABLE as exc:
+                self._last_error = _describe(exc)
+                if self._welcomes > welcomes:
+                    log.warning("connection lost", extra={"error": self._last_error})
+                else:
+                    log.warning("cannot connect", extra={"error": self._last_error})
+            if self._stop.is_set():
+                break
+            delay = backoff.next_delay()
+            log.info(
+                "reconnecting",
+                extra={"delay_sec": round(delay, 3), "retry": backoff.attempts, "url": self.url},
+            )
+            with trio.move_on_after(delay):
+                await self._stop.wait()
+        # Stopping while disconnected: the jobs were cancelled; their finish stays on disk
+        # and is sent by the next agent run.
+        self._cancel_jobs()
+        await self._wait_until(lambda: not self._jobs)
+
+    async def _connect(self, backoff: Backoff) -> None:
+        try:
+            async with trio_websocket.open_websocket_url(
+                self.url,
+                connect_timeout=CONNECT_TIMEOUT_SEC,
+                disconnect_timeout=DISCONNECT_TIMEOUT_SEC,
+                max_message_size=MAX_INCOMING_MESSAGE,
+            ) as ws:
+                await ws.send_message(encode(self._hello()))
+                with trio.fail_after(WELCOME_TIMEOUT_SEC):
+                    raw = await ws.get_message()
+                welcome = self._parse_welcome(raw)
+                self._on_welcome(welcome)
+                backoff.reset()
+                await self._serve(ws, welcome)
+        except trio_websocket.ConnectionRejected as exc:
+            if exc.status_code in (401, 403, 426):
+                reason = _rejection_reason(exc)
+                log.error("refused by server", extra={"status": exc.status_code, "reason": reason})
+                raise AgentRefused(None, reason) from None
+            raise
+        except trio_websocket.ConnectionClosed as exc:
+            refusal = self._refusal(exc.reason)
+            if refusal is None:
+                raise
+            log.error("refused by server", extra={"code": refusal.code, "reason": refusal.reason})
+            raise refusal from None
+
+    def _hello(self) -> Hello:
+        assert self._facts is not None
+        return Hello(
+            protocol=PROTOCOL_VERSION,
+            agent_version=__version__,
+            credential=self._credential,
+            join_token=None if self._credential else self.join_token,
+            facts=self._facts,
+            running=self._held(),
+            channel="stable",
+        )
+
+    def _parse_welcome(self, raw: str | bytes) -> Welcome:
+        try:
+            msg = decode_server(raw)
+        except ValidationError as exc:
+            raise _ProtocolViolation(f"bad first message from the server: {exc}") from None
+        if not isinstance(msg, Welcome):
+            raise _ProtocolViolation(f"expected welcome, got {msg.type}")
+        return msg
+
+    def _on_welcome(self, welcome: Welcome) -> None:
+        if welcome.protocol != PROTOCOL_VERSION:
+            log.warning(
+                "server speaks another protocol version",
+                extra={"server": welcome.protocol, "agent": PROTOCOL_VERSION},
+            )
+        if welcome.credential and welcome.credential != self._credential:
+            credentials.save_credential(self.data_dir, welcome.credential)
+            enrolled = self._credential is None
+            self._credential = welcome.credential
+            log.info(
+                "enrolled" if enrolled else "credential renewed",
+                extra={
+                    "node_id": welcome.node_id,
+                    "credential_file": str(self.data_dir / credentials.CREDENTIAL_FILE),
+                },
+            )
+        if welcome.node_id != self._node_id:
+            credentials.save_node_id(self.data_dir, welcome.node_id)
+        self._node_id = welcome.node_id
+        self._handshake_scope = None  # from now on a stop is graceful, not a cancel
+        self._welcomes += 1
+        self._welcomed.set()
+        log.info(
+            "connected",
+            extra={
+                "node_id": welcome.node_id,
+                "heartbeat_sec": welcome.heartbeat_sec,
+                "holding": [list(k) for k in self._held_keys()],
+            },
+        )
+
+    def _refusal(self, reason: trio_websocket.CloseReason | None) -> AgentRefused | None:
+        if reason is None:
+            return None
+        code, text = reason.code, (reason.reason or "").strip()
+        if code == CLOSE_REPLACED:
+            return AgentReplaced(
+                code, text or "another agent connected as this node; this one stopped"
+            )
+        if code == CLOSE_UNAUTHORIZED:
+            text = text or "the server refused this agent's credentials"
+            if self._credential is not None:
+                path = self.data_dir / credentials.CREDENTIAL_FILE
+                text += (
+                    f" (node credential from {path}; remove that file and enroll again "
+                    "with --join-token)"
+                )
+            return AgentRefused(code, text)
+        if code == CLOSE_UPGRADE_REQUIRED:
+            return AgentRefused(
+                code,
+                text
+                or f"the server does not support agent protocol {PROTOCOL_VERSION} "
+                f"(runplane {__version__}): upgrade the agent",
+            )
+        if code == CLOSE_DISABLED:
+            return AgentRefused(code, text or "the server does not accept node agents")
+        return None
+
+    # -- one connection
+
+    async def _serve(self, ws: trio_websocket.WebSocketConnection, welcome: Welcome) -> None:
+        session = _Session(ws, max(0.05, min(welcome.heartbeat_sec, 300.0)))
+        self._session = session
+        self._outbox.requeue_unacked()
+        self._changed.notify()
+        try:
+            async with trio.open_nursery() as nursery:
+
+                async def guard(fn: Callable[[_Session], Any]) -> None:
+                    try:
+                        await fn(session)
+                    except _RETRYABLE as exc:
+                        if session.failure is None and not session.closing:
+                            session.failure = exc
+                        nursery.cancel_scope.cancel()
+
+                for fn in (
+                    self._receive_loop,
+                    self._send_loop,
+                    self._heartbeat_loop,
+                    self._ping_loop,
+                    self._resend_loop,
+                ):
+                    nursery.start_soon(guard, fn)
+
+                async def stop_watch() -> None:
+                    await self._stop.wait()
+                    await self._stop_session(session)
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(stop_watch)
+        finally:
+            self._session = None
+            self._changed.notify()
+        if session.failure is not None:
+            raise session.failure
+
+    async def _stop_session(self, session: _Session) -> None:
+        running = len(self._jobs)
+        log.info("stopping", extra={"cancelling_jobs": running})
+        self._cancel_jobs()
+        await self._wait_until(lambda: not self._jobs)
+        with trio.move_on_after(STOP_FLUSH_SEC):
+            await self._wait_until(
+                lambda: (
+                    (self._outbox.empty() and not self._outbox.unacked())
+                    or session.failure is not None
+                )
+            )
+        session.closing = True
+        with trio.CancelScope(shield=True), trio.move_on_after(DISCONNECT_TIMEOUT_SEC):
+            await session.ws.aclose(1000, "agent stopping")
+
+    async def _receive_loop(self, session: _Session) -> None:
+        while True:
+            raw = await session.ws.get_message()
+            try:
+                msg = decode_server(raw)
+            except ValidationError as exc:
+                log.warning("ignored a server message", extra={"error": str(exc)[:500]})
+                continue
+            if isinstance(msg, Run):
+                self._on_run(msg)
+            elif isinstance(msg, Cancel):
+                self._on_cancel(msg)
+            elif isinstance(msg, FinishedAck):
+                self._on_ack(msg)
+            else:
+                log.warning("ignored a second welcome")
+
+    async def _send_loop(self, session: _Session) -> None:
+        while True:
+            head = self._outbox.head()
+            if head is None:
+                await self._changed.wait()
+                continue
+            _, messages = head
+            for msg in messages:
+                await session.ws.send_message(encode(msg))
+            self._outbox.sent(trio.current_time())
+            self._changed.notify()
+
+    async def _heartbeat_loop(self, session: _Session) -> None:
+        while True:
+            await trio.sleep(session.heartbeat_sec)
+            await session.ws.send_message(encode(Heartbeat(running=self._held())))
+
+    async def _ping_loop(self, session: _Session) -> None:
+        interval = max(1.0, 2 * session.heartbeat_sec)
+        timeout = max(PING_TIMEOUT_MIN_SEC, 3 * session.heartbeat_sec)
+        while True:
+            await trio.sleep(interval)
+            try:
+                with trio.fail_after(timeout):
+                    await session.ws.ping()
+            except trio.TooSlowError:
+                log.warning("server did not answer a ping", extra={"timeout_sec": timeout})
+                raise
+
+    async def _resend_loop(self, session: _Session) -> None:
+        while True:
+            await trio.sleep(ACK_RESEND_SEC / 2)
+            count = self._outbox.requeue_unacked(sent_before=trio.current_time() - ACK_RESEND_SEC)
+            if count:
+                log.info("resending unacknowledged job_finished", extra={"count": count})
+                self._changed.notify()
+
+    # -- what the agent holds
+
+    def _held_keys(self) -> list[JobKey]:
+        keys = list(self._jobs)
+        keys.extend(k for k in self._outbox.unacked() if k not in self._jobs)
+        return keys
+
+    def _held(self) -> list[RunningJob]:
+        """Running jobs and finished ones whose finish the server has not acknowledged yet."""
+        return [RunningJob(job_id=j, attempt=a) for j, a in self._held_keys()]
+
+    # -- server messages
+
+    def _on_run(self, msg: Run) -> None:
+        key = _key(msg)
+        fields = {"job_id": msg.job_id, "attempt": msg.attempt}
+        if self._stop.is_set() or self._jobs_nursery is None:
+            log.warning("run ignored: the agent is stopping", extra=fields)
+            return
+        if key in self._jobs:
+            log.info("run ignored: this attempt is already running", extra=fields)
+            return
+        if self._outbox.is_unacked(key):
+            log.info("run ignored: this attempt already finished", extra=fields)
+            return
+        problem = check_job_ref(msg.job_id, msg.attempt)
+        if problem is not None:
+            log.warning("run refused", extra={**fields, "error": problem})
+            self._finish(JobFinished(**fields, outcome="failed", error=problem))
+            return
+        limit = self._facts.max_concurrency if self._facts is not None else 1
+        if len(self._jobs) >= limit:
+            log.warning(
+                "running more jobs than max_concurrency",
+                extra={**fields, "running": len(self._jobs) + 1, "max_concurrency": limit},
+            )
+        workdir = self.data_dir / "jobs" / msg.job_id / str(msg.attempt)
+        job = _Job(msg.job_id, msg.attempt, workdir)
+        self._jobs[key] = job
+        self._changed.notify()
+        self._jobs_nursery.start_soon(self._run_job, job, msg.spec)
+
+    def _on_cancel(self, msg: Cancel) -> None:
+        fields = {"job_id": msg.job_id, "attempt": msg.attempt}
+        job = self._jobs.get(_key(msg))
+        if job is None:
+            log.info("cancel ignored: attempt not running", extra=fields)
+            return
+        log.info("cancelling job", extra=fields)
+        job.cancel.set()
+
+    def _on_ack(self, msg: FinishedAck) -> None:
+        key = _key(msg)
+        if self._outbox.ack(key):
+            self._store.delete(key)
+            self._changed.notify()
+
+    # -- jobs
+
+    def _finish(self, msg: JobFinished) -> None:
+        self._store.save(msg)
+        self._outbox.put(msg)
+        self._changed.notify()
+
+    async def _emit(self, job: _Job, msg: Queued) -> None:
+        self._outbox.put(msg)
+        self._changed.notify()
+        # Back-pressure while connected; while disconnected the outbox drops the oldest.
+        await self._wait_until(
+            lambda: self._session is None or self._outbox.units(job.key) <= HIGH_WATER_UNITS
+        )
+
+    async def _on_event(self, job: _Job, event: Event) -> None:
+        ids = {"job_id": job.job_id, "attempt": job.attempt}
+        if isinstance(event, Started):
+            job.pids.add(event.pid)
+            if not job.running_sent:
+                job.running_sent = True
+                await self._emit(job, JobPhase(**ids, phase="running"))
+        elif isinstance(event, LogLines):
+            await self._emit(job, JobLogs(**ids, lines=list(event.lines)))
+        elif isinstance(event, Metric):
+            await self._emit(job, JobMetric(**ids, step=event.step, values=event.values))
+        elif isinstance(event, Finished):
+            job.finished = True
+            log.info(
+                "job finished",
+                extra={
+                    **ids,
+                    "outcome": event.outcome,
+                    "exit_code": event.exit_code,
+                    "error": event.error,
+                    "duration_sec": round(event.duration_sec, 3),
+                },
+            )
+            self._finish(
+                JobFinished(
+                    **ids,
+                    outcome=event.outcome,
+                    exit_code=event.exit_code,
+                    error=event.error,
+                    final_metrics=event.final_metrics,
+                )
+            )
+
+    async def _run_job(self, job: _Job, spec: RunSpec) -> None:
+        ids = {"job_id": job.job_id, "attempt": job.attempt}
+        log.info("job started", extra={**ids, "workdir": str(job.workdir)})
+        try:
+            await self._emit(job, JobPhase(**ids, phase="pulling"))
+            # Workspace preparation (fetching a workspace ref) belongs here; inline files
+            # are written by the executor.
+            exec_spec = ExecSpec(
+                job_id=job.job_id,
+                command=list(spec.command),
+                env=dict(spec.env),
+                workdir=job.workdir,
+                setup=spec.setup,
+                timeout_sec=spec.timeout_sec,
+                inline_files=dict(spec.inline_files),
+                grace_sec=self.grace_sec,
+            )
+
+            async def report(event: Event) -> None:
+                await self._on_event(job, event)
+
+            await run_job(exec_spec, report, job.cancel)
+        except Exception as exc:
+            log.exception("job failed inside the agent", extra=ids)
+            if not job.finished:
+                job.finished = True
+                self._finish(JobFinished(**ids, outcome="failed", error=f"agent error: {exc}"))
+        finally:
+            del self._jobs[job.key]
+            self._changed.notify()
+
+
+def _rejection_reason(exc: trio_websocket.ConnectionRejected) -> str:
+    body = (exc.body or b"").decode("utf-8", errors="replace").strip()
+    with contextlib.suppress(ValueError, AttributeError):
+        data = json.loads(body)
+        body = str(data.get("detail") or data.get("title") or body)
+    return f"server refused the connection (HTTP {exc.status_code}): {body[:300] or 'no reason'}"
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, trio_websocket.ConnectionClosed):
+        reason = exc.reason
+        if reason is None:
+            return "connection closed"
+        return f"closed with {reason.code} ({reason.name}): {reason.reason or ''}".rstrip(": ")
+    if isinstance(exc, trio_websocket.ConnectionRejected):
+        return f"rejected with HTTP {exc.status_code}"
+    if isinstance(exc, trio_websocket.HandshakeError) and exc.__cause__ is not None:
+        return f"{type(exc.__cause__).__name__}: {exc.__cause__}"
+    if isinstance(exc, trio.TooSlowError):
+        return "timed out"
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,129 @@
+"""``/v1/nodes/connect``: the node agents' WebSocket (protocol: ``runplane/agent/protocol.py``).
+
+The handler is transport only: it identifies the agent (credential, join token, or open
+enrollment), hands the session's outbox to the node actor, forwards each frame to the
+actor it concerns, and writes what the actors send back. A malformed frame closes the
+session with 4400 and a reason; an unknown credential 4401; an old protocol 4426.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+import trio
+from pydantic import ValidationError
+from quart import Blueprint, websocket
+
+from runplane.actors.fleet import ConnectRefused, Fleet
+from runplane.actors.job import AgentFinished, AgentLogs, AgentMetric, AgentPhase
+from runplane.actors.jobs import JOB_KIND
+from runplane.actors.node import AttemptEnded, Beat, Detach
+from runplane.agent import protocol as p
+from runplane.http.context import services
+from runplane.runtime import ActorGone, MailboxClosed
+
+blueprint = Blueprint("agents", __name__)
+log = logging.getLogger("runplane.nodes")
+
+HELLO_TIMEOUT = 10.0
+OUTBOX_CAPACITY = 1024
+
+
+async def _close(code: int, reason: str) -> None:
+    await websocket.close(code, reason[:120])  # a close reason must fit a control frame
+
+
+@blueprint.websocket("/v1/nodes/connect")
+async def connect() -> None:
+    svc = services()
+    fleet: Fleet | None = svc.root.fleet
+    assert fleet is not None
+    await websocket.accept()
+    with trio.move_on_after(HELLO_TIMEOUT) as waited:
+        first = await websocket.receive()
+    if waited.cancelled_caught:
+        await _close(p.CLOSE_PROTOCOL_ERROR, "no hello within 10 s")
+        return
+    try:
+        hello = p.decode_agent(first)
+        if not isinstance(hello, p.Hello):
+            raise ValueError("the first message must be hello")
+        identity, credential = await fleet.identify(hello)
+    except (ValidationError, ValueError) as exc:
+        await _close(p.CLOSE_PROTOCOL_ERROR, f"bad hello: {exc}".splitlines()[0])
+        return
+    except ConnectRefused as exc:
+        log.warning("agent refused", extra={"code": exc.code, "reason": exc.reason})
+        await _close(exc.code, exc.reason)
+        return
+    node_id = identity.node_id
+    send, receive = trio.open_memory_channel[str](OUTBOX_CAPACITY)
+    node = await fleet.attach(identity, hello, send)
+    await websocket.send(
+        p.encode(
+            p.Welcome(node_id=node_id, credential=credential, heartbeat_sec=svc.root.heartbeat_sec)
+        )
+    )
+    log.info("agent connected", extra={"node_id": node_id, "agent_version": hello.agent_version})
+    try:
+        async with trio.open_nursery() as nursery:
+
+            async def write() -> None:
+                async with receive:
+                    async for text in receive:
+                        await websocket.send(text)
+                # the node actor closed our outbox: this session is stale or the node is lost
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(write)
+            while True:
+                raw = await websocket.receive()
+                try:
+                    msg = p.decode_agent(raw)
+                except ValidationError as exc:
+                    await _close(p.CLOSE_PROTOCOL_ERROR, f"bad message: {exc}".splitlines()[0])
+                    return
+                await _dispatch(node_id, node, send, msg)
+    finally:
+        with trio.CancelScope(shield=True), contextlib.suppress(ActorGone, MailboxClosed):
+            await node.tell(Detach(send))
+        log.info("agent disconnected", extra={"node_id": node_id})
+
+
+async def _dispatch(node_id: str, node: Any, outbox: Any, msg: Any) -> None:
+    registry = services().root.registry
+    match msg:
+        case p.Heartbeat(running=running):
+            await node.tell(Beat(tuple((r.job_id, r.attempt) for r in running)))
+        case p.JobPhase(job_id=job_id, attempt=attempt, phase=phase):
+            await _to_job(registry, job_id, AgentPhase(node_id, attempt, phase))
+        case p.JobLogs(job_id=job_id, attempt=attempt, lines=lines):
+            await _to_job(registry, job_id, AgentLogs(node_id, attempt, tuple(lines)))
+        case p.JobMetric(job_id=job_id, attempt=attempt, step=step, values=values):
+            await _to_job(registry, job_id, AgentMetric(node_id, attempt, step, values))
+        case p.JobFinished() as done:
+            finished = AgentFinished(
+                node_id, done.attempt, done.outcome, done.error, dict(done.final_metrics)
+            )
+            await _to_job(registry, done.job_id, finished, wait=True)
+            await node.tell(AttemptEnded(done.job_id, done.attempt))
+            # acknowledged once recorded (or refused as stale: either way, stop resending)
+            outbox.send_nowait(p.encode(p.FinishedAck(job_id=done.job_id, attempt=done.attempt)))
+        case p.Hello():
+            pass  # a second hello is meaningless; ignore it
+
+
+async def _to_job(registry: Any, job_id: str, msg: Any, *, wait: bool = False) -> None:
+    """Forward to the job's actor. Unknown jobs (an agent reporting a job this server never
+    had) are ignored: the agent gets a cancel from the node actor at its next hello."""
+    try:
+        if wait:
+            await registry.ask(JOB_KIND, job_id, msg)
+        else:
+            await registry.tell(JOB_KIND, job_id, msg)
+    except LookupError:
+        log.warning("report for unknown job ignored", extra={"job_id": job_id})
+    except (ActorGone, MailboxClosed):
+        log.warning("report for a stopping job dropped", extra={"job_id": job_id})

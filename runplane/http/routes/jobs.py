@@ -1,0 +1,165 @@
+"""Job routes: submit, list, get, cancel, priority, rerun, logs, artifacts."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from quart import Blueprint, request
+
+from runplane.actors.jobs import Jobs, Submitter
+from runplane.http.bodies import Body, parse_body
+from runplane.http.caller import current_caller
+from runplane.http.context import services
+from runplane.http.query import choice_arg, flag_arg, int_arg, str_arg
+from runplane.jobs import repo
+from runplane.jobs.phase import PHASES
+from runplane.jobs.spec import SubmitJobBody
+from runplane.jobs.view import job_view
+from runplane.persistence import from_json
+from runplane.problems import FieldProblem, Problem, not_found
+
+blueprint = Blueprint("jobs", __name__, url_prefix="/v1/jobs")
+
+LIST_DEFAULT, LIST_MAX = 500, 5000
+_IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
+_STREAMS = ("stdout", "stderr", "system")
+
+
+def _jobs() -> Jobs:
+    jobs = services().root.jobs
+    assert jobs is not None
+    return jobs
+
+
+async def _view(row: dict[str, Any]) -> dict[str, Any]:
+    reasons = await _jobs().wait_reasons([row])
+    return job_view(row, wait_reason=reasons.get(row["id"]))
+
+
+def _idempotency_key() -> str | None:
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    if not _IDEMPOTENCY_KEY.match(key):
+        raise Problem(
+            400,
+            "invalid_header",
+            "Idempotency-Key must be 1-200 printable ASCII characters without spaces",
+            [FieldProblem("Idempotency-Key", "invalid", "1-200 printable ASCII characters")],
+        )
+    return key
+
+
+@blueprint.post("")
+async def submit() -> tuple[dict[str, Any], int]:
+    body = await parse_body(SubmitJobBody)
+    caller = current_caller()
+    row = await _jobs().submit(
+        body, Submitter(caller.org_id, caller.subject), idempotency_key=_idempotency_key()
+    )
+    return await _view(row), 202
+
+
+@blueprint.get("")
+async def list_jobs() -> Any:
+    caller = current_caller()
+    flt = repo.JobFilter(
+        org_id=caller.read_org,
+        phase=choice_arg("phase", PHASES),
+        stack=str_arg("stack"),
+        project=str_arg("project"),
+        spec_hash=str_arg("spec"),
+        node_id=str_arg("node"),
+    )
+    limit = int_arg("limit", LIST_DEFAULT, minimum=1, maximum=LIST_MAX)
+    cursor = request.args.get("cursor")
+    store = services().store
+    if not (flag_arg("paginate") or cursor):
+        rows = await repo.list_rows(store, flt, limit=limit, offset=int_arg("offset", 0))
+        reasons = await _jobs().wait_reasons(rows)
+        return [job_view(r, wait_reason=reasons.get(r["id"])) for r in rows]
+    before = repo.decode_cursor(cursor) if cursor else None
+    rows = await repo.list_rows(store, flt, limit=limit + 1, before=before)
+    has_more = len(rows) > limit
+    rows = rows[:limit]
+    reasons = await _jobs().wait_reasons(rows)
+    return {
+        "items": [job_view(r, wait_reason=reasons.get(r["id"])) for r in rows],
+        "next_cursor": repo.encode_cursor(rows[-1]["id"]) if has_more else "",
+        "has_more": has_more,
+        "total": await repo.count_rows(store, flt),
+    }
+
+
+async def _row(job_id: str) -> dict[str, Any]:
+    row = await repo.get_row(services().store, job_id, current_caller().read_org)
+    if row is None:
+        raise not_found("job")
+    return row
+
+
+@blueprint.get("/<job_id>")
+async def get_job(job_id: str) -> dict[str, Any]:
+    return await _view(await _row(job_id))
+
+
+@blueprint.post("/<job_id>/cancel")
+async def cancel(job_id: str) -> dict[str, Any]:
+    row, outcome = await _jobs().cancel(job_id, current_caller().read_org)
+    return {
+        **job_view(row),
+        "cancelled": outcome.cancelled,
+        "killed_on_node": outcome.killed_on_node,
+    }
+
+
+class PriorityBody(Body):
+    priority: int
+
+
+@blueprint.post("/<job_id>/priority")
+async def set_priority(job_id: str) -> dict[str, Any]:
+    body = await parse_body(PriorityBody)
+    if not -(2**31) <= body.priority < 2**31:
+        raise Problem(
+            400,
+            "out_of_range",
+            "priority must fit in 32 bits",
+            [FieldProblem("priority", "out_of_range", "a 32-bit integer")],
+        )
+    row = await _jobs().set_priority(job_id, current_caller().read_org, body.priority)
+    return await _view(row)
+
+
+@blueprint.post("/<job_id>/rerun")
+async def rerun(job_id: str) -> tuple[dict[str, Any], int]:
+    caller = current_caller()
+    row = await _jobs().rerun(job_id, Submitter(caller.org_id, caller.subject), caller.read_org)
+    return await _view(row), 202
+
+
+@blueprint.get("/<job_id>/logs")
+async def logs(job_id: str) -> dict[str, Any]:
+    row = await _row(job_id)
+    stream = choice_arg("stream", _STREAMS)
+    since = int_arg("since_seq", 0)
+    limit = int_arg("limit", 10_000, minimum=1, maximum=100_000)
+    events = await repo.events_after(
+        services().store, job_id, since, limit=limit, kinds=("log", "metric")
+    )
+    out_logs, out_metrics, last = [], [], since
+    for event in events:
+        data = from_json(event["data"])
+        last = event["seq"]
+        if event["kind"] == "log":
+            if stream is None or data["stream"] == stream:
+                out_logs.append({"stream": data["stream"], "line": data["line"]})
+        else:
+            out_metrics.append({"step": data.get("step"), "values": data["values"]})
+    return {"logs": out_logs, "metrics": out_metrics, "phase": row["phase"], "next_seq": last}
+
+
+@blueprint.get("/<job_id>/artifacts")
+async def artifacts(job_id: str) -> list[dict[str, Any]]:
+    return list(from_json((await _row(job_id))["artifacts"]) or [])

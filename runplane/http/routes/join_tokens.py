@@ -1,0 +1,92 @@
+"""Node join tokens under ``/v1/nodes/join-tokens`` (admin token). See docs/enrollment.md."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import StringConstraints
+from quart import Blueprint, request
+
+from runplane import enrollment
+from runplane.http.bodies import Body, parse_body
+from runplane.http.context import services
+from runplane.http.guards import require_admin
+from runplane.http.problems import FieldProblem, Problem, not_found
+
+blueprint = Blueprint("join_tokens", __name__, url_prefix="/v1/nodes/join-tokens")
+
+OrgId = Annotated[str, StringConstraints(pattern=enrollment.ORG_ID_PATTERN)]
+Label = Annotated[str, StringConstraints(strip_whitespace=True, max_length=enrollment.LABEL_MAX)]
+
+#: The mint answer carries a secret: no cache may keep it.
+NO_STORE = {"Cache-Control": "no-store"}
+
+
+class MintBody(Body):
+    """Every field optional; an absent or empty body mints a community token for org_default.
+
+    ``tier`` takes any JSON value: one that is not a tier becomes ``community`` (spec).
+    """
+
+    tier: Any = None
+    org_id: OrgId | None = None
+    label: Label | None = None
+
+
+async def _mint_body() -> MintBody:
+    raw = await request.get_data(as_text=False)
+    if not raw.strip():
+        return MintBody()
+    return await parse_body(MintBody)
+
+
+@blueprint.post("")
+async def mint() -> tuple[dict[str, Any], int, dict[str, str]]:
+    require_admin()
+    svc = services()
+    if not svc.settings.area_enabled("enrollment"):
+        raise Problem(
+            503,
+            "feature_disabled",
+            "node enrollment is disabled on this server (RUNPLANE_DISABLE contains "
+            "'enrollment'); remove it from RUNPLANE_DISABLE to mint join tokens",
+        )
+    body = await _mint_body()
+    asked = body.tier
+    tier = enrollment.coerce_tier(asked)
+    exact = isinstance(asked, str) and asked.strip().lower() == tier
+    extra_note = ""
+    if asked is not None and not exact:
+        extra_note = (
+            f"tier {body.tier!r} is not one of {', '.join(enrollment.TIERS)}; minted as {tier}."
+        )
+    try:
+        view, secret = await enrollment.mint_join_token(
+            svc.store,
+            tier=tier,
+            org_id=body.org_id or enrollment.DEFAULT_ORG,
+            label=body.label or "",
+        )
+    except ValueError as exc:  # the body model already checks the same rules
+        raise Problem(400, "invalid", str(exc)) from None
+    result = enrollment.JoinTokenMint.of(view, secret, extra_note=extra_note)
+    return result.model_dump(), 201, NO_STORE
+
+
+@blueprint.get("")
+async def list_tokens() -> list[dict[str, Any]]:
+    require_admin()
+    org_id = request.args.get("org_id") or None
+    if org_id is not None and not enrollment.valid_org_id(org_id):
+        message = f"org_id {org_id!r} is not an org id (org_ + [a-z0-9_-], at most 64)"
+        raise Problem(400, "invalid_query", message, [FieldProblem("org_id", "invalid", message)])
+    views = await enrollment.list_join_tokens(services().store, org_id)
+    return [view.model_dump() for view in views]
+
+
+@blueprint.delete("/<token_id>")
+async def revoke(token_id: str) -> dict[str, str]:
+    require_admin()
+    if not await enrollment.revoke_join_token(services().store, token_id):
+        raise not_found("join token")
+    return {"revoked": token_id}

@@ -1,0 +1,193 @@
+"""The job phase machine, pure: ``transition(state, event, now_ms) -> (state, effects)``.
+
+    queued -> assigned -> pulling -> running -> succeeded | failed | timeout | cancelled
+      ^          |           |          |
+      +----------+-----------+----------+   node lost: back to queued, attempts + 1
+                                            (failed after MAX_ATTEMPTS losses)
+    any non-terminal -> cancelled           cancel
+
+Agent reports carry the attempt they belong to; a report for another attempt is refused
+(``StaleAttempt``): fencing, so a late report from a lost node cannot touch the new attempt.
+An event that makes no sense in the current phase is refused (``InvalidTransition``), never
+guessed at. No trio and no I/O here: the job actor applies the effects.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+
+MAX_ATTEMPTS = 3
+
+
+class Phase(enum.StrEnum):
+    QUEUED = "queued"
+    ASSIGNED = "assigned"
+    PULLING = "pulling"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+    @property
+    def on_node(self) -> bool:
+        return self in ON_NODE
+
+
+TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.TIMEOUT, Phase.CANCELLED})
+ON_NODE = frozenset({Phase.ASSIGNED, Phase.PULLING, Phase.RUNNING})
+LIVE = frozenset(Phase) - TERMINAL
+PHASES = tuple(p.value for p in Phase)
+
+
+class Effect(enum.Enum):
+    RUN_ON_NODE = "run_on_node"  # send the run order to the assigned node
+    CANCEL_ON_NODE = "cancel_on_node"  # tell the node to kill the attempt
+    ENQUEUE = "enqueue"  # hand the job to placement
+    DEQUEUE = "dequeue"  # take the job out of placement's queue
+    RELEASE = "release"  # give the node's reserved capacity back
+    COUNT_LOST = "count_lost"  # the node lost an attempt (reliability)
+
+
+@dataclass(frozen=True, slots=True)
+class JobState:
+    phase: Phase
+    attempt: int = 0  # current attempt number; 0 before the first assignment
+    attempts: int = 0  # infra requeues so far
+    node_id: str | None = None
+    error: str | None = None
+    started_at: int | None = None
+    finished_at: int | None = None
+
+
+# events ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Assigned:
+    node_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pulling:
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    attempt: int
+    outcome: Phase  # succeeded | failed | timeout | cancelled
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLost:
+    attempt: int
+    reason: str = "node stopped heartbeating"
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRequested:
+    pass
+
+
+Event = Assigned | Pulling | Running | Finished | NodeLost | CancelRequested
+
+
+class InvalidTransition(ValueError):
+    def __init__(self, state: JobState, event: Event) -> None:
+        super().__init__(f"{type(event).__name__} is not valid in phase {state.phase.value}")
+        self.state = state
+        self.event = event
+
+
+class StaleAttempt(ValueError):
+    def __init__(self, state: JobState, attempt: int) -> None:
+        super().__init__(
+            f"report for attempt {attempt} refused: current attempt is {state.attempt}"
+        )
+        self.state = state
+        self.attempt = attempt
+
+
+def _check_attempt(state: JobState, attempt: int) -> None:
+    if attempt != state.attempt:
+        raise StaleAttempt(state, attempt)
+
+
+def transition(state: JobState, event: Event, now_ms: int) -> tuple[JobState, tuple[Effect, ...]]:
+    """The next state and the effects to apply, or raise InvalidTransition/StaleAttempt."""
+    phase = state.phase
+    match event:
+        case CancelRequested():
+            if phase.terminal:
+                raise InvalidTransition(state, event)
+            effects: tuple[Effect, ...] = (Effect.DEQUEUE,)
+            if phase.on_node:
+                effects = (Effect.CANCEL_ON_NODE, Effect.RELEASE)
+            return (
+                replace(state, phase=Phase.CANCELLED, finished_at=now_ms, error="cancelled"),
+                effects,
+            )
+        case Assigned(node_id) if phase is Phase.QUEUED:
+            nxt = replace(state, phase=Phase.ASSIGNED, attempt=state.attempt + 1, node_id=node_id)
+            return nxt, (Effect.RUN_ON_NODE,)
+        case Pulling(attempt) if phase is Phase.ASSIGNED:
+            _check_attempt(state, attempt)
+            return replace(state, phase=Phase.PULLING), ()
+        case Running(attempt) if phase in (Phase.ASSIGNED, Phase.PULLING):
+            _check_attempt(state, attempt)
+            return replace(state, phase=Phase.RUNNING, started_at=now_ms), ()
+        case Finished(attempt, outcome, error) if phase.on_node:
+            _check_attempt(state, attempt)
+            if not outcome.terminal:
+                raise InvalidTransition(state, event)
+            started = state.started_at if state.started_at is not None else now_ms
+            return (
+                replace(
+                    state,
+                    phase=outcome,
+                    error=error if outcome is not Phase.SUCCEEDED else None,
+                    started_at=started,
+                    finished_at=now_ms,
+                ),
+                (Effect.RELEASE,),
+            )
+        case NodeLost(attempt, reason) if phase.on_node:
+            _check_attempt(state, attempt)
+            attempts = state.attempts + 1
+            if attempts >= MAX_ATTEMPTS:
+                return (
+                    replace(
+                        state,
+                        phase=Phase.FAILED,
+                        attempts=attempts,
+                        finished_at=now_ms,
+                        error=f"lost its node {attempts} times (last: {reason}); giving up",
+                    ),
+                    (Effect.RELEASE, Effect.COUNT_LOST),
+                )
+            return (
+                replace(
+                    state,
+                    phase=Phase.QUEUED,
+                    attempts=attempts,
+                    node_id=None,
+                    started_at=None,
+                    error=None,
+                ),
+                (Effect.RELEASE, Effect.COUNT_LOST, Effect.ENQUEUE),
+            )
+    if isinstance(event, Pulling | Running | Finished | NodeLost):
+        _check_attempt(state, event.attempt)
+    raise InvalidTransition(state, event)

@@ -1,0 +1,225 @@
+"""SQL for jobs and their telemetry events. Portable (SQLite and PostgreSQL); callers are
+actors and read-only routes. Rows come back as dicts."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from runplane.jobs.phase import JobState, Phase
+from runplane.persistence import Store, Tx, now_ms, to_json
+from runplane.problems import Problem
+
+IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000
+
+JOB_COLUMNS = (
+    "id, org_id, project, submitted_by, stack, image, phase, priority, mode, seed, spec_hash, "
+    "spec, node_id, attempt, attempts, error, wait_reason, final_metrics, artifacts, "
+    "event_seq, log_lines, log_dropped, created_at, started_at, finished_at, updated_at"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    id: str
+    org_id: str
+    project: str
+    submitted_by: str
+    spec: dict[str, Any]
+    spec_hash: str
+    priority: int
+    idempotency_key: str | None = None
+    idempotency_hash: str | None = None
+
+
+def phase_event(job_id: str, seq: int, phase: str, ts: int) -> tuple[Any, ...]:
+    data = {"kind": "phase", "job_id": job_id, "seq": seq, "phase": phase}
+    return (job_id, seq, "phase", ts, to_json(data))
+
+
+def insert_job(store: Store, job: NewJob) -> Any:
+    """Return a transaction function inserting ``job`` (with its first ``queued`` phase
+    event); with an Idempotency-Key it returns the id of the first job for the same key and
+    body instead, and raises a 409 Problem for the same key with another body."""
+
+    def run(tx: Tx) -> str:
+        now = now_ms()
+        if job.idempotency_key is not None:
+            prior = tx.fetchone(
+                "SELECT id, idempotency_hash, created_at FROM jobs "
+                "WHERE org_id = ? AND idempotency_key = ?",
+                (job.org_id, job.idempotency_key),
+            )
+            if prior is not None and now - prior["created_at"] < IDEMPOTENCY_WINDOW_MS:
+                if prior["idempotency_hash"] != job.idempotency_hash:
+                    raise Problem(
+                        409,
+                        "idempotency_conflict",
+                        "this Idempotency-Key was used with a different body in the last 24 h;"
+                        " use a new key for a new job",
+                    )
+                return str(prior["id"])
+            if prior is not None:  # expired: the key may be reused
+                tx.execute("UPDATE jobs SET idempotency_key = NULL WHERE id = ?", (prior["id"],))
+        spec = job.spec
+        tx.execute(
+            "INSERT INTO jobs (id, org_id, project, submitted_by, stack, image, phase, priority,"
+            " mode, seed, spec_hash, spec, event_seq, idempotency_key, idempotency_hash,"
+            " created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                job.id,
+                job.org_id,
+                job.project,
+                job.submitted_by,
+                spec["stack"],
+                spec["image"],
+                Phase.QUEUED.value,
+                job.priority,
+                spec["mode"],
+                spec["seed"],
+                job.spec_hash,
+                to_json(spec),
+                1,
+                job.idempotency_key,
+                job.idempotency_hash,
+                now,
+                now,
+            ),
+        )
+        tx.execute(
+            "INSERT INTO job_events (job_id, seq, kind, ts, data) VALUES (?,?,?,?,?)",
+            phase_event(job.id, 1, Phase.QUEUED.value, now),
+        )
+        return job.id
+
+    return run
+
+
+async def get_row(store: Store, job_id: str, org_id: str | None) -> dict[str, Any] | None:
+    row = await store.fetchone(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
+    if row is None or (org_id is not None and row["org_id"] != org_id):
+        return None
+    return row
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    org_id: str | None = None
+    phase: str | None = None
+    stack: str | None = None
+    project: str | None = None
+    spec_hash: str | None = None
+    node_id: str | None = None
+
+    def where(self) -> tuple[str, list[Any]]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        for column, value in (
+            ("org_id", self.org_id),
+            ("phase", self.phase),
+            ("stack", self.stack),
+            ("project", self.project),
+            ("spec_hash", self.spec_hash),
+            ("node_id", self.node_id),
+        ):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+def encode_cursor(job_id: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"before": job_id}).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> str:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        value = json.loads(base64.urlsafe_b64decode(padded.encode()))["before"]
+    except (ValueError, KeyError, TypeError):
+        raise Problem(400, "bad_cursor", "cursor is not one this server issued") from None
+    if not isinstance(value, str):
+        raise Problem(400, "bad_cursor", "cursor is not one this server issued")
+    return value
+
+
+async def list_rows(
+    store: Store, flt: JobFilter, *, limit: int, offset: int = 0, before: str | None = None
+) -> list[dict[str, Any]]:
+    """Newest first. ``before`` is a keyset cursor (ids sort by creation)."""
+    where, params = flt.where()
+    if before is not None:
+        where += (" AND " if where else " WHERE ") + "id < ?"
+        params.append(before)
+    sql = f"SELECT {JOB_COLUMNS} FROM jobs{where} ORDER BY id DESC LIMIT ? OFFSET ?"
+    return await store.fetchall(sql, (*params, limit, offset))
+
+
+async def count_rows(store: Store, flt: JobFilter) -> int:
+    where, params = flt.where()
+    row = await store.fetchone(f"SELECT COUNT(*) AS n FROM jobs{where}", params)
+    return int(row["n"]) if row else 0
+
+
+async def live_rows(store: Store) -> list[dict[str, Any]]:
+    terminal = tuple(p.value for p in Phase if p.terminal)
+    marks = ",".join("?" * len(terminal))
+    return await store.fetchall(
+        f"SELECT {JOB_COLUMNS} FROM jobs WHERE phase NOT IN ({marks}) ORDER BY id", terminal
+    )
+
+
+def save_state(
+    job_id: str, state: JobState, events: Sequence[tuple[Any, ...]], seq: int, **extra: Any
+) -> Any:
+    """A transaction function writing the job's state and new events together."""
+    sets = [
+        "phase = ?",
+        "attempt = ?",
+        "attempts = ?",
+        "node_id = ?",
+        "error = ?",
+        "started_at = ?",
+        "finished_at = ?",
+        "event_seq = ?",
+        "updated_at = ?",
+    ]
+    params: list[Any] = [
+        state.phase.value,
+        state.attempt,
+        state.attempts,
+        state.node_id,
+        state.error,
+        state.started_at,
+        state.finished_at,
+        seq,
+        now_ms(),
+    ]
+    for column, value in extra.items():
+        sets.append(f"{column} = ?")
+        params.append(value)
+
+    def run(tx: Tx) -> None:
+        if events:
+            tx.execute_many(
+                "INSERT INTO job_events (job_id, seq, kind, ts, data) VALUES (?,?,?,?,?)", events
+            )
+        tx.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE id = ?", (*params, job_id))
+
+    return run
+
+
+async def events_after(
+    store: Store, job_id: str, after_seq: int, *, limit: int = 5000, kinds: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    sql = "SELECT seq, kind, ts, data FROM job_events WHERE job_id = ? AND seq > ?"
+    params: list[Any] = [job_id, after_seq]
+    if kinds:
+        sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+        params.extend(kinds)
+    sql += " ORDER BY seq LIMIT ?"
+    params.append(limit)
+    return await store.fetchall(sql, params)

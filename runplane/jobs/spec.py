@@ -1,0 +1,249 @@
+"""The job submit body and its resolution into the immutable spec a job runs with.
+
+``resolve(body, catalog)`` checks the stack and its config, fills defaults from the stack
+manifest and returns a ``ResolvedJob`` whose ``spec_hash`` fingerprints what determines the
+run: equal hashes reproduce identically, and a rerun inherits it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from runplane.problems import FieldProblem, Problem
+from runplane.stacks import Catalog, config_env, validate_config
+
+SETUP_KEY = "RUNPLANE_SETUP"
+DISPLAY_KEY = "RUNPLANE_DISPLAY"
+INT64_MAX = 2**63 - 1
+#: Where a mount path is rooted inside the job: `/work/x` is `x` in the job's directory.
+WORK_ROOT = "/work"
+DEFAULT_INLINE_FILE = "main.py"
+
+#: Fields of the resolved spec that ``spec_hash`` covers (the spec's list, in its order).
+HASHED_FIELDS = (
+    "stack",
+    "image",
+    "command",
+    "env",
+    "config",
+    "workspace",
+    "inputs",
+    "limits",
+    "seed",
+    "requires",
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+NonNeg = Annotated[int, Field(ge=0)]
+Name = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+
+
+class Mount(_Strict):
+    path: str = WORK_ROOT
+    ref: str = ""
+    type: Literal["git", "archive", "file", "dir", "inline"] = "inline"
+    mode: Literal["ro", "rw"] = "rw"
+
+
+class OutputSpecBody(_Strict):
+    artifact: Name
+    glob: Name
+    optional: bool = False
+
+
+class LimitsBody(_Strict):
+    cpu_cores: NonNeg | None = None
+    ram_gb: NonNeg | None = None
+    gpu_count: NonNeg | None = None
+    pids: NonNeg | None = None
+    timeout_sec: NonNeg | None = None
+    no_internet: bool = False
+    egress_allow: list[str] = []
+
+
+class GpuRequires(_Strict):
+    required: bool = False
+    min_vram_gb: NonNeg = 0
+    vendor: str = ""
+    cuda_min: str = ""
+
+
+class CpuRequires(_Strict):
+    min_cores: NonNeg = 0
+
+
+class RamRequires(_Strict):
+    min_gb: NonNeg = 0
+
+
+class DiskRequires(_Strict):
+    min_gb: NonNeg = 0
+
+
+class TrustRequires(_Strict):
+    min_tier: Literal["community", "partner", "trusted"] = "community"
+
+
+class RequiresBody(_Strict):
+    gpu: GpuRequires = GpuRequires()
+    cpu: CpuRequires = CpuRequires()
+    ram: RamRequires = RamRequires()
+    disk: DiskRequires = DiskRequires()
+    arch: list[str] = []
+    trust: TrustRequires = TrustRequires()
+    capabilities: list[str] = []
+
+
+class SubmitJobBody(_Strict):
+    """SubmitJobBody of the spec (only ``stack`` is mandatory), plus ``project``."""
+
+    stack: Name
+    command: list[str] | None = None
+    env: dict[str, str] = {}
+    config: dict[str, Any] = {}
+    workspace: Mount | None = None
+    inputs: list[Mount] = []
+    outputs: list[OutputSpecBody] = []
+    requires: RequiresBody = RequiresBody()
+    limits: LimitsBody = LimitsBody()
+    weights: dict[str, float] = {}
+    weights_preset: Literal["training", "interactive", "batch"] | None = None
+    isolation: Literal["none", "gvisor", "kata"] = "none"
+    priority: int = Field(100, ge=-(2**31), le=2**31 - 1)
+    seed: int | None = Field(None, ge=0, le=INT64_MAX)
+    mode: Literal["run", "session"] = "run"
+    project: Annotated[str, StringConstraints(max_length=128)] = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedJob:
+    """What a job runs with, fixed at admission. ``spec`` is JSON-ready."""
+
+    spec: dict[str, Any]
+    spec_hash: str
+    priority: int
+    project: str
+
+    @property
+    def stack(self) -> str:
+        return str(self.spec["stack"])
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def spec_hash(spec: dict[str, Any]) -> str:
+    """Lowercase hex SHA-256 of the canonical JSON of the hashed fields."""
+    subset = {name: spec.get(name) for name in HASHED_FIELDS}
+    return hashlib.sha256(canonical_json(subset).encode()).hexdigest()
+
+
+def _merge_requires(body: RequiresBody, stack_requires: Any) -> dict[str, Any]:
+    merged = body.model_dump()
+    merged["gpu"]["required"] = bool(body.gpu.required or stack_requires.gpu.required)
+    merged["gpu"]["min_vram_gb"] = max(body.gpu.min_vram_gb, stack_requires.gpu.min_vram_gb)
+    merged["cpu"]["min_cores"] = max(body.cpu.min_cores, stack_requires.cpu.min_cores)
+    merged["ram"]["min_gb"] = max(body.ram.min_gb, stack_requires.ram.min_gb)
+    merged["arch"] = sorted(set(body.arch))
+    merged["capabilities"] = sorted(set(body.capabilities))
+    return merged
+
+
+def resolve(body: SubmitJobBody, catalog: Catalog) -> ResolvedJob:
+    """Resolve a submit body against the catalog; raise ``Problem`` (400/422) when it can't."""
+    stack = catalog.get(body.stack)
+    if stack is None:
+        raise Problem(
+            400,
+            "unknown_stack",
+            f"unknown stack {body.stack!r}; GET /v1/stacks lists the catalog",
+            [FieldProblem("stack", "unknown_stack", f"no stack named {body.stack!r}")],
+        )
+    if stack.unavailable:
+        raise Problem(
+            422,
+            "stack_unavailable",
+            f"stack {stack.name!r} is unavailable right now; pick another from GET /v1/stacks",
+            [FieldProblem("stack", "stack_unavailable", f"stack {stack.name!r} is unavailable")],
+        )
+    if body.mode not in stack.modes:
+        raise Problem(
+            422,
+            "invalid_mode",
+            f"stack {stack.name!r} supports modes {', '.join(stack.modes)}, not {body.mode!r}",
+            [FieldProblem("mode", "not_allowed", f"mode must be one of {stack.modes}")],
+        )
+    checked = validate_config(stack, body.config)
+    if checked.problems:
+        errors = [FieldProblem(f"config.{p.key}", p.code, p.message) for p in checked.problems]
+        raise Problem(422, "invalid_config", "; ".join(e.message for e in errors), errors)
+    command = list(body.command) if body.command else list(stack.default_command)
+    if not command:
+        raise Problem(
+            422,
+            "missing_command",
+            f"stack {stack.name!r} has no default command; send `command`",
+            [FieldProblem("command", "missing_field", "command is required for this stack")],
+        )
+    outputs = [o.model_dump() for o in body.outputs]
+    known_globs = {o["glob"] for o in outputs}
+    outputs += [o.model_dump() for o in stack.default_outputs if o.glob not in known_globs]
+    spec: dict[str, Any] = {
+        "stack": stack.name,
+        "image": stack.image,
+        "command": command,
+        "env": dict(body.env),
+        "config": checked.resolved,
+        "workspace": body.workspace.model_dump() if body.workspace else None,
+        "inputs": [m.model_dump() for m in body.inputs],
+        "outputs": outputs,
+        "limits": body.limits.model_dump(),
+        "seed": body.seed if body.seed is not None else secrets.randbelow(2**31),
+        "requires": _merge_requires(body.requires, stack.requires),
+        "mode": body.mode,
+        "weights": dict(body.weights),
+        "weights_preset": body.weights_preset,
+        "isolation": body.isolation,
+    }
+    return ResolvedJob(
+        spec=spec, spec_hash=spec_hash(spec), priority=body.priority, project=body.project
+    )
+
+
+def inline_path(mount_path: str) -> str:
+    """The relative file an inline workspace's code is written to inside the job dir."""
+    path = mount_path.strip()
+    if path == WORK_ROOT or path.rstrip("/") == WORK_ROOT or not path:
+        return DEFAULT_INLINE_FILE
+    if path.startswith(WORK_ROOT + "/"):
+        path = path[len(WORK_ROOT) + 1 :]
+    path = path.lstrip("/")
+    return path if not path.endswith("/") else path + DEFAULT_INLINE_FILE
+
+
+def execution_env(job_id: str, spec: dict[str, Any]) -> dict[str, str]:
+    """The environment the job's process gets: config, then the job's env, then platform keys."""
+    env = config_env(spec.get("config") or {})
+    env.update({k: v for k, v in spec["env"].items() if k not in (SETUP_KEY,)})
+    env["RUNPLANE_JOB_ID"] = job_id
+    env["RUNPLANE_SEED"] = str(spec["seed"])
+    return env
+
+
+def inline_files(spec: dict[str, Any]) -> dict[str, str]:
+    files: dict[str, str] = {}
+    for mount in [spec.get("workspace"), *spec.get("inputs", [])]:
+        if mount and mount.get("type") == "inline" and mount.get("ref"):
+            files[inline_path(mount["path"])] = mount["ref"]
+    return files

@@ -1,0 +1,107 @@
+"""The canonical Job view (spec "Job" and "JobViewSpec"), built from a jobs row.
+
+Secret-looking env values are redacted in every view; the stored spec keeps them because
+the job needs them to run.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from runplane.jobs.spec import DISPLAY_KEY, SETUP_KEY
+from runplane.persistence import from_json
+
+REDACTED = "[redacted]"
+_SECRET_NAME = re.compile(
+    r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|KEY|CREDENTIAL|AUTH|PRIVATE|COOKIE|SESSION",
+    re.IGNORECASE,
+)
+_TRUTHY = {"1", "true", "yes", "on"}
+
+
+def iso_ms(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    secs, rem = divmod(int(ms), 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{rem:03d}Z"
+
+
+def redact_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: (REDACTED if _SECRET_NAME.search(k) else v) for k, v in env.items()}
+
+
+def _mount_view(mount: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not mount:
+        return None
+    view: dict[str, Any] = {"type": mount["type"], "path": mount["path"]}
+    if mount["type"] == "inline":
+        view["code"] = mount.get("ref", "")
+    elif mount["type"] in ("git", "archive") or str(mount.get("ref", "")).startswith("http"):
+        view["ref"] = mount.get("ref", "")
+    return view
+
+
+def spec_view(spec: dict[str, Any]) -> dict[str, Any]:
+    env = dict(spec.get("env") or {})
+    limits = spec.get("limits") or {}
+    requires = spec.get("requires") or {}
+    return {
+        "command": spec.get("command") or [],
+        "setup": env.get(SETUP_KEY, ""),
+        "display": env.get(DISPLAY_KEY, "").strip().lower() in _TRUTHY,
+        "env": redact_env(env),
+        "config": spec.get("config") or {},
+        "workspace": _mount_view(spec.get("workspace")),
+        "inputs": [
+            {"path": m["path"], "ref": m.get("ref", ""), "type": m["type"]}
+            for m in spec.get("inputs") or []
+        ],
+        "outputs": [
+            {"artifact": o["artifact"], "glob": o["glob"]} for o in spec.get("outputs") or []
+        ],
+        "resources": {
+            "cpu_cores": limits.get("cpu_cores") or 0,
+            "ram_gb": limits.get("ram_gb") or 0,
+            "gpu_count": limits.get("gpu_count") or 0,
+            "timeout_sec": limits.get("timeout_sec") or 0,
+            "gpu_required": bool((requires.get("gpu") or {}).get("required")),
+            "min_tier": (requires.get("trust") or {}).get("min_tier", "community"),
+        },
+    }
+
+
+def job_view(row: dict[str, Any], *, wait_reason: str | None = None) -> dict[str, Any]:
+    """The Job object of the spec for one jobs row."""
+    spec = from_json(row["spec"])
+    started, finished = row.get("started_at"), row.get("finished_at")
+    duration = (finished - started) if started is not None and finished is not None else None
+    view: dict[str, Any] = {
+        "job_id": row["id"],
+        "stack": row["stack"],
+        "image": row["image"],
+        "phase": row["phase"],
+        "node_id": row.get("node_id") or "",
+        "priority": row["priority"],
+        "mode": row["mode"],
+        "seed": row["seed"],
+        "spec_hash": row["spec_hash"],
+        "project": row["project"],
+        "org_id": row["org_id"],
+        "attempts": row["attempts"],
+        "created_at": iso_ms(row["created_at"]),
+        "started_at": iso_ms(started),
+        "finished_at": iso_ms(finished),
+        "duration_ms": duration,
+        "error": row.get("error") or "",
+        "spec": spec_view(spec),
+        "final_metrics": from_json(row["final_metrics"]) or {},
+        "artifacts": from_json(row["artifacts"]) or [],
+    }
+    reason = wait_reason or row.get("wait_reason")
+    if row["phase"] == "queued" and reason:
+        view["wait_reason"] = reason
+    if row.get("log_dropped"):
+        view["log_truncated"] = {"kept": row["log_lines"], "dropped": row["log_dropped"]}
+    return view

@@ -1,0 +1,780 @@
+"""The fleet index: finds the few nodes worth scoring without looking at every node.
+
+Layout (see ``docs/placement.md``):
+
+* **classes**: enabled nodes grouped by what the class-level filters read (tier, arch,
+  capabilities, GPUs). Class filters run once per class per distinct job requirement
+  (cached), never per node.
+* **shelves**: the *walkable* nodes (enabled, a free job slot) grouped by GPU shape (arch
+  and GPU models) and free GPU count, so a job needing ``g`` matching GPUs only looks at
+  shelves of shapes that have them and with enough free; plus one shelf of every
+  walkable node.
+* **sorted lists** per shelf (:data:`ITEMS`): ``fit`` (free CPU, free RAM), ``roomy`` (the
+  reverse), ``full`` / ``empty`` (current utilisation), ``dlperf``, ``reliable``; each item
+  ends with the node id, so every order is total.
+
+A decision walks *candidate streams* (:data:`SCORER_STREAMS`: ``fit`` always, plus those
+of each scorer the job weights). A stream visits the *eligible* nodes (walkable, class
+passes, enough free matching GPUs; for ``fit``/``roomy``/``gpu_fit`` also enough free CPU)
+in its order and takes the first ``per_stream`` that also *fit* (CPU, RAM, disk). Every
+stream but ``fit`` gives up after ``stream_budget * per_stream`` eligible nodes; ``fit`` never
+does, so a job that fits anywhere is placed. The union is scored in full.
+
+A stream is walked in one of three ways, all visiting the eligible nodes in the same
+order (so the outcome is the one :func:`~runplane.placement.plan.reference_place` gets by
+sorting every node): a *scan* of the all-nodes shelf skipping ineligible nodes, a heap
+*merge* of the selected shelves skipping nodes of ineligible classes, or an *enumeration*
+of the feasible classes' members, sorted. A cost estimate picks the first to try; one
+that visits far more nodes than estimated hands over to the next.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .explain import EMPTY_FLEET, Unplaced, unplaced
+from .filters import (
+    CLASS_FILTERS,
+    CPU_FREE,
+    DISABLED,
+    GPU_FREE,
+    NODE_FILTERS,
+    RAM_FREE,
+    SLOTS_FULL,
+    first_rejection,
+    gpu_verdict,
+)
+from .model import Gpu, JobDemand, NodeLoad, NodeShape
+from .scoring import fullness, score_gpu_fit
+from .sortedlist import Item, SortedList
+from .weights import BINPACK, DLPERF, GPU_FIT, RELIABILITY, SPREAD
+
+#: Fitting nodes each candidate stream contributes.
+DEFAULT_PER_STREAM = 8
+#: Eligible nodes a (non-``fit``) stream visits per candidate it wants before giving up.
+STREAM_BUDGET = 16
+#: Estimated cost, in node visits, of entering one shelf in a merge.
+SHELF_COST = 3.0
+#: Estimated cost, in node visits, of enumerating one class member.
+MEMBER_COST = 1.5
+#: A walk visiting more than this many times its estimate hands over to the next way.
+SLACK = 2.0
+_NO_GPU_NEED = -(1 << 62)
+_UNBOUNDED = 1 << 62
+_ZERO = NodeLoad()
+_CACHE_LIMIT = 512
+
+Walk = Literal["auto", "scan", "merge", "enumerate"]
+Shape = tuple[str, tuple[Gpu, ...]]  # (arch, GPUs): what decides GPU eligibility
+
+#: The candidate streams of each scorer (the ``fit`` stream is always walked).
+SCORER_STREAMS: dict[str, tuple[str, ...]] = {
+    BINPACK: ("fit", "full"),
+    SPREAD: ("roomy", "empty"),
+    GPU_FIT: ("gpu_fit",),
+    DLPERF: ("dlperf",),
+    RELIABILITY: ("reliable",),
+}
+#: The sorted list each stream walks (``gpu_fit``: ``fit``, best GPU shape first).
+STREAM_LISTS: dict[str, str] = {
+    "fit": "fit",
+    "roomy": "roomy",
+    "full": "full",
+    "empty": "empty",
+    "dlperf": "dlperf",
+    "reliable": "reliable",
+    "gpu_fit": "fit",
+}
+#: Streams that only visit nodes with enough free CPU (their list is entered at it).
+RANGED_STREAMS = frozenset({"fit", "roomy", "gpu_fit"})
+
+
+def streams_for(job: JobDemand) -> list[str]:
+    """The streams a job walks: ``fit`` first, then those of its weighted scorers."""
+    out = ["fit"]
+    for name, _ in job.active_weights:
+        for stream in SCORER_STREAMS[name]:
+            if stream not in out:
+                out.append(stream)
+    return out
+
+
+class _Entry:
+    """One node's shape and load plus derived values. Never mutated once built (copies of
+    the fleet share entries)."""
+
+    __slots__ = ("cid", "free_cpu", "free_gpu", "free_ram", "full", "load", "node", "walkable")
+
+    def __init__(self, node: NodeShape, load: NodeLoad, cid: int) -> None:
+        self.node = node
+        self.load = load
+        self.cid = cid
+        self.free_cpu = node.cpu_cores - load.used_cpu
+        self.free_ram = node.ram_gb - load.used_ram
+        self.free_gpu = len(node.gpus) - load.used_gpu
+        self.full = fullness(node, load)
+        self.walkable = cid >= 0 and load.active_jobs < node.max_concurrency
+
+    def fits(self, job: JobDemand) -> bool:
+        """CPU, RAM and disk: capacity and free (what eligibility leaves to check)."""
+        node = self.node
+        return (
+            self.free_cpu >= job.cpu
+            and self.free_ram >= job.ram
+            and node.cpu_cores >= job.cpu_min
+            and node.ram_gb >= job.ram_min
+            and node.disk_gb >= job.disk_min
+        )
+
+
+def _item_fit(e: _Entry) -> Item:
+    return (e.free_cpu, e.free_ram, e.node.id)
+
+
+def _item_roomy(e: _Entry) -> Item:
+    return (-e.free_cpu, -e.free_ram, e.node.id)
+
+
+def _item_full(e: _Entry) -> Item:
+    return (-e.full, e.node.id)
+
+
+def _item_empty(e: _Entry) -> Item:
+    return (e.full, e.node.id)
+
+
+def _item_dlperf(e: _Entry) -> Item:
+    return (-e.node.dlperf, e.node.id)
+
+
+def _item_reliable(e: _Entry) -> Item:
+    return (-e.node.reliability, e.node.id)
+
+
+#: Each sorted list and its item (the sort key, node id last).
+ITEMS: dict[str, Callable[[_Entry], Item]] = {
+    "fit": _item_fit,
+    "roomy": _item_roomy,
+    "full": _item_full,
+    "empty": _item_empty,
+    "dlperf": _item_dlperf,
+    "reliable": _item_reliable,
+}
+_LOAD_LISTS = ("fit", "roomy", "full", "empty")
+
+
+def entry(node: NodeShape, load: NodeLoad) -> _Entry:
+    """A detached entry, to compute sort items outside a fleet (the reference)."""
+    return _Entry(node, load, 0)
+
+
+class _Shelf:
+    """The sorted lists (:data:`ITEMS`) over a set of walkable nodes."""
+
+    __slots__ = ("lists",)
+
+    def __init__(self) -> None:
+        self.lists: dict[str, SortedList] = {name: SortedList() for name in ITEMS}
+
+    def __len__(self) -> int:
+        return len(self.lists["fit"])
+
+    def add(self, e: _Entry) -> None:
+        for name, item in ITEMS.items():
+            self.lists[name].add(item(e))
+
+    def discard(self, e: _Entry) -> None:
+        for name, item in ITEMS.items():
+            self.lists[name].remove(item(e))
+
+    def move(self, old: _Entry, new: _Entry) -> None:
+        """Re-sort a node whose load changed (the static lists stay)."""
+        for name in _LOAD_LISTS:
+            item = ITEMS[name]
+            lst = self.lists[name]
+            lst.remove(item(old))
+            lst.add(item(new))
+
+    def copy(self) -> _Shelf:
+        other = _Shelf.__new__(_Shelf)
+        other.lists = {name: lst.copy() for name, lst in self.lists.items()}
+        return other
+
+
+class _Class:
+    __slots__ = ("cid", "key", "members", "rep", "shape", "walkable")
+
+    def __init__(self, cid: int, key: tuple[object, ...], rep: NodeShape) -> None:
+        self.cid = cid
+        self.key = key
+        self.rep = rep  # any member: class filters read only class attributes
+        self.shape: Shape = (rep.arch, rep.gpus)
+        self.members: set[str] = set()
+        self.walkable = 0
+
+    def copy(self) -> _Class:
+        other = _Class(self.cid, self.key, self.rep)
+        other.members = set(self.members)
+        other.walkable = self.walkable
+        return other
+
+
+@dataclass(frozen=True, slots=True)
+class Feasibility:
+    """What the class filters say of a job class signature (cached per signature).
+
+    ``thresholds``: feasible class id -> least free GPU count of an eligible node
+    (``need + total - qualifying``: busy GPUs are assumed to be qualifying ones; very
+    negative when the job needs none). ``shapes``: GPU shape -> its threshold, for shapes
+    with a feasible class. ``groups``: shapes by ``gpu_fit``, best first.
+    """
+
+    thresholds: dict[int, int]
+    shapes: dict[Shape, int]
+    shape_classes: dict[Shape, tuple[int, ...]]
+    groups: tuple[tuple[float, tuple[Shape, ...]], ...]
+
+
+@dataclass(slots=True)
+class _Scope:
+    """The shelves one walk may take from: ``shelves`` (selected by shape and free GPUs)
+    holding ``size`` nodes, and ``members`` nodes in the feasible classes of ``classes``."""
+
+    thresholds: dict[int, int]
+    classes: tuple[int, ...]
+    shelves: list[_Shelf]
+    size: int
+    members: int = field(default=-1)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetStatistics:
+    nodes: int
+    disabled: int
+    walkable: int  # enabled, with a free job slot
+    classes: int
+    shapes: int
+    shelves: int
+
+
+class Fleet:
+    """The indexed fleet: node shapes and loads. Pure data structure; no I/O, no clock.
+
+    ``per_stream``: fitting nodes each candidate stream contributes; ``stream_budget``:
+    eligible visits per wanted candidate before a stream gives up (see the module doc).
+    ``walk``: force one way of walking (tests); ``"auto"`` picks. Same outcome either way.
+    """
+
+    def __init__(
+        self,
+        nodes: Iterable[NodeShape | tuple[NodeShape, NodeLoad]] = (),
+        *,
+        per_stream: int = DEFAULT_PER_STREAM,
+        stream_budget: int = STREAM_BUDGET,
+        walk: Walk = "auto",
+    ) -> None:
+        if per_stream < 1:
+            raise ValueError("per_stream must be >= 1")
+        if stream_budget < 0:
+            raise ValueError("stream_budget must be >= 0")
+        self.per_stream = per_stream
+        self.stream_budget = stream_budget
+        self.walk: Walk = walk
+        self._entries: dict[str, _Entry] = {}
+        self._classes: dict[int, _Class] = {}
+        self._class_ids: dict[tuple[object, ...], int] = {}
+        self._next_cid = 0
+        self._disabled: set[str] = set()
+        self._all = _Shelf()
+        self._shelves: dict[Shape, dict[int, _Shelf]] = {}  # shape -> free GPUs -> shelf
+        self._class_cache: dict[tuple[object, ...], Feasibility] = {}
+        self._static_cache: dict[tuple[object, ...], tuple[dict[str, int], tuple[str, ...]]] = {}
+        for item in nodes:
+            if isinstance(item, NodeShape):
+                self.upsert(item)
+            else:
+                self.upsert(item[0], item[1])
+
+    # --- reading -----------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._entries
+
+    def __iter__(self) -> Iterator[tuple[NodeShape, NodeLoad]]:
+        for e in self._entries.values():
+            yield e.node, e.load
+
+    def node(self, node_id: str) -> NodeShape:
+        return self._entries[node_id].node
+
+    def load(self, node_id: str) -> NodeLoad:
+        return self._entries[node_id].load
+
+    def statistics(self) -> FleetStatistics:
+        return FleetStatistics(
+            nodes=len(self._entries),
+            disabled=len(self._disabled),
+            walkable=len(self._all),
+            classes=len(self._classes),
+            shapes=len(self._shelves),
+            shelves=sum(len(s) for s in self._shelves.values()),
+        )
+
+    def copy(self) -> Fleet:
+        """An independent working copy (entries are immutable and shared)."""
+        other = Fleet.__new__(Fleet)
+        other.per_stream = self.per_stream
+        other.stream_budget = self.stream_budget
+        other.walk = self.walk
+        other._entries = dict(self._entries)
+        other._classes = {cid: c.copy() for cid, c in self._classes.items()}
+        other._class_ids = dict(self._class_ids)
+        other._next_cid = self._next_cid
+        other._disabled = set(self._disabled)
+        other._all = self._all.copy()
+        other._shelves = {
+            shape: {free: s.copy() for free, s in by_free.items()}
+            for shape, by_free in self._shelves.items()
+        }
+        other._class_cache = dict(self._class_cache)
+        other._static_cache = dict(self._static_cache)
+        return other
+
+    # --- writing -----------------------------------------------------------------------
+
+    def upsert(self, node: NodeShape, load: NodeLoad | None = None) -> None:
+        """Add or replace a node; without ``load`` a known node keeps its load (a new one
+        starts idle). O(log n), plus O(classes) when it creates or empties a class."""
+        old = self._entries.get(node.id)
+        if old is not None and old.node == node:
+            if load is not None:
+                self.update_load(node.id, load)
+            return
+        if old is not None:
+            self._drop(old)
+        self._insert(node, load if load is not None else old.load if old else _ZERO)
+        self._static_cache.clear()
+
+    def remove(self, node_id: str) -> bool:
+        """Forget a node; False when unknown."""
+        old = self._entries.get(node_id)
+        if old is None:
+            return False
+        self._drop(old)
+        self._static_cache.clear()
+        return True
+
+    def update_load(self, node_id: str, load: NodeLoad) -> None:
+        """Replace a node's committed load (KeyError when unknown). O(log n)."""
+        old = self._entries[node_id]
+        if load == old.load:
+            return
+        new = _Entry(old.node, load, old.cid)
+        self._entries[node_id] = new
+        if old.cid < 0:
+            return
+        cls = self._classes[old.cid]
+        if old.walkable and new.walkable and old.free_gpu == new.free_gpu:
+            if (old.free_cpu, old.free_ram, old.full) != (new.free_cpu, new.free_ram, new.full):
+                self._shelves[cls.shape][old.free_gpu].move(old, new)
+                self._all.move(old, new)
+            return
+        self._unshelve(cls, old)
+        self._shelve(cls, new)
+
+    def reserve(self, node_id: str, job: JobDemand) -> NodeLoad:
+        """Add ``job``'s reservation to the node's load; returns the new load."""
+        load = self._entries[node_id].load.plus(job.cpu, job.ram, job.gpus, 1)
+        self.update_load(node_id, load)
+        return load
+
+    def release(self, node_id: str, job: JobDemand) -> NodeLoad:
+        """Take ``job``'s reservation off the node's load (floored at zero)."""
+        load = self._entries[node_id].load.plus(-job.cpu, -job.ram, -job.gpus, -1)
+        self.update_load(node_id, load)
+        return load
+
+    def _insert(self, node: NodeShape, load: NodeLoad) -> None:
+        if node.disabled:
+            self._disabled.add(node.id)
+            self._entries[node.id] = _Entry(node, load, -1)
+            return
+        key = node.class_key
+        cid = self._class_ids.get(key)
+        if cid is None:
+            cid = self._next_cid
+            self._next_cid += 1
+            self._classes[cid] = _Class(cid, key, node)
+            self._class_ids[key] = cid
+            self._class_cache.clear()
+        cls = self._classes[cid]
+        cls.members.add(node.id)
+        new = _Entry(node, load, cid)
+        self._entries[node.id] = new
+        self._shelve(cls, new)
+
+    def _drop(self, e: _Entry) -> None:
+        nid = e.node.id
+        del self._entries[nid]
+        if e.cid < 0:
+            self._disabled.discard(nid)
+            return
+        cls = self._classes[e.cid]
+        self._unshelve(cls, e)
+        cls.members.discard(nid)
+        if not cls.members:
+            del self._classes[e.cid]
+            del self._class_ids[cls.key]
+            self._class_cache.clear()
+
+    def _shelve(self, cls: _Class, e: _Entry) -> None:
+        if not e.walkable:
+            return
+        by_free = self._shelves.get(cls.shape)
+        if by_free is None:
+            by_free = self._shelves[cls.shape] = {}
+        shelf = by_free.get(e.free_gpu)
+        if shelf is None:
+            shelf = by_free[e.free_gpu] = _Shelf()
+        shelf.add(e)
+        self._all.add(e)
+        cls.walkable += 1
+
+    def _unshelve(self, cls: _Class, e: _Entry) -> None:
+        if not e.walkable:
+            return
+        by_free = self._shelves[cls.shape]
+        shelf = by_free[e.free_gpu]
+        shelf.discard(e)
+        if not len(shelf):
+            del by_free[e.free_gpu]
+            if not by_free:
+                del self._shelves[cls.shape]
+        self._all.discard(e)
+        cls.walkable -= 1
+
+    # --- searching ---------------------------------------------------------------------
+
+    def feasibility(self, job: JobDemand) -> Feasibility:
+        """What the class filters say of ``job``'s class signature (cached until a class
+        appears or disappears)."""
+        sig = job.class_signature
+        hit = self._class_cache.get(sig)
+        if hit is not None:
+            return hit
+        thresholds: dict[int, int] = {}
+        shapes: dict[Shape, int] = {}
+        shape_classes: dict[Shape, list[int]] = {}
+        fit_of: dict[Shape, float] = {}
+        for cid, cls in self._classes.items():
+            rep = cls.rep
+            if first_rejection(rep, _ZERO, job, CLASS_FILTERS) is not None:
+                continue
+            if job.gpus:
+                threshold = job.gpus + len(rep.gpus) - gpu_verdict(rep, job)[1]
+            else:
+                threshold = _NO_GPU_NEED
+            thresholds[cid] = threshold
+            shapes[cls.shape] = threshold  # equal for every class of a shape
+            shape_classes.setdefault(cls.shape, []).append(cid)
+            fit_of[cls.shape] = score_gpu_fit(rep, _ZERO, job)
+        by_fit: dict[float, list[Shape]] = {}
+        for shape, fit in fit_of.items():
+            by_fit.setdefault(fit, []).append(shape)
+        result = Feasibility(
+            thresholds=thresholds,
+            shapes=shapes,
+            shape_classes={shape: tuple(cids) for shape, cids in shape_classes.items()},
+            groups=tuple(
+                (fit, tuple(group)) for fit, group in sorted(by_fit.items(), key=lambda g: -g[0])
+            ),
+        )
+        if len(self._class_cache) >= _CACHE_LIMIT:
+            self._class_cache.clear()
+        self._class_cache[sig] = result
+        return result
+
+    def candidates(self, job: JobDemand) -> list[tuple[NodeShape, NodeLoad]]:
+        """The bounded candidate set a decision scores (empty: nothing fits now)."""
+        return [(e.node, e.load) for e in self._candidates(job)]
+
+    def _scope(self, feas: Feasibility, shapes: Iterable[Shape], whole: bool) -> _Scope:
+        classes: list[int] = []
+        shelves: list[_Shelf] = []
+        size = 0
+        for shape in shapes:
+            classes.extend(feas.shape_classes[shape])
+            by_free = self._shelves.get(shape)
+            if by_free is None:
+                continue
+            threshold = feas.shapes[shape]
+            for free, shelf in by_free.items():
+                if free >= threshold - 1:
+                    shelves.append(shelf)
+                    size += len(shelf)
+        thresholds = feas.thresholds if whole else {cid: feas.thresholds[cid] for cid in classes}
+        return _Scope(thresholds, tuple(classes), shelves, size)
+
+    def _candidates(self, job: JobDemand) -> list[_Entry]:
+        feas = self.feasibility(job)
+        if not feas.thresholds:
+            return []
+        scope = self._scope(feas, feas.shapes, whole=True)
+        if scope.size == 0:
+            return []
+        k = self.per_stream
+        first, _ = self._walk("fit", job, scope, k, _UNBOUNDED)
+        if len(first) < k:
+            return first  # every fitting node: every other stream's take is among them
+        chosen = {e.node.id: e for e in first}
+        budget = self.stream_budget * k
+        for stream in streams_for(job)[1:]:
+            if stream == "gpu_fit":
+                found = self._walk_gpu_fit(job, feas, k, budget)
+            else:
+                found, _ = self._walk(stream, job, scope, k, budget)
+            for e in found:
+                chosen[e.node.id] = e
+        return list(chosen.values())
+
+    def _walk_gpu_fit(
+        self, job: JobDemand, feas: Feasibility, need: int, budget: int
+    ) -> list[_Entry]:
+        """The ``fit`` order within each group of shapes of equal ``gpu_fit``, best group
+        first, sharing one budget."""
+        out: list[_Entry] = []
+        for _, shapes in feas.groups:
+            if len(out) >= need or budget <= 0:
+                break
+            scope = self._scope(feas, shapes, whole=False)
+            if scope.size == 0:
+                continue
+            found, seen = self._walk("fit", job, scope, need - len(out), budget)
+            out.extend(found)
+            budget -= seen
+        return out
+
+    def _walk(
+        self, stream: str, job: JobDemand, scope: _Scope, need: int, budget: int
+    ) -> tuple[list[_Entry], int]:
+        """``(the first need fitting nodes among the first budget eligible nodes of scope
+        in the stream's order, eligible nodes visited)``."""
+        name = STREAM_LISTS[stream]
+        start: Item | None = None
+        stop: float | None = None
+        if name == "fit":
+            start = (job.cpu,)
+        elif name == "roomy":
+            stop = -job.cpu
+        if self.walk != "auto":
+            ways: list[tuple[str, int]] = [(self.walk, _UNBOUNDED)]
+        else:
+            wanted = need if budget >= _UNBOUNDED else min(budget, 2 * need)
+            in_range = (
+                self._all.lists["fit"].count_from((job.cpu,))
+                if name in ("fit", "roomy")
+                else len(self._all)
+            )
+            scan = wanted * in_range / scope.size
+            merge = SHELF_COST * len(scope.shelves) + wanted
+            if scope.members < 0:
+                scope.members = sum(len(self._classes[cid].members) for cid in scope.classes)
+            enum = MEMBER_COST * scope.members
+            if enum < min(scan, merge):
+                ways = [("enumerate", _UNBOUNDED)]
+            elif scan <= merge:
+                ways = [("scan", int(SLACK * merge) + need), ("merge", int(SLACK * enum) + need)]
+            else:
+                ways = [("merge", int(SLACK * enum) + need)]
+            ways.append(("enumerate", _UNBOUNDED))
+        for way, limit in ways:
+            if way == "scan":
+                items = self._all.lists[name].irange(start)
+                got = self._scan(items, stop, job, scope.thresholds, need, budget, limit)
+            elif way == "merge":
+                iters = [shelf.lists[name].irange(start) for shelf in scope.shelves]
+                got = self._merge(iters, stop, job, scope.thresholds, need, budget, limit)
+            else:
+                got = self._enumerate(stream, job, scope, need, budget)
+            if got is not None:
+                return got
+        raise AssertionError("enumeration always completes")
+
+    def _scan(
+        self,
+        items: Iterator[Item],
+        stop: float | None,
+        job: JobDemand,
+        thresholds: dict[int, int],
+        need: int,
+        budget: int,
+        limit: int,
+    ) -> tuple[list[_Entry], int] | None:
+        """Walk the all-nodes shelf, skipping ineligible nodes; ``None`` past ``limit``."""
+        entries = self._entries
+        out: list[_Entry] = []
+        visits = seen = 0
+        for item in items:
+            if stop is not None and item[0] > stop:
+                break
+            visits += 1
+            if visits > limit:
+                return None
+            e = entries[item[-1]]
+            threshold = thresholds.get(e.cid)
+            if threshold is None or e.free_gpu < threshold:
+                continue
+            if seen >= budget:
+                break
+            seen += 1
+            if e.fits(job):
+                out.append(e)
+                if len(out) >= need:
+                    break
+        return out, seen
+
+    def _merge(
+        self,
+        iters: list[Iterator[Item]],
+        stop: float | None,
+        job: JobDemand,
+        thresholds: dict[int, int],
+        need: int,
+        budget: int,
+        limit: int,
+    ) -> tuple[list[_Entry], int] | None:
+        """Heap-merge the selected shelves (their nodes have enough free GPUs), skipping
+        nodes of ineligible classes; ``None`` past ``limit`` visits."""
+        entries = self._entries
+        heap: list[tuple[Item, int]] = []
+        for idx, it in enumerate(iters):
+            item = next(it, None)
+            if item is not None and (stop is None or item[0] <= stop):
+                heap.append((item, idx))
+        heapq.heapify(heap)
+        out: list[_Entry] = []
+        visits = seen = 0
+        while heap:
+            item, idx = heap[0]
+            visits += 1
+            if visits > limit:
+                return None
+            e = entries[item[-1]]
+            if e.cid in thresholds:
+                if seen >= budget:
+                    break
+                seen += 1
+                if e.fits(job):
+                    out.append(e)
+                    if len(out) >= need:
+                        break
+            nxt = next(iters[idx], None)
+            if nxt is None or (stop is not None and nxt[0] > stop):
+                heapq.heappop(heap)
+            else:
+                heapq.heapreplace(heap, (nxt, idx))
+        return out, seen
+
+    def _enumerate(
+        self, stream: str, job: JobDemand, scope: _Scope, need: int, budget: int
+    ) -> tuple[list[_Entry], int]:
+        """Sort the eligible members of the scope's classes: cheap when they are few."""
+        entries = self._entries
+        ranged = stream in RANGED_STREAMS
+        eligible: list[_Entry] = []
+        for cid in scope.classes:
+            threshold = scope.thresholds[cid]
+            for nid in self._classes[cid].members:
+                e = entries[nid]
+                if not e.walkable or e.free_gpu < threshold:
+                    continue
+                if ranged and e.free_cpu < job.cpu:
+                    continue
+                eligible.append(e)
+        eligible.sort(key=ITEMS[STREAM_LISTS[stream]])
+        out: list[_Entry] = []
+        seen = 0
+        for e in eligible:
+            if seen >= budget:
+                break
+            seen += 1
+            if e.fits(job):
+                out.append(e)
+                if len(out) >= need:
+                    break
+        return out, seen
+
+    # --- explaining --------------------------------------------------------------------
+
+    def static_summary(self, job: JobDemand) -> tuple[dict[str, int], tuple[str, ...]]:
+        """``(static rejection counts, ids of nodes passing every static filter)``.
+
+        Class filters run once per class; node filters once per member of a feasible class.
+        Cached per job static signature until a node is added, removed or reshaped.
+        """
+        sig = job.static_signature
+        hit = self._static_cache.get(sig)
+        if hit is not None:
+            return hit
+        counts: Counter[str] = Counter()
+        if self._disabled:
+            counts[DISABLED] = len(self._disabled)
+        feasible = self.feasibility(job).thresholds
+        matching: list[str] = []
+        for cid, cls in self._classes.items():
+            if cid not in feasible:
+                rejection = first_rejection(cls.rep, _ZERO, job, CLASS_FILTERS)
+                assert rejection is not None
+                counts[rejection.reason] += len(cls.members)
+                continue
+            for nid in cls.members:
+                rejection = first_rejection(self._entries[nid].node, _ZERO, job, NODE_FILTERS)
+                if rejection is None:
+                    matching.append(nid)
+                else:
+                    counts[rejection.reason] += 1
+        result = (dict(counts), tuple(matching))
+        if len(self._static_cache) >= _CACHE_LIMIT:
+            self._static_cache.clear()
+        self._static_cache[sig] = result
+        return result
+
+    def unplaced(self, job: JobDemand, *, explain: bool = True) -> Unplaced:
+        """Why ``job`` cannot be placed now (call when :meth:`candidates` is empty).
+
+        ``explain=False`` skips the per-node momentary breakdown (O(matching nodes)): the
+        outcome then counts only static rejections.
+        """
+        if not self._entries:
+            return Unplaced(EMPTY_FLEET, True, {}, 0)
+        static_counts, matching = self.static_summary(job)
+        counts = Counter(static_counts)
+        if matching and explain:
+            counts.update(self._busy_counts(job, matching))
+        return unplaced(counts, job, len(matching))
+
+    def _busy_counts(self, job: JobDemand, matching: tuple[str, ...]) -> dict[str, int]:
+        """The momentary filters, fused, over nodes that pass every static one: a node's
+        first reason is SLOTS_FULL, GPU_FREE, CPU_FREE or RAM_FREE (or none)."""
+        thresholds = self.feasibility(job).thresholds
+        entries = self._entries
+        slots = gpus = cpu = ram = 0
+        need_cpu, need_ram, need_gpu = job.cpu, job.ram, job.gpus
+        for nid in matching:
+            e = entries[nid]
+            if not e.walkable:
+                slots += 1
+            elif need_gpu and e.free_gpu < thresholds[e.cid]:
+                gpus += 1
+            elif e.free_cpu < need_cpu:
+                cpu += 1
+            elif e.free_ram < need_ram:
+                ram += 1
+        return {SLOTS_FULL: slots, GPU_FREE: gpus, CPU_FREE: cpu, RAM_FREE: ram}

@@ -1,0 +1,512 @@
+"""Placement inputs: node shapes, node loads and job demands (frozen, validated, pure).
+
+Shapes and demands normalise what they are given (vendors and architectures lower-cased,
+``amd64``/``aarch64`` folded into ``x86_64``/``arm64``, GPUs sorted, CUDA versions parsed)
+and precompute what the filters and scorers read on every decision, so the hot path does
+no parsing. A job's *reservation* (what it takes from a node's free capacity) and its
+*machine requirement* (what the node must have at all) are kept apart:
+
+* reservation: ``limits`` when given, else ``max(DEFAULT, requires.min)`` (1 CPU core,
+  2 GB RAM, no GPU; one GPU when ``requires.gpu.required`` and no ``gpu_count``);
+* requirement: ``max(requires.min, reservation)`` per dimension.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import IntEnum
+from typing import Any
+
+from .weights import WEIGHT_NAMES, DemandProblem, resolve_weights, weight_problems
+
+#: CPU cores a job reserves when its limits give none (and its stack asks for no more).
+DEFAULT_CPU_CORES = 1.0
+#: RAM (GB) a job reserves when its limits give none (and its stack asks for no more).
+DEFAULT_RAM_GB = 2.0
+
+_ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "aarch64": "arm64", "armv8": "arm64"}
+_VERSION = re.compile(r"^\s*v?(\d+(?:\.\d+)*)")
+
+CreatedAt = datetime | float | int | str
+"""Anything sortable; one queue must use one kind (all datetimes, all numbers...)."""
+
+
+class Tier(IntEnum):
+    """Node trust tiers, ordered: community < partner < trusted."""
+
+    COMMUNITY = 0
+    PARTNER = 1
+    TRUSTED = 2
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, value: Tier | str | int) -> Tier:
+        if isinstance(value, Tier):
+            return value
+        if isinstance(value, str):
+            try:
+                return cls[value.strip().upper()]
+            except KeyError:
+                valid = ", ".join(t.label for t in cls)
+                raise ValueError(f"unknown tier {value!r}; valid: {valid}") from None
+        return cls(value)
+
+
+def cuda_version(text: str | None) -> tuple[int, ...] | None:
+    """Parse a CUDA version for numeric comparison: ``"12.10"`` -> ``(12, 10)``.
+
+    Trailing zero components are dropped so ``"12"`` == ``"12.0"``; a missing or
+    unparseable version (an AMD card, ``"n/a"``) is ``None``, which meets no minimum.
+    """
+    if not text:
+        return None
+    match = _VERSION.match(text)
+    if match is None:
+        return None
+    parts = [int(p) for p in match.group(1).split(".")]
+    while len(parts) > 1 and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
+
+
+def cuda_at_least(have: str | None, want: str | None) -> bool:
+    """True when CUDA version ``have`` is at least ``want`` (no ``want`` is always true)."""
+    need = cuda_version(want)
+    if need is None:
+        return True
+    got = cuda_version(have)
+    return got is not None and got >= need
+
+
+def normalize_arch(arch: str) -> str:
+    low = arch.strip().lower()
+    return _ARCH_ALIASES.get(low, low)
+
+
+def _finite(name: str, value: float, *, minimum: float = 0.0) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value) or value < minimum:
+        raise ValueError(f"{name} must be a finite number >= {minimum:g}, got {value!r}")
+
+
+def _count(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+
+
+class DemandError(ValueError):
+    """A job's placement inputs are invalid; ``problems`` lists each (RunProblem-shaped)."""
+
+    def __init__(self, problems: list[DemandProblem]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(p.message for p in problems))
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Gpu:
+    """One GPU of a node. ``vendor`` is lower-cased; ``cuda`` may be empty (non-NVIDIA)."""
+
+    model: str
+    vendor: str = "nvidia"
+    vram_gb: float = 0.0
+    cuda: str = ""
+
+    def __post_init__(self) -> None:
+        _finite("gpu vram_gb", self.vram_gb)
+        object.__setattr__(self, "vendor", self.vendor.strip().lower())
+
+
+@dataclass(frozen=True, slots=True)
+class NodeShape:
+    """What a node *is*: its static capacity and attributes (changes only on re-register)."""
+
+    id: str
+    tier: Tier = Tier.COMMUNITY
+    disabled: bool = False
+    cpu_cores: float = 0.0
+    ram_gb: float = 0.0
+    disk_gb: float = 0.0
+    gpus: tuple[Gpu, ...] = ()
+    arch: str = "x86_64"
+    os: str = "linux"
+    capabilities: frozenset[str] = field(default_factory=frozenset)
+    max_concurrency: int = 1
+    dlperf: float = 0.0
+    reliability: float = 1.0
+    # Derived (set in __post_init__): (vendor, vram_gb, parsed cuda) per GPU.
+    gpu_specs: tuple[tuple[str, float, tuple[int, ...] | None], ...] = field(
+        init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            raise ValueError("node id must not be empty")
+        object.__setattr__(self, "tier", Tier.parse(self.tier))
+        for name in ("cpu_cores", "ram_gb", "disk_gb", "dlperf", "reliability"):
+            _finite(name, getattr(self, name))
+        _count("max_concurrency", self.max_concurrency)
+        gpus = tuple(sorted(self.gpus))
+        object.__setattr__(self, "gpus", gpus)
+        object.__setattr__(self, "arch", normalize_arch(self.arch))
+        object.__setattr__(self, "os", self.os.strip().lower())
+        object.__setattr__(self, "capabilities", frozenset(self.capabilities))
+        object.__setattr__(
+            self, "gpu_specs", tuple((g.vendor, g.vram_gb, cuda_version(g.cuda)) for g in gpus)
+        )
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def class_key(self) -> tuple[object, ...]:
+        """The attributes the class-level filters read; equal keys filter identically."""
+        return (self.tier, self.arch, self.capabilities, self.gpus)
+
+    @classmethod
+    def from_view(cls, view: Mapping[str, Any]) -> NodeShape:
+        """Build from the API's Node view (``gpu_models``, ``tier``...); extra keys ignored.
+
+        ``disk_gb`` and ``capabilities`` are read when present (the agent reports them).
+        """
+        gpus = tuple(
+            Gpu(
+                model=str(g.get("model", "")),
+                vendor=str(g.get("vendor", "") or "nvidia"),
+                vram_gb=float(g.get("vram_gb", 0) or 0),
+                cuda=str(g.get("cuda", "") or ""),
+            )
+            for g in view.get("gpu_models") or ()
+        )
+        return cls(
+            id=str(view["id"]),
+            tier=Tier.parse(view.get("tier") or "community"),
+            disabled=bool(view.get("disabled", False)),
+            cpu_cores=float(view.get("cpu_cores", 0) or 0),
+            ram_gb=float(view.get("ram_gb", 0) or 0),
+            disk_gb=float(view.get("disk_gb", 0) or 0),
+            gpus=gpus,
+            arch=str(view.get("arch") or "x86_64"),
+            os=str(view.get("os") or "linux"),
+            capabilities=frozenset(str(c) for c in view.get("capabilities") or ()),
+            max_concurrency=int(view.get("max_concurrency", 1) or 0),
+            dlperf=float(view.get("dlperf", 0) or 0),
+            reliability=float(1 if view.get("reliability") is None else view["reliability"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLoad:
+    """What a node is *doing*: committed load (changes with every placement and finish)."""
+
+    used_cpu: float = 0.0
+    used_ram: float = 0.0
+    used_gpu: int = 0
+    active_jobs: int = 0
+
+    def __post_init__(self) -> None:
+        _finite("used_cpu", self.used_cpu)
+        _finite("used_ram", self.used_ram)
+        _count("used_gpu", self.used_gpu)
+        _count("active_jobs", self.active_jobs)
+
+    def plus(self, cpu: float, ram: float, gpus: int, jobs: int = 1) -> NodeLoad:
+        """This load with a job's reservation added (negative values release it, floored at 0)."""
+        return NodeLoad(
+            used_cpu=max(0.0, self.used_cpu + cpu),
+            used_ram=max(0.0, self.used_ram + ram),
+            used_gpu=max(0, self.used_gpu + gpus),
+            active_jobs=max(0, self.active_jobs + jobs),
+        )
+
+    @classmethod
+    def from_view(cls, view: Mapping[str, Any]) -> NodeLoad:
+        return cls(
+            used_cpu=float(view.get("used_cpu", 0) or 0),
+            used_ram=float(view.get("used_ram", 0) or 0),
+            used_gpu=int(view.get("used_gpu", 0) or 0),
+            active_jobs=int(view.get("active_jobs", 0) or 0),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequirement:
+    """``requires.gpu``: any field other than ``required`` applies only when GPUs are needed."""
+
+    required: bool = False
+    min_vram_gb: float = 0.0
+    vendor: str = ""
+    cuda_min: str = ""
+
+    def __post_init__(self) -> None:
+        _finite("requires.gpu.min_vram_gb", self.min_vram_gb)
+        object.__setattr__(self, "vendor", self.vendor.strip().lower())
+        if self.cuda_min and cuda_version(self.cuda_min) is None:
+            raise DemandError(
+                [
+                    DemandProblem(
+                        "requires.gpu.cuda_min",
+                        "bad_value",
+                        f"requires.gpu.cuda_min {self.cuda_min!r} is not a version like '12.1'",
+                    )
+                ]
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Requires:
+    """The job's ``requires``: machine properties a node must have (never reserved)."""
+
+    gpu: GpuRequirement = field(default_factory=GpuRequirement)
+    min_cores: float = 0.0
+    min_ram_gb: float = 0.0
+    min_disk_gb: float = 0.0
+    arch: tuple[str, ...] = ()
+    min_tier: Tier = Tier.COMMUNITY
+    capabilities: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        _finite("requires.cpu.min_cores", self.min_cores)
+        _finite("requires.ram.min_gb", self.min_ram_gb)
+        _finite("requires.disk.min_gb", self.min_disk_gb)
+        object.__setattr__(
+            self, "arch", tuple(sorted({normalize_arch(a) for a in self.arch if a.strip()}))
+        )
+        object.__setattr__(self, "min_tier", Tier.parse(self.min_tier))
+        object.__setattr__(self, "capabilities", frozenset(self.capabilities))
+
+
+@dataclass(frozen=True, slots=True)
+class JobDemand:
+    """Everything placement needs to know about one queued job.
+
+    ``cpu_cores``/``ram_gb``/``gpu_count`` are the job's ``limits`` (0 = not given).
+    Derived fields (``cpu``, ``ram``, ``gpus``: the reservation; ``cpu_min``, ``ram_min``,
+    ``disk_min``: the machine requirement; ``weight_table``) are computed on construction.
+    Raises :class:`DemandError` for unknown weight names or presets and bad values.
+    """
+
+    job_id: str
+    priority: int = 100
+    created_at: CreatedAt = 0.0
+    cpu_cores: float = 0.0
+    ram_gb: float = 0.0
+    gpu_count: int = 0
+    requires: Requires = field(default_factory=Requires)
+    weights: Mapping[str, float] = field(default_factory=dict)
+    weights_preset: str | None = None
+    # Derived.
+    cpu: float = field(init=False, compare=False)
+    ram: float = field(init=False, compare=False)
+    gpus: int = field(init=False, compare=False)
+    cpu_min: float = field(init=False, compare=False, repr=False)
+    ram_min: float = field(init=False, compare=False, repr=False)
+    disk_min: float = field(init=False, compare=False, repr=False)
+    weight_table: Mapping[str, float] = field(init=False, compare=False, repr=False)
+    active_weights: tuple[tuple[str, float], ...] = field(init=False, compare=False, repr=False)
+    cuda_min_version: tuple[int, ...] | None = field(init=False, compare=False, repr=False)
+    class_signature: tuple[object, ...] = field(init=False, compare=False, repr=False)
+    static_signature: tuple[object, ...] = field(init=False, compare=False, repr=False)
+    fit_signature: tuple[object, ...] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        problems = weight_problems(self.weights, self.weights_preset)
+        for key, value in (
+            ("limits.cpu_cores", self.cpu_cores),
+            ("limits.ram_gb", self.ram_gb),
+        ):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not (math.isfinite(value) and value >= 0)
+            ):
+                problems.append(DemandProblem(key, "out_of_range", f"{key} must be >= 0"))
+        gpu_count = self.gpu_count
+        if isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or gpu_count < 0:
+            problems.append(
+                DemandProblem("limits.gpu_count", "out_of_range", "limits.gpu_count must be >= 0")
+            )
+        if problems:
+            raise DemandError(problems)
+        req = self.requires
+        set_ = object.__setattr__
+        set_(self, "weights", dict(self.weights))
+        cpu = float(self.cpu_cores) or max(DEFAULT_CPU_CORES, req.min_cores)
+        ram = float(self.ram_gb) or max(DEFAULT_RAM_GB, req.min_ram_gb)
+        set_(self, "cpu", cpu)
+        set_(self, "ram", ram)
+        set_(self, "gpus", gpu_count or (1 if req.gpu.required else 0))
+        set_(self, "cpu_min", max(req.min_cores, cpu))
+        set_(self, "ram_min", max(req.min_ram_gb, ram))
+        set_(self, "disk_min", float(req.min_disk_gb))
+        table = resolve_weights(self.weights_preset, self.weights)
+        set_(self, "weight_table", table)
+        set_(self, "active_weights", tuple((k, w) for k, w in table.items() if w > 0))
+        # Signatures: jobs with equal signatures get equal verdicts from the filters that
+        # read them (class-level ones; all static ones; static plus reservation).
+        gpu = req.gpu
+        cuda_min = cuda_version(gpu.cuda_min) if self.gpus else None
+        set_(self, "cuda_min_version", cuda_min)
+        gpu_sig: tuple[object, ...] = (
+            (self.gpus, gpu.min_vram_gb, gpu.vendor, cuda_min) if self.gpus else (0,)
+        )
+        class_sig = (req.min_tier, req.arch, req.capabilities, gpu_sig)
+        static_sig = (class_sig, self.cpu_min, self.ram_min, self.disk_min)
+        set_(self, "class_signature", class_sig)
+        set_(self, "static_signature", static_sig)
+        set_(self, "fit_signature", (static_sig, cpu, ram, self.gpus))
+
+    @property
+    def sort_key(self) -> tuple[int, CreatedAt, str]:
+        """Queue order: higher priority first, then oldest, then job id."""
+        return (-self.priority, self.created_at, self.job_id)
+
+    @classmethod
+    def from_spec(
+        cls,
+        job_id: str,
+        *,
+        priority: int = 100,
+        created_at: CreatedAt = 0.0,
+        limits: Mapping[str, Any] | None = None,
+        requires: Mapping[str, Any] | None = None,
+        weights: Mapping[str, Any] | None = None,
+        weights_preset: str | None = None,
+    ) -> JobDemand:
+        """Build from the submit body's ``limits``/``requires``/``weights`` maps.
+
+        Raises :class:`DemandError` listing every problem (keys like ``requires.gpu.vendor``).
+        """
+        problems: list[DemandProblem] = []
+        limits = limits or {}
+        requires = requires or {}
+
+        def num(src: Mapping[str, Any], name: str, key: str) -> float:
+            value = src.get(name, 0)
+            if value is None:
+                return 0.0
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                problems.append(DemandProblem(key, "bad_type", f"{key} must be a number"))
+                return 0.0
+            if not math.isfinite(value) or value < 0:
+                problems.append(DemandProblem(key, "out_of_range", f"{key} must be >= 0"))
+                return 0.0
+            return float(value)
+
+        def sub(name: str) -> Mapping[str, Any]:
+            value = requires.get(name) or {}
+            if not isinstance(value, Mapping):
+                key = f"requires.{name}"
+                problems.append(DemandProblem(key, "bad_type", f"{key} must be an object"))
+                return {}
+            return value
+
+        def strings(value: Any, key: str) -> tuple[str, ...]:
+            if value is None:
+                return ()
+            if isinstance(value, str) or not isinstance(value, Iterable):
+                problems.append(DemandProblem(key, "bad_type", f"{key} must be a list of strings"))
+                return ()
+            items = tuple(value)
+            if not all(isinstance(v, str) for v in items):
+                problems.append(DemandProblem(key, "bad_type", f"{key} must be a list of strings"))
+                return ()
+            return items
+
+        gpu_map, cpu_map, ram_map, disk_map, trust_map = (
+            sub("gpu"),
+            sub("cpu"),
+            sub("ram"),
+            sub("disk"),
+            sub("trust"),
+        )
+        gpu_count = num(limits, "gpu_count", "limits.gpu_count")
+        if gpu_count != int(gpu_count):
+            problems.append(
+                DemandProblem("limits.gpu_count", "bad_type", "limits.gpu_count must be an integer")
+            )
+        tier: Tier = Tier.COMMUNITY
+        raw_tier = trust_map.get("min_tier")
+        if raw_tier:
+            try:
+                tier = Tier.parse(raw_tier)
+            except (ValueError, KeyError):
+                valid = ", ".join(t.label for t in Tier)
+                problems.append(
+                    DemandProblem(
+                        "requires.trust.min_tier",
+                        "bad_value",
+                        f"unknown tier {raw_tier!r}; valid: {valid}",
+                    )
+                )
+        cuda_min = str(gpu_map.get("cuda_min") or "")
+        if cuda_min and cuda_version(cuda_min) is None:
+            problems.append(
+                DemandProblem(
+                    "requires.gpu.cuda_min",
+                    "bad_value",
+                    f"requires.gpu.cuda_min {cuda_min!r} is not a version like '12.1'",
+                )
+            )
+            cuda_min = ""
+        weight_map = dict(weights or {})
+        problems.extend(weight_problems(weight_map, weights_preset))
+        arch = strings(requires.get("arch"), "requires.arch")
+        caps = strings(requires.get("capabilities"), "requires.capabilities")
+        spec = Requires(
+            gpu=GpuRequirement(
+                required=bool(gpu_map.get("required", False)),
+                min_vram_gb=num(gpu_map, "min_vram_gb", "requires.gpu.min_vram_gb"),
+                vendor=str(gpu_map.get("vendor") or ""),
+                cuda_min=cuda_min,
+            ),
+            min_cores=num(cpu_map, "min_cores", "requires.cpu.min_cores"),
+            min_ram_gb=num(ram_map, "min_gb", "requires.ram.min_gb"),
+            min_disk_gb=num(disk_map, "min_gb", "requires.disk.min_gb"),
+            arch=arch,
+            min_tier=tier,
+            capabilities=frozenset(caps),
+        )
+        cpu_cores = num(limits, "cpu_cores", "limits.cpu_cores")
+        ram_gb = num(limits, "ram_gb", "limits.ram_gb")
+        if problems:
+            raise DemandError(problems)
+        return cls(
+            job_id=job_id,
+            priority=priority,
+            created_at=created_at,
+            cpu_cores=cpu_cores,
+            ram_gb=ram_gb,
+            gpu_count=int(gpu_count),
+            requires=spec,
+            weights={k: float(v) for k, v in weight_map.items()},
+            weights_preset=weights_preset,
+        )
+
+
+__all__ = [
+    "DEFAULT_CPU_CORES",
+    "DEFAULT_RAM_GB",
+    "WEIGHT_NAMES",
+    "CreatedAt",
+    "DemandError",
+    "DemandProblem",
+    "Gpu",
+    "GpuRequirement",
+    "JobDemand",
+    "NodeLoad",
+    "NodeShape",
+    "Requires",
+    "Tier",
+    "cuda_at_least",
+    "cuda_version",
+    "normalize_arch",
+]

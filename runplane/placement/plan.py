@@ -1,0 +1,210 @@
+"""Decisions: place one job, plan a queue, and the brute-force reference they must match."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from .explain import EMPTY_FLEET, Placement, Unplaced, unplaced
+from .filters import FILTERS, first_rejection
+from .fleet import (
+    DEFAULT_PER_STREAM,
+    ITEMS,
+    RANGED_STREAMS,
+    STREAM_BUDGET,
+    STREAM_LISTS,
+    Fleet,
+    entry,
+    streams_for,
+)
+from .model import JobDemand, NodeLoad, NodeShape
+from .scoring import score_breakdown, score_gpu_fit
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """Job ``job_id`` goes to ``node_id``, reserving ``cpu``/``ram_gb``/``gpus`` and a slot.
+
+    The committer applies it (``fleet.reserve(node_id, job)`` or its own bookkeeping)."""
+
+    job_id: str
+    node_id: str
+    score: float
+    cpu: float
+    ram_gb: float
+    gpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A plan over a queue: ``assignments`` in decision order, ``waiting`` per job that
+    stays queued, and ``loads``: the resulting load of every node the plan touched (the
+    delta a committer may apply wholesale)."""
+
+    assignments: list[Assignment] = field(default_factory=list)
+    waiting: dict[str, Unplaced] = field(default_factory=dict)
+    loads: dict[str, NodeLoad] = field(default_factory=dict)
+
+
+def queue_order(jobs: Iterable[JobDemand]) -> list[JobDemand]:
+    """Jobs in decision order: higher priority first, then oldest, then job id."""
+    return sorted(jobs, key=lambda j: j.sort_key)
+
+
+def _best(job: JobDemand, candidates: Iterable[tuple[NodeShape, NodeLoad]]) -> Placement | None:
+    best: tuple[float, str, tuple[tuple[str, float], ...]] | None = None
+    considered = 0
+    for node, load in candidates:
+        considered += 1
+        total, parts = score_breakdown(node, load, job)
+        if best is None or total > best[0] or (total == best[0] and node.id < best[1]):
+            best = (total, node.id, parts)
+    if best is None:
+        return None
+    return Placement(best[1], best[0], best[2], considered)
+
+
+def place(job: JobDemand, fleet: Fleet, *, explain: bool = True) -> Placement | Unplaced:
+    """Decide where ``job`` goes on ``fleet`` now (the fleet is not changed).
+
+    The best of the index's candidates by score (ties: lowest node id), or why it waits.
+    """
+    found = _best(job, fleet.candidates(job))
+    if found is not None:
+        return found
+    return fleet.unplaced(job, explain=explain)
+
+
+def plan(queue: Iterable[JobDemand], fleet: Fleet, *, explain: bool = True) -> Plan:
+    """Place a queue in :func:`queue_order`, each assignment's reservation counted against
+    the jobs after it (on a working copy: ``fleet`` is not changed).
+
+    Greedy with backfill: a job that does not fit waits and later, smaller jobs may still
+    be placed. Loads only grow during a plan, so once a job fails, every later job with
+    the same :attr:`JobDemand.fit_signature` fails too: it reuses the first one's outcome
+    without a search.
+    """
+    work = fleet.copy()
+    result = Plan()
+    failed: dict[tuple[object, ...], Unplaced] = {}
+    for job in queue_order(queue):
+        known = failed.get(job.fit_signature)
+        if known is not None:
+            result.waiting[job.job_id] = known
+            continue
+        outcome = place(job, work, explain=explain)
+        if isinstance(outcome, Unplaced):
+            failed[job.fit_signature] = outcome
+            result.waiting[job.job_id] = outcome
+            continue
+        result.loads[outcome.node_id] = work.reserve(outcome.node_id, job)
+        result.assignments.append(
+            Assignment(job.job_id, outcome.node_id, outcome.score, job.cpu, job.ram, job.gpus)
+        )
+    return result
+
+
+# --- the reference: every node filtered, every stream sorted in full ---------------------
+
+#: Filters that make a node *eligible* for a stream (walkable, class, free GPUs)...
+_ELIGIBILITY = frozenset(
+    {"disabled", "trust", "arch", "capabilities", "gpu", "slots", "slots_free", "gpu_free"}
+)
+#: ...and the rest, that make an eligible node *fit* (CPU, RAM, disk).
+_ELIGIBLE = tuple(f for f in FILTERS if f.name in _ELIGIBILITY)
+_FITS = tuple(f for f in FILTERS if f.name not in _ELIGIBILITY)
+
+
+def stream_key(stream: str, job: JobDemand) -> Callable[[NodeShape, NodeLoad], tuple[object, ...]]:
+    """The order a candidate stream visits nodes in (smallest key first): the index's
+    sorted-list item (:data:`~runplane.placement.fleet.ITEMS`); for ``gpu_fit``, the
+    ``fit`` item behind the node's ``gpu_fit`` score, best first."""
+    if stream == "gpu_fit":
+        fit = ITEMS["fit"]
+        return lambda n, ld: (-score_gpu_fit(n, ld, job), *fit(entry(n, ld)))
+    item = ITEMS[STREAM_LISTS[stream]]
+    return lambda n, ld: item(entry(n, ld))
+
+
+def reference_candidates(
+    job: JobDemand,
+    nodes: Iterable[tuple[NodeShape, NodeLoad]],
+    *,
+    per_stream: int = DEFAULT_PER_STREAM,
+    stream_budget: int = STREAM_BUDGET,
+) -> list[tuple[NodeShape, NodeLoad]]:
+    """Brute-force candidate set: per stream, sort every eligible node, keep the first
+    ``stream_budget * per_stream`` (not for ``fit``), take the first ``per_stream`` that fit."""
+    eligible = [(n, ld) for n, ld in nodes if first_rejection(n, ld, job, _ELIGIBLE) is None]
+    chosen: dict[str, tuple[NodeShape, NodeLoad]] = {}
+    for stream in streams_for(job):
+        pool = eligible
+        if stream in RANGED_STREAMS:
+            pool = [(n, ld) for n, ld in pool if n.cpu_cores - ld.used_cpu >= job.cpu]
+        key = stream_key(stream, job)
+        visited = sorted(pool, key=lambda p: key(*p))
+        if stream != "fit":
+            visited = visited[: stream_budget * per_stream]
+        fitting = [p for p in visited if first_rejection(p[0], p[1], job, _FITS) is None]
+        for node, load in fitting[:per_stream]:
+            chosen[node.id] = (node, load)
+    return list(chosen.values())
+
+
+def reference_place(
+    job: JobDemand,
+    nodes: Iterable[tuple[NodeShape, NodeLoad]],
+    *,
+    per_stream: int = DEFAULT_PER_STREAM,
+    stream_budget: int = STREAM_BUDGET,
+) -> Placement | Unplaced:
+    """Brute force over every node: what :func:`place` must return (tests, benchmarks).
+
+    With ``per_stream`` at least the fleet size it scores every feasible node.
+    """
+    pairs = list(nodes)
+    if not pairs:
+        return Unplaced(EMPTY_FLEET, True, {}, 0)
+    counts: Counter[str] = Counter()
+    matching = 0
+    for node, load in pairs:
+        rejection = first_rejection(node, load, job)
+        if rejection is None or not rejection.static:
+            matching += 1
+        if rejection is not None:
+            counts[rejection.reason] += 1
+    candidates = reference_candidates(
+        job, pairs, per_stream=per_stream, stream_budget=stream_budget
+    )
+    found = _best(job, candidates)
+    if found is not None:
+        return found
+    return unplaced(counts, job, matching)
+
+
+def reference_plan(
+    queue: Iterable[JobDemand],
+    nodes: Mapping[str, tuple[NodeShape, NodeLoad]],
+    *,
+    per_stream: int = DEFAULT_PER_STREAM,
+    stream_budget: int = STREAM_BUDGET,
+) -> Plan:
+    """Brute-force :func:`plan` (no memo of failures)."""
+    work = dict(nodes)
+    result = Plan()
+    for job in queue_order(queue):
+        outcome = reference_place(
+            job, work.values(), per_stream=per_stream, stream_budget=stream_budget
+        )
+        if isinstance(outcome, Unplaced):
+            result.waiting[job.job_id] = outcome
+            continue
+        node, load = work[outcome.node_id]
+        load = load.plus(job.cpu, job.ram, job.gpus, 1)
+        work[outcome.node_id] = (node, load)
+        result.loads[outcome.node_id] = load
+        result.assignments.append(
+            Assignment(job.job_id, outcome.node_id, outcome.score, job.cpu, job.ram, job.gpus)
+        )
+    return result

@@ -1,0 +1,110 @@
+"""The job phase machine, table-driven, no trio."""
+
+from __future__ import annotations
+
+import pytest
+
+from runplane.jobs.phase import (
+    MAX_ATTEMPTS,
+    Assigned,
+    CancelRequested,
+    Effect,
+    Finished,
+    InvalidTransition,
+    JobState,
+    NodeLost,
+    Phase,
+    Pulling,
+    Running,
+    StaleAttempt,
+    transition,
+)
+
+Q, A, P, R = Phase.QUEUED, Phase.ASSIGNED, Phase.PULLING, Phase.RUNNING
+S, F, T, C = Phase.SUCCEEDED, Phase.FAILED, Phase.TIMEOUT, Phase.CANCELLED
+
+
+def st(phase: Phase, attempt: int = 1, attempts: int = 0) -> JobState:
+    node = "node_a" if phase.on_node else None
+    return JobState(phase=phase, attempt=attempt, attempts=attempts, node_id=node)
+
+
+VALID = [
+    (JobState(Q), Assigned("node_a"), A, (Effect.RUN_ON_NODE,)),
+    (st(A), Pulling(1), P, ()),
+    (st(A), Running(1), R, ()),
+    (st(P), Running(1), R, ()),
+    (st(R), Finished(1, S), S, (Effect.RELEASE,)),
+    (st(R), Finished(1, F, "exit code 3"), F, (Effect.RELEASE,)),
+    (st(R), Finished(1, T, "timed out"), T, (Effect.RELEASE,)),
+    (st(P), Finished(1, F, "workspace failed"), F, (Effect.RELEASE,)),
+    (st(A), Finished(1, C), C, (Effect.RELEASE,)),
+    (JobState(Q), CancelRequested(), C, (Effect.DEQUEUE,)),
+    (st(A), CancelRequested(), C, (Effect.CANCEL_ON_NODE, Effect.RELEASE)),
+    (st(R), CancelRequested(), C, (Effect.CANCEL_ON_NODE, Effect.RELEASE)),
+    (st(R), NodeLost(1), Q, (Effect.RELEASE, Effect.COUNT_LOST, Effect.ENQUEUE)),
+    (st(A), NodeLost(1), Q, (Effect.RELEASE, Effect.COUNT_LOST, Effect.ENQUEUE)),
+    (st(R, 3, MAX_ATTEMPTS - 1), NodeLost(3), F, (Effect.RELEASE, Effect.COUNT_LOST)),
+]
+
+
+@pytest.mark.parametrize(("state", "event", "phase", "effects"), VALID)
+def test_valid_transitions(
+    state: JobState, event: object, phase: Phase, effects: tuple[Effect, ...]
+) -> None:
+    nxt, got = transition(state, event, now_ms=1000)  # type: ignore[arg-type]
+    assert nxt.phase is phase
+    assert got == effects
+
+
+INVALID = [
+    (JobState(Q), Pulling(0)),
+    (JobState(Q), Running(0)),
+    (JobState(Q), Finished(0, S)),
+    (JobState(Q), NodeLost(0)),
+    (st(A), Assigned("node_b")),
+    (st(R), Pulling(1)),
+    (st(R), Assigned("node_b")),
+    (st(R), Finished(1, R)),
+    *[(st(term), CancelRequested()) for term in (S, F, T, C)],
+    *[(st(term), Finished(1, S)) for term in (S, F, T, C)],
+    *[(st(term), NodeLost(1)) for term in (S, F, T, C)],
+    *[(st(term), Running(1)) for term in (S, F, T, C)],
+]
+
+
+@pytest.mark.parametrize(("state", "event"), INVALID)
+def test_invalid_transitions_are_refused(state: JobState, event: object) -> None:
+    with pytest.raises(InvalidTransition):
+        transition(state, event, now_ms=1000)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "event", [Pulling(1), Running(1), Finished(1, S), NodeLost(1)]
+)
+def test_report_from_old_attempt_is_fenced(event: object) -> None:
+    state = st(R, attempt=2, attempts=1)
+    with pytest.raises(StaleAttempt):
+        transition(state, event, now_ms=1000)  # type: ignore[arg-type]
+
+
+def test_assignment_counts_attempts_and_loss_requeues() -> None:
+    state = JobState(Q)
+    for lost in range(1, MAX_ATTEMPTS + 1):
+        state, _ = transition(state, Assigned(f"node_{lost}"), 10)
+        assert state.attempt == lost and state.node_id == f"node_{lost}"
+        state, _ = transition(state, Running(lost), 20)
+        assert state.started_at == 20
+        state, _ = transition(state, NodeLost(lost, "no heartbeat"), 30)
+        assert state.attempts == lost
+    assert state.phase is F
+    assert "lost its node 3 times" in (state.error or "")
+    assert state.finished_at == 30
+
+
+def test_finish_times_and_error() -> None:
+    state, _ = transition(st(A), Running(1), 100)
+    state, _ = transition(state, Finished(1, F, "exit code 3"), 250)
+    assert (state.started_at, state.finished_at, state.error) == (100, 250, "exit code 3")
+    ok, _ = transition(st(R), Finished(1, S, "ignored"), 5)
+    assert ok.error is None

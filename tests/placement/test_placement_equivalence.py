@@ -1,0 +1,237 @@
+"""The index must agree exactly with a brute-force scan over every node (hypothesis)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from runplane.placement import (
+    Fleet,
+    Gpu,
+    GpuRequirement,
+    JobDemand,
+    NodeLoad,
+    NodeShape,
+    Requires,
+    Tier,
+    place,
+    plan,
+    reference_place,
+    reference_plan,
+)
+
+A = Gpu("A", "nvidia", 24, "12.2")
+B = Gpu("B", "nvidia", 80, "12.10")
+C = Gpu("C", "amd", 16, "")
+D = Gpu("D", "nvidia", 12, "11.8")
+GPU_SETS = [(), (), (A,), (A, A), (B,), (B, B, B, B), (C,), (C, C), (A, D), (B, A, D)]
+CAPS = [frozenset(), frozenset({"docker"}), frozenset({"docker", "kvm"}), frozenset({"kvm"})]
+NODE_IDS = [f"n{i:02d}" for i in range(40)]
+
+
+def often(common: object, *rare: object) -> st.SearchStrategy[object]:
+    """Mostly ``common``, sometimes one of ``rare`` (keeps most jobs placeable)."""
+    return st.sampled_from([common] * 8 + list(rare))
+
+
+@st.composite
+def nodes(draw: st.DrawFn) -> tuple[NodeShape, NodeLoad]:
+    gpus = draw(st.sampled_from(GPU_SETS))
+    # Weighted by repetition: mostly roomy nodes, a tail of small and degenerate ones.
+    cores = draw(st.sampled_from([16] * 3 + [8] * 3 + [32, 4, 2, 1, 0]))
+    ram = draw(st.sampled_from([64] * 3 + [16] * 3 + [4, 2, 1, 0]))
+    slots = draw(st.sampled_from([8] * 3 + [2] * 2 + [3, 1, 0]))
+    shape = NodeShape(
+        id=draw(st.sampled_from(NODE_IDS)),
+        tier=draw(st.sampled_from(list(Tier))),
+        disabled=draw(often(False, True)),
+        cpu_cores=cores,
+        ram_gb=ram,
+        disk_gb=draw(often(200, 50, 0)),  # type: ignore[arg-type]
+        gpus=gpus,
+        arch=draw(often("x86_64", "arm64", "aarch64")),
+        capabilities=draw(st.sampled_from(CAPS)),
+        max_concurrency=slots,
+        dlperf=draw(st.sampled_from([0.0, 10.0, 50.0, 120.0])),
+        reliability=draw(st.sampled_from([0.0, 0.5, 0.9, 1.0])),
+    )
+    load = NodeLoad(
+        used_cpu=draw(st.sampled_from([0] * 3 + [1, 0.5, 2, 4, 8, 17])),
+        used_ram=draw(st.sampled_from([0] * 3 + [1, 2, 8, 30, 70])),
+        used_gpu=draw(st.integers(0, len(gpus) + 1)),
+        active_jobs=draw(st.integers(0, slots + 1)),
+    )
+    return shape, load
+
+
+@st.composite
+def jobs(draw: st.DrawFn, job_id: str = "j") -> JobDemand:
+    return JobDemand(
+        job_id=job_id,
+        priority=draw(st.sampled_from([50, 100, 200])),
+        created_at=draw(st.integers(0, 5)),
+        cpu_cores=draw(st.sampled_from([0] * 3 + [0.5, 1, 2, 4, 8])),
+        ram_gb=draw(st.sampled_from([0] * 3 + [1, 4, 16])),
+        gpu_count=draw(often(0, 1, 2, 4)),  # type: ignore[arg-type]
+        requires=Requires(
+            gpu=GpuRequirement(
+                required=draw(often(False, True)),  # type: ignore[arg-type]
+                min_vram_gb=draw(often(0, 16, 24, 80)),  # type: ignore[arg-type]
+                vendor=draw(often("", "nvidia", "AMD")),  # type: ignore[arg-type]
+                cuda_min=draw(often("", "12.2", "12.9", "11")),  # type: ignore[arg-type]
+            ),
+            min_cores=draw(often(0, 2, 8)),  # type: ignore[arg-type]
+            min_ram_gb=draw(often(0, 4, 32)),  # type: ignore[arg-type]
+            min_disk_gb=draw(often(0, 100)),  # type: ignore[arg-type]
+            arch=draw(often((), ("arm64",), ("x86_64", "amd64"))),  # type: ignore[arg-type]
+            min_tier=draw(often(Tier.COMMUNITY, Tier.PARTNER, Tier.TRUSTED)),  # type: ignore[arg-type]
+            capabilities=draw(often(frozenset(), frozenset({"kvm"}))),  # type: ignore[arg-type]
+        ),
+        weights=draw(
+            st.dictionaries(
+                st.sampled_from(["binpack", "spread", "gpu_fit", "dlperf", "reliability"]),
+                st.sampled_from([0.0, 0.5, 1.0, 3.0]),
+                max_size=3,
+            )
+        ),
+        weights_preset=draw(st.sampled_from([None, "training", "interactive", "batch"])),
+    )
+
+
+def unique(pairs: list[tuple[NodeShape, NodeLoad]]) -> dict[str, tuple[NodeShape, NodeLoad]]:
+    """The drawn nodes under distinct ids (ids in reverse draw order, so id order and
+    draw order differ)."""
+    n = len(pairs)
+    renamed = [(replace(shape, id=f"m{n - i:03d}"), load) for i, (shape, load) in enumerate(pairs)]
+    return {shape.id: (shape, load) for shape, load in renamed}
+
+
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FEWER = settings(SETTINGS, max_examples=150)
+
+
+@SETTINGS
+@given(
+    fleet=st.lists(nodes(), min_size=1, max_size=60),
+    job=jobs(),
+    per_stream=st.integers(1, 4),
+    walk=st.sampled_from(["auto", "scan", "merge", "enumerate"]),
+)
+def test_place_matches_brute_force(
+    fleet: list[tuple[NodeShape, NodeLoad]], job: JobDemand, per_stream: int, walk: str
+) -> None:
+    by_id = unique(fleet)
+    indexed = Fleet(by_id.values(), per_stream=per_stream, walk=walk)  # type: ignore[arg-type]
+    expected = reference_place(job, by_id.values(), per_stream=per_stream)
+    assert place(job, indexed) == expected
+
+
+@FEWER
+@given(
+    fleet=st.lists(nodes(), min_size=25, max_size=80),
+    job=jobs(),
+    per_stream=st.integers(1, 3),
+    walk=st.sampled_from(["auto", "scan", "merge", "enumerate"]),
+    budget=st.sampled_from([0, 1, 2, 16]),
+)
+def test_bounded_candidates_on_larger_fleets_match_brute_force(
+    fleet: list[tuple[NodeShape, NodeLoad]],
+    job: JobDemand,
+    per_stream: int,
+    walk: str,
+    budget: int,
+) -> None:
+    """Many feasible nodes per job: the per-stream bound, budgets and fallbacks all bite."""
+    by_id = unique(fleet)
+    indexed = Fleet(
+        by_id.values(),
+        per_stream=per_stream,
+        walk=walk,  # type: ignore[arg-type]
+        stream_budget=budget,
+    )
+    expected = reference_place(job, by_id.values(), per_stream=per_stream, stream_budget=budget)
+    assert place(job, indexed) == expected
+
+
+@FEWER
+@given(fleet=st.lists(nodes(), max_size=30), job=jobs())
+def test_exhaustive_candidates_score_every_feasible_node(
+    fleet: list[tuple[NodeShape, NodeLoad]], job: JobDemand
+) -> None:
+    by_id = unique(fleet)
+    indexed = Fleet(by_id.values(), per_stream=100)
+    assert place(job, indexed) == reference_place(job, by_id.values(), per_stream=100)
+
+
+Op = tuple[str, object]
+
+
+@st.composite
+def operations(draw: st.DrawFn) -> list[Op]:
+    ops: list[Op] = []
+    for _ in range(draw(st.integers(0, 60))):
+        kind = draw(st.sampled_from(["upsert", "upsert", "load", "remove", "shape"]))
+        if kind in ("upsert", "shape"):
+            ops.append((kind, draw(nodes())))
+        elif kind == "load":
+            ops.append((kind, (draw(st.sampled_from(NODE_IDS)), draw(nodes())[1])))
+        else:
+            ops.append((kind, draw(st.sampled_from(NODE_IDS))))
+    return ops
+
+
+@FEWER
+@given(ops=operations(), job=jobs(), per_stream=st.integers(1, 4))
+def test_index_maintenance_matches_brute_force(
+    ops: list[Op], job: JobDemand, per_stream: int
+) -> None:
+    indexed = Fleet(per_stream=per_stream)
+    model: dict[str, tuple[NodeShape, NodeLoad]] = {}
+    for kind, arg in ops:
+        if kind == "upsert":
+            shape, load = arg  # type: ignore[misc]
+            indexed.upsert(shape, load)
+            model[shape.id] = (shape, load)
+        elif kind == "shape":  # re-register without a load: keeps the known load
+            shape, load = arg  # type: ignore[misc]
+            indexed.upsert(shape)
+            model[shape.id] = (shape, model[shape.id][1] if shape.id in model else NodeLoad())
+        elif kind == "load":
+            node_id, load = arg  # type: ignore[misc]
+            if node_id in model:
+                indexed.update_load(node_id, load)
+                model[node_id] = (model[node_id][0], load)
+        else:
+            assert indexed.remove(arg) == (arg in model)  # type: ignore[arg-type]
+            model.pop(arg, None)  # type: ignore[call-overload]
+        # Every step keeps the index consistent: decisions agree with brute force.
+    assert sorted(indexed, key=lambda p: p[0].id) == sorted(model.values(), key=lambda p: p[0].id)
+    assert place(job, indexed) == reference_place(job, model.values(), per_stream=per_stream)
+    assert place(job, indexed.copy()) == place(job, indexed)
+
+
+@FEWER
+@given(
+    fleet=st.lists(nodes(), max_size=25),
+    queue=st.lists(st.integers(0, 10**6), max_size=12).flatmap(
+        lambda ids: st.tuples(*[jobs(job_id=f"j{i}") for i in range(len(ids))])
+    ),
+    per_stream=st.integers(1, 4),
+)
+def test_plan_matches_brute_force(
+    fleet: list[tuple[NodeShape, NodeLoad]], queue: tuple[JobDemand, ...], per_stream: int
+) -> None:
+    by_id = unique(fleet)
+    indexed = Fleet(by_id.values(), per_stream=per_stream)
+    before = sorted(indexed, key=lambda p: p[0].id)
+    got = plan(queue, indexed)
+    want = reference_plan(queue, by_id, per_stream=per_stream)
+    assert got.assignments == want.assignments
+    assert got.loads == want.loads
+    assert got.waiting.keys() == want.waiting.keys()
+    for job_id, outcome in got.waiting.items():
+        assert outcome.static == want.waiting[job_id].static
+    # The plan worked on a copy.
+    assert sorted(indexed, key=lambda p: p[0].id) == before
