@@ -249,6 +249,8 @@ class JobActor(Actor[JobMsg]):
         extra: dict[str, Any] = {}
         if after.phase.terminal:
             extra["final_metrics"] = to_json(self.final_metrics)
+            # lines past the cap write nothing while they arrive: the counts land here
+            extra["log_lines"], extra["log_dropped"] = self.log_lines, self.log_dropped
             if self.log_dropped:
                 self._system_line(
                     events,

@@ -50,10 +50,12 @@ def e2e_settings(data_dir: Path, **env: str) -> Settings:
     return load_settings(base)
 
 
-async def start_server(nursery: trio.Nursery, settings: Settings, **root: Any) -> LiveServer:
+async def start_server(
+    nursery: trio.Nursery, settings: Settings, *, port: int = 0, **root: Any
+) -> LiveServer:
     app = create_app(settings, **root)
     config = Config()
-    config.bind = ["127.0.0.1:0"]
+    config.bind = [f"127.0.0.1:{port}"]
     config.graceful_timeout = 2
     stop = trio.Event()
     server_done = trio.Event()
