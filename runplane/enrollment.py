@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from runplane.ids import hash_secret, new_id, new_secret, secrets_equal
 from runplane.persistence import Row, Store, Tx, now_ms
 from runplane.settings import Settings
+from runplane.timefmt import iso_ms
 
 log = logging.getLogger("runplane.enrollment")
 
@@ -107,12 +107,6 @@ class EnrollmentRefused(Exception):
         super().__init__(reason)
         self.code = code
         self.reason = reason
-
-
-def iso_ms(ms: int) -> str:
-    """Unix milliseconds as ISO 8601 UTC with milliseconds and ``Z``."""
-    seconds, millis = divmod(ms, 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
 
 
 def coerce_tier(value: object) -> str:

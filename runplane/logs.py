@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import logging
 import sys
-import time
 from typing import Any, TextIO
+
+from runplane.timefmt import iso_ms
 
 # Attributes every LogRecord has; anything else on a record came from ``extra``.
 _STANDARD = frozenset(
@@ -20,14 +21,10 @@ _STANDARD = frozenset(
 )
 
 
-def _iso_ms(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts * 1000) % 1000:03d}Z"
-
-
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
-            "ts": _iso_ms(record.created),
+            "ts": iso_ms(int(record.created * 1000)),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),

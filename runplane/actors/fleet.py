@@ -16,10 +16,10 @@ from runplane.actors.node import (
 )
 from runplane.agent import protocol as p
 from runplane.jobs.phase import ON_NODE
-from runplane.jobs.view import iso_ms
 from runplane.persistence import Store, from_json, now_ms, to_json
 from runplane.runtime import ActorGone, ActorRef, MailboxClosed, Registry
 from runplane.settings import Settings
+from runplane.timefmt import iso_ms_or_none
 
 NODE_KIND = "node"
 _ON_NODE = tuple(ph.value for ph in ON_NODE)
@@ -242,7 +242,7 @@ def node_view(
         "reputation": reputation_of(row),
         "reliability": round(reliability_of(row), 4),
         "active_jobs": len(jobs),
-        "last_heartbeat": iso_ms(row["last_heartbeat"]),
+        "last_heartbeat": iso_ms_or_none(row["last_heartbeat"]),
     }
 
 

@@ -7,11 +7,11 @@ the job needs them to run.
 from __future__ import annotations
 
 import re
-import time
 from typing import Any
 
 from runplane.jobs.spec import DISPLAY_KEY, SETUP_KEY
 from runplane.persistence import from_json
+from runplane.timefmt import iso_ms_or_none
 
 REDACTED = "[redacted]"
 _SECRET_NAME = re.compile(
@@ -19,13 +19,6 @@ _SECRET_NAME = re.compile(
     re.IGNORECASE,
 )
 _TRUTHY = {"1", "true", "yes", "on"}
-
-
-def iso_ms(ms: int | None) -> str | None:
-    if ms is None:
-        return None
-    secs, rem = divmod(int(ms), 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{rem:03d}Z"
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:
@@ -90,9 +83,9 @@ def job_view(row: dict[str, Any], *, wait_reason: str | None = None) -> dict[str
         "project": row["project"],
         "org_id": row["org_id"],
         "attempts": row["attempts"],
-        "created_at": iso_ms(row["created_at"]),
-        "started_at": iso_ms(started),
-        "finished_at": iso_ms(finished),
+        "created_at": iso_ms_or_none(row["created_at"]),
+        "started_at": iso_ms_or_none(started),
+        "finished_at": iso_ms_or_none(finished),
         "duration_ms": duration,
         "error": row.get("error") or "",
         "spec": spec_view(spec),

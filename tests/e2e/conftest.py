@@ -108,9 +108,23 @@ def start_agent(tmp_path: Path) -> Iterator[Callable[..., AgentProcess]]:
         log = tmp_path / f"agent-{name}.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("RUNPLANE_")}
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runplane", "agent", "--server", url, "--data-dir", str(data),
-             "--name", name, *extra],
-            stdout=subprocess.DEVNULL, stderr=log.open("wb"), env=env, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "runplane",
+                "agent",
+                "--server",
+                url,
+                "--data-dir",
+                str(data),
+                "--name",
+                name,
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("wb"),
+            env=env,
+            start_new_session=True,
         )
         agent = AgentProcess(proc, data, log)
         agents.append(agent)
@@ -146,6 +160,16 @@ async def wait_phase(
         return view if view["phase"] in phases else None
 
     return await wait_for(check, within, f"{job_id} to reach {phases}")
+
+
+StartAgent = Callable[..., AgentProcess]
+
+
+async def submit(client: httpx.AsyncClient, body: dict[str, Any]) -> str:
+    """Submit a job, insist on 202, return its id."""
+    response = await client.post("/v1/jobs", json=body)
+    assert response.status_code == 202, response.text
+    return str(response.json()["job_id"])
 
 
 async def online_nodes(client: httpx.AsyncClient) -> list[dict[str, Any]]:

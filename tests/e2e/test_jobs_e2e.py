@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import random
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,20 +14,14 @@ import trio
 from .conftest import (
     AgentProcess,
     LiveServer,
+    StartAgent,
     e2e_settings,
     online_nodes,
     start_server,
+    submit,
     wait_for,
     wait_phase,
 )
-
-StartAgent = Callable[..., AgentProcess]
-
-
-async def _submit(client: httpx.AsyncClient, body: dict[str, Any]) -> str:
-    response = await client.post("/v1/jobs", json=body)
-    assert response.status_code == 202, response.text
-    return str(response.json()["job_id"])
 
 
 async def _one_agent(server: LiveServer, start_agent: StartAgent, *extra: str) -> AgentProcess:
@@ -70,7 +63,7 @@ def _processes_with(marker: str) -> list[int]:
 async def test_echo_succeeds_with_its_log_line(server: LiveServer, start_agent: StartAgent) -> None:
     await _one_agent(server, start_agent)
     async with server.client() as client:
-        job_id = await _submit(client, {"stack": "shell", "command": ["echo", "hello runplane"]})
+        job_id = await submit(client, {"stack": "shell", "command": ["echo", "hello runplane"]})
         view = await wait_phase(client, job_id, "succeeded", "failed")
         assert view["phase"] == "succeeded", view
         assert view["started_at"] and view["finished_at"] and view["duration_ms"] >= 0
@@ -82,7 +75,7 @@ async def test_echo_succeeds_with_its_log_line(server: LiveServer, start_agent: 
 async def test_exit_code_fails_the_job(server: LiveServer, start_agent: StartAgent) -> None:
     await _one_agent(server, start_agent)
     async with server.client() as client:
-        job_id = await _submit(client, {"stack": "shell", "command": ["sh", "-c", "exit 3"]})
+        job_id = await submit(client, {"stack": "shell", "command": ["sh", "-c", "exit 3"]})
         view = await wait_phase(client, job_id, "succeeded", "failed")
         assert view["phase"] == "failed"
         assert "exit code 3" in view["error"]
@@ -91,7 +84,7 @@ async def test_exit_code_fails_the_job(server: LiveServer, start_agent: StartAge
 async def test_timeout(server: LiveServer, start_agent: StartAgent) -> None:
     await _one_agent(server, start_agent)
     async with server.client() as client:
-        job_id = await _submit(
+        job_id = await submit(
             client, {"stack": "shell", "command": ["sleep", "30"], "limits": {"timeout_sec": 1}}
         )
         view = await wait_phase(client, job_id, "timeout", "failed", "succeeded")
@@ -103,7 +96,7 @@ async def test_cancel_kills_the_process_tree(server: LiveServer, start_agent: St
     await _one_agent(server, start_agent)
     marker = f"{600 + random.random():.6f}"
     async with server.client() as client:
-        job_id = await _submit(
+        job_id = await submit(
             client,
             {"stack": "shell", "command": ["sh", "-c", f"sleep {marker} & sleep {marker}; wait"]},
         )
@@ -132,7 +125,7 @@ async def test_metrics_reach_logs_sse_and_final_metrics(
         'echo \'::metric {"step": 2, "loss": 0.25, "acc": 0.9}\'; echo done'
     )
     async with server.client() as client:
-        job_id = await _submit(client, {"stack": "shell", "command": ["sh", "-c", script]})
+        job_id = await submit(client, {"stack": "shell", "command": ["sh", "-c", script]})
         view = await wait_phase(client, job_id, "succeeded", "failed")
         assert view["phase"] == "succeeded", view
         assert view["final_metrics"] == {"loss": 0.25, "acc": 0.9}
@@ -144,14 +137,15 @@ async def test_metrics_reach_logs_sse_and_final_metrics(
         assert not any("::metric" in e["line"] for e in logs["logs"] if e["stream"] == "stdout")
         events = _sse_events((await client.get(f"/v1/jobs/{job_id}/events")).text)
         assert [e["values"] for e in events if e["kind"] == "metric"] == [
-            {"loss": 0.5}, {"loss": 0.25, "acc": 0.9},
+            {"loss": 0.5},
+            {"loss": 0.25, "acc": 0.9},
         ]
 
 
 async def test_sim_stack_runs_with_defaults(server: LiveServer, start_agent: StartAgent) -> None:
     await _one_agent(server, start_agent)
     async with server.client() as client:
-        job_id = await _submit(client, {"stack": "sim-cartpole", "config": {"episodes": 3}})
+        job_id = await submit(client, {"stack": "sim-cartpole", "config": {"episodes": 3}})
         view = await wait_phase(client, job_id, "succeeded", "failed")
         assert view["phase"] == "succeeded", view
         assert "reward" in view["final_metrics"]
@@ -162,7 +156,7 @@ async def test_sse_live_subscriber_then_late_subscriber(
 ) -> None:
     await _one_agent(server, start_agent)
     async with server.client() as client:
-        job_id = await _submit(
+        job_id = await submit(
             client, {"stack": "shell", "command": ["sh", "-c", "for i in 1 2 3; do echo $i; done"]}
         )
         live = (await client.get(f"/v1/jobs/{job_id}/events")).text  # held open until the end
@@ -187,22 +181,24 @@ async def test_two_agents_get_the_jobs_they_fit(
     start_agent(server.url, "plain", "--max-concurrency", "1")
     start_agent(server.url, "sim", "--max-concurrency", "4", "--capability", "simulator")
     async with server.client() as client:
-        nodes = await wait_for(
-            lambda: _online_by_name(client, 2), 30, "both agents to come online"
-        )
+        nodes = await wait_for(lambda: _online_by_name(client, 2), 30, "both agents to come online")
         needs_sim = [
-            await _submit(client, {"stack": "shell", "command": ["true"],
-                                   "requires": {"capabilities": ["simulator"]}})
+            await submit(
+                client,
+                {
+                    "stack": "shell",
+                    "command": ["true"],
+                    "requires": {"capabilities": ["simulator"]},
+                },
+            )
             for _ in range(3)
         ]
         views = [await wait_phase(client, j, "succeeded", "failed") for j in needs_sim]
         assert {v["node_id"] for v in views} == {nodes["sim"]}
-        impossible = await _submit(
+        impossible = await submit(
             client, {"stack": "shell", "requires": {"capabilities": ["quantum"]}}
         )
-        waiting = await wait_for(
-            lambda: _wait_reason(client, impossible), 10, "a wait reason"
-        )
+        waiting = await wait_for(lambda: _wait_reason(client, impossible), 10, "a wait reason")
         assert "quantum" in waiting
 
 
@@ -222,7 +218,7 @@ async def test_killed_agent_requeues_job_to_the_other(
     first = start_agent(server.url, "first")
     async with server.client() as client:
         await wait_for(lambda: _online_by_name(client, 1), 30, "the first agent")
-        job_id = await _submit(
+        job_id = await submit(
             client, {"stack": "shell", "command": ["sh", "-c", "sleep 2; echo finished"]}
         )
         running = await wait_phase(client, job_id, "running")
@@ -244,8 +240,9 @@ async def test_server_restart_keeps_queued_jobs(
     settings = e2e_settings(tmp_path / "restart")
     first = await start_server(nursery, settings, heartbeat_sec=0.5)
     async with first.client() as client:
-        ids = [await _submit(client, {"stack": "shell", "command": ["echo", str(i)]})
-               for i in range(5)]
+        ids = [
+            await submit(client, {"stack": "shell", "command": ["echo", str(i)]}) for i in range(5)
+        ]
     first.stop.set()
     await first.done.wait()
     second = await start_server(nursery, settings, heartbeat_sec=0.5)

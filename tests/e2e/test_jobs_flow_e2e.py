@@ -3,32 +3,22 @@ lines, a server restart under a running job, and the node view."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import httpx
 import trio
 
 from runplane.actors.job import LOG_CAP
 
 from .conftest import (
-    AgentProcess,
     LiveServer,
+    StartAgent,
     e2e_settings,
     online_nodes,
     start_server,
+    submit,
     wait_for,
     wait_phase,
 )
-
-StartAgent = Callable[..., AgentProcess]
-
-
-async def _submit(client: httpx.AsyncClient, body: dict[str, Any]) -> str:
-    response = await client.post("/v1/jobs", json=body)
-    assert response.status_code == 202, response.text
-    return str(response.json()["job_id"])
 
 
 async def test_priority_reorders_the_queue_at_once(
@@ -37,9 +27,9 @@ async def test_priority_reorders_the_queue_at_once(
     start_agent(server.url, "single", "--max-concurrency", "1")
     async with server.client() as client:
         await wait_for(lambda: online_nodes(client), 30, "the agent")
-        blocker = await _submit(client, {"stack": "shell", "command": ["sleep", "1.5"]})
+        blocker = await submit(client, {"stack": "shell", "command": ["sleep", "1.5"]})
         await wait_phase(client, blocker, "running")
-        queued = [await _submit(client, {"stack": "shell", "command": ["true"]}) for _ in range(3)]
+        queued = [await submit(client, {"stack": "shell", "command": ["true"]}) for _ in range(3)]
         last = queued[-1]
         raised = await client.post(f"/v1/jobs/{last}/priority", json={"priority": 1000})
         assert raised.json()["priority"] == 1000
@@ -55,12 +45,14 @@ async def test_a_flood_of_log_lines_is_capped_and_others_still_run(
     start_agent(server.url, "busy", "--max-concurrency", "2")
     async with server.client() as client:
         await wait_for(lambda: online_nodes(client), 30, "the agent")
-        flood = await _submit(
+        flood = await submit(
             client,
-            {"stack": "shell",
-             "command": ["python3", "-c", "for i in range(100000): print('line', i)"]},
+            {
+                "stack": "shell",
+                "command": ["python3", "-c", "for i in range(100000): print('line', i)"],
+            },
         )
-        small = await _submit(client, {"stack": "shell", "command": ["echo", "still here"]})
+        small = await submit(client, {"stack": "shell", "command": ["echo", "still here"]})
         small_view = await wait_phase(client, small, "succeeded", "failed")
         assert small_view["phase"] == "succeeded"
         view = await wait_phase(client, flood, "succeeded", "failed", within=120)
@@ -86,7 +78,7 @@ async def test_server_restart_under_a_running_job_resumes_it(
     start_agent(first.url, "steady")
     async with first.client() as client:
         await wait_for(lambda: online_nodes(client), 30, "the agent")
-        job_id = await _submit(
+        job_id = await submit(
             client, {"stack": "shell", "command": ["sh", "-c", "sleep 3; echo survived"]}
         )
         running = await wait_phase(client, job_id, "running")
@@ -117,7 +109,7 @@ async def test_node_view_shows_load_and_running_jobs(
         assert node["tier"] == "community" and node["agent_version"]
         assert node["last_heartbeat"].endswith("Z")
         assert node["dlperf"] > 0 and node["reliability"] == 1.0
-        job_id = await _submit(
+        job_id = await submit(
             client, {"stack": "shell", "command": ["sleep", "2"], "limits": {"cpu_cores": 1}}
         )
         await wait_phase(client, job_id, "running")
