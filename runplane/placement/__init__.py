@@ -38,7 +38,14 @@ from .filters import (
     feasible,
     first_rejection,
 )
-from .fleet import DEFAULT_PER_STREAM, Fleet, FleetStatistics, streams_for
+from .fleet import (
+    DEFAULT_PER_STREAM,
+    SCORER_STREAMS,
+    STREAM_BUDGET,
+    Fleet,
+    FleetStatistics,
+    streams_for,
+)
 from .model import (
     DEFAULT_CPU_CORES,
     DEFAULT_RAM_GB,
@@ -62,6 +69,7 @@ from .plan import (
     reference_candidates,
     reference_place,
     reference_plan,
+    reference_stream_takes,
 )
 from .scoring import SCORERS, score, score_breakdown
 from .weights import (
@@ -101,9 +109,11 @@ __all__ = [
     "RAM_FREE",
     "REASONS",
     "SCORERS",
+    "SCORER_STREAMS",
     "SLOTS_FULL",
     "STATIC_FILTERS",
     "STATIC_REASONS",
+    "STREAM_BUDGET",
     "TRUST_TIER",
     "WEIGHT_NAMES",
     "Assignment",
@@ -136,6 +146,7 @@ __all__ = [
     "reference_candidates",
     "reference_place",
     "reference_plan",
+    "reference_stream_takes",
     "resolve_weights",
     "score",
     "score_breakdown",

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .explain import EMPTY_FLEET, Unplaced, unplaced
+from .explain import EMPTY_FLEET, Placement, Unplaced, unplaced
 from .filters import (
     CLASS_FILTERS,
     CPU_FREE,
@@ -49,12 +49,12 @@ from .filters import (
     gpu_verdict,
 )
 from .model import Gpu, JobDemand, NodeLoad, NodeShape
-from .scoring import fullness, score_gpu_fit
+from .scoring import fullness, score_breakdown, score_gpu_fit
 from .sortedlist import Item, SortedList
 from .weights import BINPACK, DLPERF, GPU_FIT, RELIABILITY, SPREAD
 
 #: Fitting nodes each candidate stream contributes.
-DEFAULT_PER_STREAM = 8
+DEFAULT_PER_STREAM = 12
 #: Eligible nodes a (non-``fit``) stream visits per candidate it wants before giving up.
 STREAM_BUDGET = 16
 #: Estimated cost, in node visits, of entering one shelf in a merge.
@@ -69,7 +69,8 @@ _ZERO = NodeLoad()
 _CACHE_LIMIT = 512
 
 Walk = Literal["auto", "scan", "merge", "enumerate"]
-Shape = tuple[str, tuple[Gpu, ...]]  # (arch, GPUs): what decides GPU eligibility
+ShapeKey = tuple[str, tuple[Gpu, ...]]  # (arch, GPUs): what decides GPU eligibility
+Shape = int  # a fleet-local id of a ShapeKey (hashing Gpu tuples on every decision is slow)
 
 #: The candidate streams of each scorer (the ``fit`` stream is always walked).
 SCORER_STREAMS: dict[str, tuple[str, ...]] = {
@@ -91,6 +92,22 @@ STREAM_LISTS: dict[str, str] = {
 }
 #: Streams that only visit nodes with enough free CPU (their list is entered at it).
 RANGED_STREAMS = frozenset({"fit", "roomy", "gpu_fit"})
+
+
+def _static_view(node: NodeShape) -> tuple[object, ...]:
+    """What the static filters read of a node."""
+    return (
+        node.class_key,
+        node.disabled,
+        node.cpu_cores,
+        node.ram_gb,
+        node.disk_gb,
+        node.max_concurrency,
+    )
+
+
+def _limit(cost: float, need: int) -> int:
+    return _UNBOUNDED if cost >= _UNBOUNDED else int(SLACK * cost) + need
 
 
 def streams_for(job: JobDemand) -> list[str]:
@@ -208,16 +225,16 @@ class _Shelf:
 class _Class:
     __slots__ = ("cid", "key", "members", "rep", "shape", "walkable")
 
-    def __init__(self, cid: int, key: tuple[object, ...], rep: NodeShape) -> None:
+    def __init__(self, cid: int, key: tuple[object, ...], rep: NodeShape, shape: Shape) -> None:
         self.cid = cid
         self.key = key
         self.rep = rep  # any member: class filters read only class attributes
-        self.shape: Shape = (rep.arch, rep.gpus)
+        self.shape = shape
         self.members: set[str] = set()
         self.walkable = 0
 
     def copy(self) -> _Class:
-        other = _Class(self.cid, self.key, self.rep)
+        other = _Class(self.cid, self.key, self.rep, self.shape)
         other.members = set(self.members)
         other.walkable = self.walkable
         return other
@@ -230,12 +247,14 @@ class Feasibility:
     ``thresholds``: feasible class id -> least free GPU count of an eligible node
     (``need + total - qualifying``: busy GPUs are assumed to be qualifying ones; very
     negative when the job needs none). ``shapes``: GPU shape -> its threshold, for shapes
-    with a feasible class. ``groups``: shapes by ``gpu_fit``, best first.
+    with a feasible class; ``gpu_fit``: the job's ``gpu_fit`` score on each (it reads only
+    the GPUs). ``groups``: shapes by ``gpu_fit``, best first.
     """
 
     thresholds: dict[int, int]
     shapes: dict[Shape, int]
     shape_classes: dict[Shape, tuple[int, ...]]
+    gpu_fit: dict[Shape, float]
     groups: tuple[tuple[float, tuple[Shape, ...]], ...]
 
 
@@ -288,6 +307,7 @@ class Fleet:
         self._classes: dict[int, _Class] = {}
         self._class_ids: dict[tuple[object, ...], int] = {}
         self._next_cid = 0
+        self._shape_ids: dict[ShapeKey, Shape] = {}
         self._disabled: set[str] = set()
         self._all = _Shelf()
         self._shelves: dict[Shape, dict[int, _Shelf]] = {}  # shape -> free GPUs -> shelf
@@ -337,6 +357,7 @@ class Fleet:
         other._classes = {cid: c.copy() for cid, c in self._classes.items()}
         other._class_ids = dict(self._class_ids)
         other._next_cid = self._next_cid
+        other._shape_ids = dict(self._shape_ids)
         other._disabled = set(self._disabled)
         other._all = self._all.copy()
         other._shelves = {
@@ -360,7 +381,8 @@ class Fleet:
         if old is not None:
             self._drop(old)
         self._insert(node, load if load is not None else old.load if old else _ZERO)
-        self._static_cache.clear()
+        if old is None or _static_view(old.node) != _static_view(node):
+            self._static_cache.clear()  # not for a new dlperf or reliability
 
     def remove(self, node_id: str) -> bool:
         """Forget a node; False when unknown."""
@@ -411,7 +433,8 @@ class Fleet:
         if cid is None:
             cid = self._next_cid
             self._next_cid += 1
-            self._classes[cid] = _Class(cid, key, node)
+            shape = self._shape_ids.setdefault((node.arch, node.gpus), len(self._shape_ids))
+            self._classes[cid] = _Class(cid, key, node, shape)
             self._class_ids[key] = cid
             self._class_cache.clear()
         cls = self._classes[cid]
@@ -492,6 +515,7 @@ class Fleet:
             thresholds=thresholds,
             shapes=shapes,
             shape_classes={shape: tuple(cids) for shape, cids in shape_classes.items()},
+            gpu_fit=fit_of,
             groups=tuple(
                 (fit, tuple(group)) for fit, group in sorted(by_fit.items(), key=lambda g: -g[0])
             ),
@@ -505,6 +529,23 @@ class Fleet:
         """The bounded candidate set a decision scores (empty: nothing fits now)."""
         return [(e.node, e.load) for e in self._candidates(job)]
 
+    def best(self, job: JobDemand) -> Placement | None:
+        """The best-scoring candidate (ties: lowest node id), or ``None``."""
+        entries = self._candidates(job)
+        if not entries:
+            return None
+        fits = self.feasibility(job).gpu_fit
+        classes = self._classes
+        best: tuple[float, str, tuple[tuple[str, float], ...]] | None = None
+        for e in entries:
+            known = {GPU_FIT: fits[classes[e.cid].shape]}
+            total, parts = score_breakdown(e.node, e.load, job, known)
+            nid = e.node.id
+            if best is None or total > best[0] or (total == best[0] and nid < best[1]):
+                best = (total, nid, parts)
+        assert best is not None
+        return Placement(best[1], best[0], best[2], len(entries))
+
     def _scope(self, feas: Feasibility, shapes: Iterable[Shape], whole: bool) -> _Scope:
         classes: list[int] = []
         shelves: list[_Shelf] = []
@@ -516,33 +557,47 @@ class Fleet:
                 continue
             threshold = feas.shapes[shape]
             for free, shelf in by_free.items():
-                if free >= threshold - 1:
+                if free >= threshold:
                     shelves.append(shelf)
                     size += len(shelf)
         thresholds = feas.thresholds if whole else {cid: feas.thresholds[cid] for cid in classes}
         return _Scope(thresholds, tuple(classes), shelves, size)
 
+    def stream_takes(self, job: JobDemand) -> dict[str, list[str]]:
+        """What each of ``job``'s streams takes, in order (node ids): for tests and for
+        explaining a decision. A decision itself stops after ``fit`` when it takes fewer
+        than ``per_stream`` nodes (then those are all the fitting nodes)."""
+        return {
+            stream: [e.node.id for e in found]
+            for stream, found in self._takes(job, shortcut=False).items()
+        }
+
     def _candidates(self, job: JobDemand) -> list[_Entry]:
-        feas = self.feasibility(job)
-        if not feas.thresholds:
-            return []
-        scope = self._scope(feas, feas.shapes, whole=True)
-        if scope.size == 0:
-            return []
-        k = self.per_stream
-        first, _ = self._walk("fit", job, scope, k, _UNBOUNDED)
-        if len(first) < k:
-            return first  # every fitting node: every other stream's take is among them
-        chosen = {e.node.id: e for e in first}
-        budget = self.stream_budget * k
-        for stream in streams_for(job)[1:]:
-            if stream == "gpu_fit":
-                found = self._walk_gpu_fit(job, feas, k, budget)
-            else:
-                found, _ = self._walk(stream, job, scope, k, budget)
+        chosen: dict[str, _Entry] = {}
+        for found in self._takes(job, shortcut=True).values():
             for e in found:
                 chosen[e.node.id] = e
         return list(chosen.values())
+
+    def _takes(self, job: JobDemand, *, shortcut: bool) -> dict[str, list[_Entry]]:
+        feas = self.feasibility(job)
+        if not feas.thresholds:
+            return {}
+        scope = self._scope(feas, feas.shapes, whole=True)
+        if scope.size == 0:
+            return {}
+        k = self.per_stream
+        first, _ = self._walk("fit", job, scope, k, _UNBOUNDED)
+        takes = {"fit": first}
+        if shortcut and len(first) < k:
+            return takes  # every fitting node: every other stream's take is among them
+        budget = self.stream_budget * k
+        for stream in streams_for(job)[1:]:
+            if stream == "gpu_fit":
+                takes[stream] = self._walk_gpu_fit(job, feas, k, budget)
+            else:
+                takes[stream] = self._walk(stream, job, scope, k, budget)[0]
+        return takes
 
     def _walk_gpu_fit(
         self, job: JobDemand, feas: Feasibility, need: int, budget: int
@@ -584,15 +639,19 @@ class Fleet:
             )
             scan = wanted * in_range / scope.size
             merge = SHELF_COST * len(scope.shelves) + wanted
-            if scope.members < 0:
-                scope.members = sum(len(self._classes[cid].members) for cid in scope.classes)
-            enum = MEMBER_COST * scope.members
+            if min(scan, merge) <= MEMBER_COST * len(scope.classes):
+                enum = float(_UNBOUNDED)  # each class has a member: enumerating costs more
+            else:
+                if scope.members < 0:
+                    classes = self._classes
+                    scope.members = sum(len(classes[cid].members) for cid in scope.classes)
+                enum = MEMBER_COST * scope.members
             if enum < min(scan, merge):
                 ways = [("enumerate", _UNBOUNDED)]
             elif scan <= merge:
-                ways = [("scan", int(SLACK * merge) + need), ("merge", int(SLACK * enum) + need)]
+                ways = [("scan", int(SLACK * merge) + need), ("merge", _limit(enum, need))]
             else:
-                ways = [("merge", int(SLACK * enum) + need)]
+                ways = [("merge", _limit(enum, need))]
             ways.append(("enumerate", _UNBOUNDED))
         for way, limit in ways:
             if way == "scan":

@@ -70,7 +70,7 @@ def place(job: JobDemand, fleet: Fleet, *, explain: bool = True) -> Placement | 
 
     The best of the index's candidates by score (ties: lowest node id), or why it waits.
     """
-    found = _best(job, fleet.candidates(job))
+    found = fleet.best(job)
     if found is not None:
         return found
     return fleet.unplaced(job, explain=explain)
@@ -134,10 +134,30 @@ def reference_candidates(
     per_stream: int = DEFAULT_PER_STREAM,
     stream_budget: int = STREAM_BUDGET,
 ) -> list[tuple[NodeShape, NodeLoad]]:
-    """Brute-force candidate set: per stream, sort every eligible node, keep the first
-    ``stream_budget * per_stream`` (not for ``fit``), take the first ``per_stream`` that fit."""
-    eligible = [(n, ld) for n, ld in nodes if first_rejection(n, ld, job, _ELIGIBLE) is None]
+    """Brute-force candidate set: the union of :func:`reference_stream_takes`."""
     chosen: dict[str, tuple[NodeShape, NodeLoad]] = {}
+    for take in reference_stream_takes(
+        job, nodes, per_stream=per_stream, stream_budget=stream_budget
+    ).values():
+        for node, load in take:
+            chosen[node.id] = (node, load)
+    return list(chosen.values())
+
+
+def reference_stream_takes(
+    job: JobDemand,
+    nodes: Iterable[tuple[NodeShape, NodeLoad]],
+    *,
+    per_stream: int = DEFAULT_PER_STREAM,
+    stream_budget: int = STREAM_BUDGET,
+) -> dict[str, list[tuple[NodeShape, NodeLoad]]]:
+    """Per stream: sort every eligible node (for ranged streams, those with enough free
+    CPU), keep the first ``stream_budget * per_stream`` (all for ``fit``), take the first
+    ``per_stream`` that fit."""
+    eligible = [(n, ld) for n, ld in nodes if first_rejection(n, ld, job, _ELIGIBLE) is None]
+    if not eligible:
+        return {}
+    takes: dict[str, list[tuple[NodeShape, NodeLoad]]] = {}
     for stream in streams_for(job):
         pool = eligible
         if stream in RANGED_STREAMS:
@@ -147,9 +167,8 @@ def reference_candidates(
         if stream != "fit":
             visited = visited[: stream_budget * per_stream]
         fitting = [p for p in visited if first_rejection(p[0], p[1], job, _FITS) is None]
-        for node, load in fitting[:per_stream]:
-            chosen[node.id] = (node, load)
-    return list(chosen.values())
+        takes[stream] = fitting[:per_stream]
+    return takes
 
 
 def reference_place(

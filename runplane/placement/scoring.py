@@ -118,19 +118,33 @@ SCORERS: Mapping[str, Scorer] = MappingProxyType(
 
 
 def score_breakdown(
-    node: NodeShape, load: NodeLoad, job: JobDemand
+    node: NodeShape,
+    load: NodeLoad,
+    job: JobDemand,
+    known: Mapping[str, float] | None = None,
 ) -> tuple[float, tuple[tuple[str, float], ...]]:
     """``(combined score, ((scorer, value), ...))`` over the job's positive weights.
 
-    The combined score is ``sum(w * s) / sum(w)``; 0 when every weight is 0.
+    The combined score is ``sum(w * s) / sum(w)``; 0 when every weight is 0. ``known``:
+    scorer values already computed for this node (the index passes ``gpu_fit``, which it
+    knows per GPU shape).
     """
-    parts = tuple((name, SCORERS[name](node, load, job)) for name, _ in job.active_weights)
-    weight = 0.0
-    total = 0.0
-    for (_, w), (_, s) in zip(job.active_weights, parts, strict=True):
+    parts: list[tuple[str, float]] = []
+    weight = total = 0.0
+    util = -1.0
+    for name, w in job.active_weights:
+        if known is not None and name in known:
+            value = known[name]
+        elif name in (BINPACK, SPREAD):
+            if util < 0.0:
+                util = utilization_after(node, load, job)
+            value = util if name == BINPACK else 1.0 - util
+        else:
+            value = SCORERS[name](node, load, job)
+        parts.append((name, value))
         weight += w
-        total += w * s
-    return (total / weight if weight > 0 else 0.0), parts
+        total += w * value
+    return (total / weight if weight > 0 else 0.0), tuple(parts)
 
 
 def score(node: NodeShape, load: NodeLoad, job: JobDemand) -> float:

@@ -16,11 +16,15 @@ from runplane.placement import (
     NodeShape,
     Requires,
     Tier,
+    first_rejection,
     place,
     plan,
+    reference_candidates,
     reference_place,
     reference_plan,
+    reference_stream_takes,
 )
+from runplane.placement.fleet import STREAM_BUDGET
 
 A = Gpu("A", "nvidia", 24, "12.2")
 B = Gpu("B", "nvidia", 80, "12.10")
@@ -100,6 +104,56 @@ def jobs(draw: st.DrawFn, job_id: str = "j") -> JobDemand:
     )
 
 
+@st.composite
+def gpu_nodes(draw: st.DrawFn) -> tuple[NodeShape, NodeLoad]:
+    """GPU nodes with roomy CPU and RAM, often partly busy on GPUs."""
+    gpus = draw(st.sampled_from([g for g in GPU_SETS if g]))
+    shape = NodeShape(
+        id="g",
+        tier=draw(often(Tier.TRUSTED, Tier.COMMUNITY)),  # type: ignore[arg-type]
+        cpu_cores=32,
+        ram_gb=128,
+        disk_gb=500,
+        gpus=gpus,
+        capabilities=draw(often(frozenset(), frozenset({"kvm"}))),  # type: ignore[arg-type]
+        max_concurrency=draw(st.sampled_from([8, 8, 1])),
+        dlperf=draw(st.sampled_from([0.0, 10.0, 50.0, 120.0])),
+        reliability=draw(st.sampled_from([0.5, 0.9, 1.0])),
+    )
+    load = NodeLoad(
+        used_cpu=draw(st.sampled_from([0, 4, 31])),
+        used_ram=draw(st.sampled_from([0, 16, 127])),
+        used_gpu=draw(st.integers(0, len(gpus))),
+        active_jobs=draw(st.integers(0, 2)),
+    )
+    return shape, load
+
+
+@st.composite
+def gpu_jobs(draw: st.DrawFn) -> JobDemand:
+    return JobDemand(
+        job_id="g",
+        cpu_cores=draw(st.sampled_from([0, 2])),
+        gpu_count=draw(st.sampled_from([1, 1, 2, 4])),
+        requires=Requires(
+            gpu=GpuRequirement(
+                min_vram_gb=draw(st.sampled_from([0, 0, 16, 24])),
+                vendor=draw(st.sampled_from(["", "", "nvidia"])),
+                cuda_min=draw(st.sampled_from(["", "", "12.2"])),
+            ),
+            capabilities=draw(often(frozenset(), frozenset({"kvm"}))),  # type: ignore[arg-type]
+        ),
+        weights=draw(
+            st.dictionaries(
+                st.sampled_from(["binpack", "spread", "gpu_fit", "dlperf", "reliability"]),
+                st.sampled_from([0.0, 1.0, 3.0]),
+                max_size=2,
+            )
+        ),
+        weights_preset=draw(st.sampled_from([None, "training", "interactive", "batch"])),
+    )
+
+
 def unique(pairs: list[tuple[NodeShape, NodeLoad]]) -> dict[str, tuple[NodeShape, NodeLoad]]:
     """The drawn nodes under distinct ids (ids in reverse draw order, so id order and
     draw order differ)."""
@@ -108,13 +162,34 @@ def unique(pairs: list[tuple[NodeShape, NodeLoad]]) -> dict[str, tuple[NodeShape
     return {shape.id: (shape, load) for shape, load in renamed}
 
 
+def assert_same_candidates(
+    indexed: Fleet,
+    job: JobDemand,
+    by_id: dict[str, tuple[NodeShape, NodeLoad]],
+    per_stream: int,
+    budget: int,
+) -> None:
+    """The index's candidate set is the brute-force one, and every candidate is feasible;
+    so is what each stream takes, in order."""
+    takes = reference_stream_takes(job, by_id.values(), per_stream=per_stream, stream_budget=budget)
+    got_takes = {stream: ids for stream, ids in indexed.stream_takes(job).items() if ids}
+    assert got_takes == {
+        stream: [node.id for node, _ in take] for stream, take in takes.items() if take
+    }
+    got = indexed.candidates(job)
+    want = reference_candidates(job, by_id.values(), per_stream=per_stream, stream_budget=budget)
+    assert sorted(n.id for n, _ in got) == sorted(n.id for n, _ in want)
+    for node, load in got:
+        assert first_rejection(node, load, job) is None
+
+
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FEWER = settings(SETTINGS, max_examples=150)
 
 
 @SETTINGS
 @given(
-    fleet=st.lists(nodes(), min_size=1, max_size=60),
+    fleet=st.lists(nodes(), min_size=3, max_size=60),
     job=jobs(),
     per_stream=st.integers(1, 4),
     walk=st.sampled_from(["auto", "scan", "merge", "enumerate"]),
@@ -124,6 +199,7 @@ def test_place_matches_brute_force(
 ) -> None:
     by_id = unique(fleet)
     indexed = Fleet(by_id.values(), per_stream=per_stream, walk=walk)  # type: ignore[arg-type]
+    assert_same_candidates(indexed, job, by_id, per_stream, STREAM_BUDGET)
     expected = reference_place(job, by_id.values(), per_stream=per_stream)
     assert place(job, indexed) == expected
 
@@ -151,6 +227,35 @@ def test_bounded_candidates_on_larger_fleets_match_brute_force(
         walk=walk,  # type: ignore[arg-type]
         stream_budget=budget,
     )
+    assert_same_candidates(indexed, job, by_id, per_stream, budget)
+    expected = reference_place(job, by_id.values(), per_stream=per_stream, stream_budget=budget)
+    assert place(job, indexed) == expected
+
+
+@FEWER
+@given(
+    fleet=st.lists(gpu_nodes(), min_size=3, max_size=50),
+    job=gpu_jobs(),
+    per_stream=st.integers(1, 3),
+    walk=st.sampled_from(["auto", "scan", "merge", "enumerate"]),
+    budget=st.sampled_from([1, 2, 16]),
+)
+def test_gpu_eligibility_matches_brute_force(
+    fleet: list[tuple[NodeShape, NodeLoad]],
+    job: JobDemand,
+    per_stream: int,
+    walk: str,
+    budget: int,
+) -> None:
+    """GPU jobs on GPU fleets: shape thresholds, free-GPU shelves, mixed-GPU nodes."""
+    by_id = unique(fleet)
+    indexed = Fleet(
+        by_id.values(),
+        per_stream=per_stream,
+        walk=walk,  # type: ignore[arg-type]
+        stream_budget=budget,
+    )
+    assert_same_candidates(indexed, job, by_id, per_stream, budget)
     expected = reference_place(job, by_id.values(), per_stream=per_stream, stream_budget=budget)
     assert place(job, indexed) == expected
 

@@ -1,0 +1,210 @@
+"""Each feasibility filter passes and rejects with the right reason (table-driven)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runplane.placement import (
+    ARCH,
+    CAPABILITY,
+    CPU,
+    CPU_FREE,
+    CUDA_VERSION,
+    DISABLED,
+    DISK,
+    FILTERS,
+    GPU_COUNT,
+    GPU_FREE,
+    GPU_VENDOR,
+    GPU_VRAM,
+    MOMENTARY_FILTERS,
+    MOMENTARY_REASONS,
+    NO_GPU,
+    NO_SLOTS,
+    RAM,
+    RAM_FREE,
+    REASONS,
+    SLOTS_FULL,
+    STATIC_FILTERS,
+    STATIC_REASONS,
+    TRUST_TIER,
+    Gpu,
+    GpuRequirement,
+    JobDemand,
+    NodeLoad,
+    NodeShape,
+    Requires,
+    Tier,
+    first_rejection,
+)
+
+RTX = Gpu("RTX 4090", "nvidia", 24, "12.4")
+SMALL = Gpu("RTX 3060", "nvidia", 12, "12.2")
+OLD = Gpu("V100", "nvidia", 32, "11.8")
+AMD = Gpu("MI250", "amd", 64, "")
+
+FILTER = {f.name: f for f in FILTERS}
+
+
+def node(**kw: Any) -> NodeShape:
+    base: dict[str, Any] = {
+        "id": "n1",
+        "tier": Tier.PARTNER,
+        "cpu_cores": 16,
+        "ram_gb": 64,
+        "disk_gb": 500,
+        "gpus": (RTX, RTX),
+        "arch": "x86_64",
+        "capabilities": frozenset({"docker"}),
+        "max_concurrency": 4,
+    }
+    base.update(kw)
+    return NodeShape(**base)
+
+
+def gpu_job(count: int = 1, **req: Any) -> JobDemand:
+    return JobDemand("j", gpu_count=count, requires=Requires(gpu=GpuRequirement(**req)))
+
+
+IDLE = NodeLoad()
+
+# (filter, node overrides, load, job, expected reason or None)
+CASES: list[tuple[str, dict[str, Any], NodeLoad, JobDemand, str | None]] = [
+    ("disabled", {}, IDLE, JobDemand("j"), None),
+    ("disabled", {"disabled": True}, IDLE, JobDemand("j"), DISABLED),
+    ("trust", {}, IDLE, JobDemand("j", requires=Requires(min_tier=Tier.PARTNER)), None),
+    ("trust", {}, IDLE, JobDemand("j", requires=Requires(min_tier=Tier.COMMUNITY)), None),
+    ("trust", {}, IDLE, JobDemand("j", requires=Requires(min_tier=Tier.TRUSTED)), TRUST_TIER),
+    (
+        "trust",
+        {"tier": Tier.COMMUNITY},
+        IDLE,
+        JobDemand("j", requires=Requires(min_tier=Tier.PARTNER)),
+        TRUST_TIER,
+    ),
+    ("arch", {}, IDLE, JobDemand("j"), None),
+    ("arch", {}, IDLE, JobDemand("j", requires=Requires(arch=("arm64", "amd64"))), None),
+    ("arch", {}, IDLE, JobDemand("j", requires=Requires(arch=("arm64",))), ARCH),
+    ("arch", {"arch": "aarch64"}, IDLE, JobDemand("j", requires=Requires(arch=("arm64",))), None),
+    (
+        "capabilities",
+        {},
+        IDLE,
+        JobDemand("j", requires=Requires(capabilities=frozenset({"docker"}))),
+        None,
+    ),
+    (
+        "capabilities",
+        {},
+        IDLE,
+        JobDemand("j", requires=Requires(capabilities=frozenset({"docker", "kvm"}))),
+        CAPABILITY,
+    ),
+    ("gpu", {"gpus": ()}, IDLE, JobDemand("j"), None),
+    ("gpu", {}, IDLE, gpu_job(2), None),
+    ("gpu", {"gpus": ()}, IDLE, gpu_job(1), NO_GPU),
+    ("gpu", {"gpus": ()}, IDLE, gpu_job(0, required=True), NO_GPU),
+    ("gpu", {}, IDLE, gpu_job(4), GPU_COUNT),
+    ("gpu", {}, IDLE, gpu_job(1, vendor="NVIDIA"), None),
+    ("gpu", {}, IDLE, gpu_job(1, vendor="amd"), GPU_VENDOR),
+    ("gpu", {"gpus": (AMD, RTX)}, IDLE, gpu_job(2, vendor="amd"), GPU_VENDOR),
+    ("gpu", {}, IDLE, gpu_job(1, cuda_min="12.4"), None),
+    ("gpu", {}, IDLE, gpu_job(1, cuda_min="12.10"), CUDA_VERSION),
+    ("gpu", {"gpus": (AMD,)}, IDLE, gpu_job(1, cuda_min="11"), CUDA_VERSION),
+    ("gpu", {"gpus": (OLD, RTX)}, IDLE, gpu_job(2, cuda_min="12"), CUDA_VERSION),
+    ("gpu", {}, IDLE, gpu_job(2, min_vram_gb=24), None),
+    ("gpu", {}, IDLE, gpu_job(1, min_vram_gb=40), GPU_VRAM),
+    ("gpu", {"gpus": (SMALL, RTX)}, IDLE, gpu_job(2, min_vram_gb=16), GPU_VRAM),
+    ("gpu", {"gpus": (SMALL, RTX)}, IDLE, gpu_job(1, min_vram_gb=16), None),
+    ("cpu", {}, IDLE, JobDemand("j", cpu_cores=16), None),
+    ("cpu", {}, IDLE, JobDemand("j", cpu_cores=17), CPU),
+    ("cpu", {}, IDLE, JobDemand("j", requires=Requires(min_cores=32)), CPU),
+    ("ram", {}, IDLE, JobDemand("j", ram_gb=64), None),
+    ("ram", {}, IDLE, JobDemand("j", requires=Requires(min_ram_gb=128)), RAM),
+    ("ram", {"ram_gb": 1}, IDLE, JobDemand("j"), RAM),  # the 2 GB default share
+    ("disk", {}, IDLE, JobDemand("j", requires=Requires(min_disk_gb=500)), None),
+    ("disk", {}, IDLE, JobDemand("j", requires=Requires(min_disk_gb=501)), DISK),
+    ("slots", {}, IDLE, JobDemand("j"), None),
+    ("slots", {"max_concurrency": 0}, IDLE, JobDemand("j"), NO_SLOTS),
+    ("slots_free", {}, NodeLoad(active_jobs=3), JobDemand("j"), None),
+    ("slots_free", {}, NodeLoad(active_jobs=4), JobDemand("j"), SLOTS_FULL),
+    ("gpu_free", {}, NodeLoad(used_gpu=1), gpu_job(1), None),
+    ("gpu_free", {}, NodeLoad(used_gpu=1), gpu_job(2), GPU_FREE),
+    ("gpu_free", {}, NodeLoad(used_gpu=2), JobDemand("j"), None),
+    # Mixed GPUs: one busy GPU may be the big one, so the big one is not promised.
+    (
+        "gpu_free",
+        {"gpus": (SMALL, RTX)},
+        NodeLoad(used_gpu=1),
+        gpu_job(1, min_vram_gb=16),
+        GPU_FREE,
+    ),
+    ("gpu_free", {"gpus": (SMALL, RTX)}, NodeLoad(used_gpu=1), gpu_job(1), None),
+    ("cpu_free", {}, NodeLoad(used_cpu=12), JobDemand("j", cpu_cores=4), None),
+    ("cpu_free", {}, NodeLoad(used_cpu=12.5), JobDemand("j", cpu_cores=4), CPU_FREE),
+    ("cpu_free", {}, NodeLoad(used_cpu=16), JobDemand("j"), CPU_FREE),  # 1-core default
+    ("ram_free", {}, NodeLoad(used_ram=48), JobDemand("j", ram_gb=16), None),
+    ("ram_free", {}, NodeLoad(used_ram=49), JobDemand("j", ram_gb=16), RAM_FREE),
+]
+
+
+@pytest.mark.parametrize(("name", "overrides", "load", "job", "reason"), CASES)
+def test_filter(
+    name: str, overrides: dict[str, Any], load: NodeLoad, job: JobDemand, reason: str | None
+) -> None:
+    rejection = FILTER[name](node(**overrides), load, job)
+    if reason is None:
+        assert rejection is None
+    else:
+        assert rejection is not None
+        assert rejection.reason == reason
+        assert rejection.detail
+        assert rejection.static is (reason in STATIC_REASONS)
+
+
+def test_every_filter_has_pass_and_reject_cases() -> None:
+    passing = {name for name, _, _, _, reason in CASES if reason is None}
+    rejecting = {name for name, _, _, _, reason in CASES if reason is not None}
+    assert passing == rejecting == set(FILTER)
+    assert {reason for *_, reason in CASES} - {None} == set(REASONS)
+
+
+def test_static_and_momentary_are_split() -> None:
+    assert {SLOTS_FULL, GPU_FREE, CPU_FREE, RAM_FREE} == MOMENTARY_REASONS
+    assert STATIC_REASONS.isdisjoint(MOMENTARY_REASONS)
+    assert all(f.static for f in STATIC_FILTERS)
+    assert not any(f.static for f in MOMENTARY_FILTERS)
+    # Static filters run first, so a node's reason is static whenever any static one fails.
+    assert FILTERS == STATIC_FILTERS + MOMENTARY_FILTERS
+
+
+@pytest.mark.parametrize(
+    ("overrides", "load", "job", "reason"),
+    [
+        # Several failures: the first in filter order is the reason.
+        (
+            {"disabled": True, "arch": "arm64"},
+            IDLE,
+            JobDemand("j", requires=Requires(arch=("x86_64",))),
+            DISABLED,
+        ),
+        (
+            {"arch": "arm64", "gpus": ()},
+            IDLE,
+            JobDemand("j", gpu_count=1, requires=Requires(arch=("x86_64",))),
+            ARCH,
+        ),
+        ({"gpus": ()}, NodeLoad(active_jobs=4), gpu_job(1), NO_GPU),
+        ({"cpu_cores": 2}, NodeLoad(active_jobs=4), JobDemand("j", cpu_cores=4), CPU),
+        ({}, NodeLoad(active_jobs=4, used_cpu=16), JobDemand("j"), SLOTS_FULL),
+        ({}, NodeLoad(used_cpu=16, used_ram=64), JobDemand("j"), CPU_FREE),
+        ({}, IDLE, JobDemand("j", cpu_cores=8, ram_gb=32, gpu_count=2), None),
+    ],
+)
+def test_first_rejection_follows_filter_order(
+    overrides: dict[str, Any], load: NodeLoad, job: JobDemand, reason: str | None
+) -> None:
+    rejection = first_rejection(node(**overrides), load, job)
+    assert (rejection.reason if rejection else None) == reason

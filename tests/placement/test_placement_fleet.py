@@ -1,0 +1,121 @@
+"""The fleet index: maintenance operations, copies and statistics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runplane.placement import (
+    Fleet,
+    FleetStatistics,
+    Gpu,
+    JobDemand,
+    NodeLoad,
+    NodeShape,
+    Placement,
+    Unplaced,
+    place,
+)
+
+RTX = Gpu("RTX 4090", "nvidia", 24, "12.4")
+
+
+def n(node_id: str, **kw: Any) -> NodeShape:
+    base: dict[str, Any] = {"cpu_cores": 8, "ram_gb": 32, "max_concurrency": 2}
+    base.update(kw)
+    return NodeShape(node_id, **base)
+
+
+def test_upsert_adds_replaces_and_keeps_load() -> None:
+    fleet = Fleet()
+    fleet.upsert(n("a"), NodeLoad(used_cpu=2))
+    assert len(fleet) == 1 and "a" in fleet
+    fleet.upsert(n("a", cpu_cores=16))  # re-registered with a new shape, no load given
+    assert fleet.node("a").cpu_cores == 16
+    assert fleet.load("a") == NodeLoad(used_cpu=2)
+    fleet.upsert(n("a", cpu_cores=16), NodeLoad())  # same shape, new load
+    assert fleet.load("a") == NodeLoad()
+
+
+def test_remove_and_unknown_ids() -> None:
+    fleet = Fleet([n("a"), n("b")])
+    assert fleet.remove("a") is True
+    assert fleet.remove("a") is False
+    assert [node.id for node, _ in fleet] == ["b"]
+    with pytest.raises(KeyError):
+        fleet.update_load("a", NodeLoad())
+
+
+def test_update_load_moves_nodes_between_free_and_full() -> None:
+    fleet = Fleet([n("a", max_concurrency=1)])
+    job = JobDemand("j")
+    assert isinstance(place(job, fleet), Placement)
+    fleet.update_load("a", NodeLoad(active_jobs=1))
+    assert isinstance(place(job, fleet), Unplaced)
+    assert fleet.statistics().walkable == 0
+    fleet.update_load("a", NodeLoad())
+    assert isinstance(place(job, fleet), Placement)
+
+
+def test_disabling_and_enabling_a_node() -> None:
+    fleet = Fleet([n("a")])
+    fleet.upsert(n("a", disabled=True))
+    assert isinstance(place(JobDemand("j"), fleet), Unplaced)
+    fleet.upsert(n("a"))
+    assert isinstance(place(JobDemand("j"), fleet), Placement)
+
+
+def test_reserve_and_release() -> None:
+    fleet = Fleet([n("a", gpus=(RTX,))])
+    job = JobDemand("j", cpu_cores=2, ram_gb=4, gpu_count=1)
+    assert fleet.reserve("a", job) == NodeLoad(2, 4, 1, 1)
+    assert fleet.release("a", job) == NodeLoad()
+    assert fleet.release("a", job) == NodeLoad()  # floored at zero
+
+
+def test_copy_is_independent_both_ways() -> None:
+    fleet = Fleet([n(f"n{i}") for i in range(600)])  # several list blocks
+    copy = fleet.copy()
+    copy.reserve("n1", JobDemand("j", cpu_cores=8))
+    fleet.reserve("n2", JobDemand("j", cpu_cores=8))
+    copy.remove("n3")
+    fleet.upsert(n("new"))
+    assert fleet.load("n1") == NodeLoad() and copy.load("n2") == NodeLoad()
+    assert "n3" in fleet and "new" not in copy
+    job = JobDemand("k", cpu_cores=8, weights={"binpack": 0, "gpu_fit": 0, "reliability": 0})
+    for each, full in ((fleet, "n2"), (copy, "n1")):
+        takes = each.stream_takes(job)["fit"]
+        assert full not in takes and len(takes) == each.per_stream
+
+
+def test_statistics() -> None:
+    fleet = Fleet(
+        [
+            n("a"),
+            n("b"),
+            n("c", arch="arm64"),
+            n("d", gpus=(RTX,)),
+            n("e", gpus=(RTX,), capabilities=frozenset({"kvm"})),
+            (n("f"), NodeLoad(active_jobs=2)),
+            n("g", disabled=True),
+        ]
+    )
+    assert fleet.statistics() == FleetStatistics(
+        nodes=7, disabled=1, walkable=5, classes=4, shapes=3, shelves=3
+    )
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(ValueError):
+        Fleet(per_stream=0)
+    with pytest.raises(ValueError):
+        Fleet(stream_budget=-1)
+
+
+def test_stream_takes_explain_a_decision() -> None:
+    fleet = Fleet([n(f"n{i}", reliability=i / 10) for i in range(10)], per_stream=2)
+    takes = fleet.stream_takes(JobDemand("j", weights_preset="interactive"))
+    assert list(takes) == ["fit", "roomy", "empty", "dlperf", "reliable"]
+    assert takes["reliable"] == ["n9", "n8"]
+    assert all(len(ids) == 2 for ids in takes.values())
