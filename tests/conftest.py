@@ -22,8 +22,15 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from runplane.persistence import Store, open_store
+
+# CI explores the same examples every run (a red build must be reproducible, not luck);
+# local runs keep hypothesis' random exploration, which is how new bugs are found.
+hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    hypothesis_settings.load_profile("ci")
 
 PG_URL_ENV = "RUNPLANE_TEST_PG_URL"
 PG_SKIP_ENV = "RUNPLANE_TEST_PG"
