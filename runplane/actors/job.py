@@ -9,6 +9,7 @@ million finished jobs are rows, not tasks.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -75,6 +76,8 @@ class AgentFinished:
     outcome: str
     error: str | None
     final_metrics: dict[str, float]
+    #: ArtifactRefs of the outputs the agent uploaded (checked before they are recorded)
+    artifacts: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +134,48 @@ class JobDeps:
     cancel_order: Callable[[str, int], Any]
 
 
+#: Most ArtifactRefs one job records (the agent uploads at most as many outputs).
+MAX_ARTIFACTS = 10_000
+_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+
+
+def checked_artifacts(job_id: str, items: Any) -> list[dict[str, Any]]:
+    """The agent's ArtifactRefs that are well formed and under this job's own key prefix
+    (an agent cannot claim another job's artifacts); the rest are dropped with a warning."""
+    prefix = f"/v1/artifacts/{job_id}/"
+    kept: list[dict[str, Any]] = []
+    dropped = 0
+    for item in list(items or ())[: MAX_ARTIFACTS + 1]:
+        try:
+            ref = item["ref"]
+            entry = {
+                "artifact": str(item["artifact"])[:256],
+                "ref": ref,
+                "sha256": item["sha256"],
+                "size": item["size"],
+            }
+            valid = (
+                isinstance(ref, str)
+                and ref.startswith(prefix)
+                and len(ref) > len(prefix)
+                and ".." not in ref.split("/")
+                and isinstance(entry["sha256"], str)
+                and bool(_SHA256_HEX.match(entry["sha256"]))
+                and isinstance(entry["size"], int)
+                and not isinstance(entry["size"], bool)
+                and entry["size"] >= 0
+            )
+        except (KeyError, TypeError):
+            valid = False
+        if valid and len(kept) < MAX_ARTIFACTS:
+            kept.append(entry)
+        else:
+            dropped += 1
+    if dropped:
+        log.warning("agent artifacts dropped", extra={"job_id": job_id, "dropped": dropped})
+    return kept
+
+
 def ring_name(job_id: str) -> str:
     return f"job/{job_id}"
 
@@ -153,6 +198,7 @@ class JobActor(Actor[JobMsg]):
         self.log_lines: int = row["log_lines"]
         self.log_dropped: int = row["log_dropped"]
         self.final_metrics: dict[str, float] = from_json(row["final_metrics"]) or {}
+        self._finish_artifacts: list[dict[str, Any]] | None = None
         self.ring: Ring[dict[str, Any]] = self._ring()
 
     def _ring(self) -> Ring[dict[str, Any]]:
@@ -193,11 +239,15 @@ class JobActor(Actor[JobMsg]):
                     return False
                 await self._metric(step, values)
                 return True
-            case AgentFinished(node_id, attempt, outcome, error, final_metrics):
+            case AgentFinished(node_id, attempt, outcome, error, final_metrics, artifacts):
                 if not self._from_current_node(node_id, attempt):
                     return False
                 self.final_metrics.update(final_metrics)
-                return await self._apply(Finished(attempt, Phase(outcome), error))
+                self._finish_artifacts = checked_artifacts(self.id, artifacts)
+                try:
+                    return await self._apply(Finished(attempt, Phase(outcome), error))
+                finally:
+                    self._finish_artifacts = None
             case LoseAttempt(attempt, reason):
                 return await self._apply(NodeLost(attempt, reason))
             case Cancel():
@@ -249,6 +299,8 @@ class JobActor(Actor[JobMsg]):
         extra: dict[str, Any] = {}
         if after.phase.terminal:
             extra["final_metrics"] = to_json(self.final_metrics)
+            if self._finish_artifacts is not None:
+                extra["artifacts"] = to_json(self._finish_artifacts)
             # lines past the cap write nothing while they arrive: the counts land here
             extra["log_lines"], extra["log_dropped"] = self.log_lines, self.log_dropped
             if self.log_dropped:

@@ -24,7 +24,9 @@ from runplane.jobs.spec import (
     SubmitJobBody,
     canonical_json,
     execution_env,
-    inline_files,
+    inline_path,
+    mount_relpath,
+    output_glob,
     resolve,
 )
 from runplane.persistence import Store, from_json
@@ -44,9 +46,24 @@ class Submitter:
     subject: str = ""
 
 
+def _mount_order(mount: dict[str, Any]) -> p.MountSpec:
+    inline = mount["type"] == "inline"
+    return p.MountSpec(
+        type=mount["type"],
+        path=inline_path(mount["path"]) if inline else mount_relpath(mount["path"]),
+        ref=mount.get("ref") or "",
+        mode=mount.get("mode") or "rw",
+    )
+
+
 def run_order(row: dict[str, Any], attempt: int) -> p.Run:
+    """The agent's run order: command, environment, and the mounts it prepares while the job
+    is ``pulling`` (inline code included, so ``inline_files`` stays empty) and the output
+    globs it uploads after the command ends."""
     spec = from_json(row["spec"]) if isinstance(row["spec"], str) else row["spec"]
     timeout = (spec.get("limits") or {}).get("timeout_sec") or None
+    workspace = spec.get("workspace")
+    inputs = [m for m in spec.get("inputs") or [] if m]
     return p.Run(
         job_id=row["id"],
         attempt=attempt,
@@ -55,7 +72,16 @@ def run_order(row: dict[str, Any], attempt: int) -> p.Run:
             env=execution_env(row["id"], spec),
             setup=(spec.get("env") or {}).get(SETUP_KEY) or None,
             timeout_sec=timeout,
-            inline_files=inline_files(spec),
+            workspace=_mount_order(workspace) if workspace else None,
+            inputs=[_mount_order(m) for m in inputs],
+            outputs=[
+                p.OutputGlob(
+                    artifact=o["artifact"],
+                    glob=output_glob(o["glob"]),
+                    optional=bool(o.get("optional")),
+                )
+                for o in spec.get("outputs") or []
+            ],
         ),
     )
 

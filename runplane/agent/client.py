@@ -18,12 +18,13 @@ import fcntl
 import hashlib
 import json
 import logging
+import math
 import os
 import random
 import re
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit, urlunsplit
@@ -44,6 +45,7 @@ from runplane.agent.executor import (
     run_job,
 )
 from runplane.agent.facts import collect_facts
+from runplane.agent.outputs import collect_outputs
 from runplane.agent.protocol import (
     CLOSE_DISABLED,
     CLOSE_REPLACED,
@@ -66,6 +68,7 @@ from runplane.agent.protocol import (
     decode_server,
     encode,
 )
+from runplane.agent.workspace import MountError, mounts_of, prepare_mounts
 
 log = logging.getLogger("runplane.agent")
 
@@ -520,6 +523,7 @@ class _Job:
     running_sent: bool = False
     finished: bool = False
     pids: set[int] = field(default_factory=set)
+    artifacts: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def key(self) -> JobKey:
@@ -1130,16 +1134,94 @@ class Agent:
                     exit_code=event.exit_code,
                     error=event.error,
                     final_metrics=event.final_metrics,
+                    artifacts=list(job.artifacts),
                 )
             )
+
+    async def _system(self, job: _Job, line: str) -> None:
+        await self._emit(
+            job, JobLogs(job_id=job.job_id, attempt=job.attempt, lines=[("system", line)])
+        )
+
+    async def _prepare(self, job: _Job, spec: RunSpec) -> Finished | None:
+        """Put the run's mounts in place (phase ``pulling``); a Finished when that failed,
+        was cancelled or timed out (``timeout_sec`` bounds it, as it bounds the command)."""
+        mounts = mounts_of(spec.workspace, list(spec.inputs))
+        if not mounts:
+            return None
+        started = trio.current_time()
+        scratch = job.workdir.with_name(f"{job.workdir.name}.pull")
+        outcome: Finished | None = None
+        async with trio.open_nursery() as nursery:
+
+            async def watch_cancel() -> None:
+                nonlocal outcome
+                await job.cancel.wait()
+                outcome = Finished("cancelled", None, "cancelled while preparing mounts", {}, 0)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch_cancel)
+            timeout = spec.timeout_sec if spec.timeout_sec and spec.timeout_sec > 0 else math.inf
+            with trio.move_on_after(timeout) as deadline:
+                try:
+                    await prepare_mounts(
+                        job.workdir, mounts, scratch=scratch, note=lambda s: self._system(job, s)
+                    )
+                except MountError as exc:
+                    outcome = Finished("failed", None, str(exc), {}, 0)
+            if deadline.cancelled_caught:
+                outcome = Finished(
+                    "timeout", None, f"timed out after {timeout:g} s while preparing mounts", {}, 0
+                )
+            nursery.cancel_scope.cancel()
+        if outcome is not None:
+            outcome = replace(outcome, duration_sec=trio.current_time() - started)
+            await self._system(job, f"{outcome.error}")
+        return outcome
+
+    async def _outputs(self, job: _Job, spec: RunSpec, finished: Finished) -> Finished:
+        """Upload the run's outputs (not for a cancelled job); a job that succeeded fails
+        when a non-optional glob matched nothing or an upload failed."""
+        if not spec.outputs or finished.outcome == "cancelled":
+            return finished
+        refs: list[dict[str, Any]] = []
+        error: str | None = None
+        async with trio.open_nursery() as nursery:
+
+            async def watch_cancel() -> None:
+                await job.cancel.wait()
+                nursery.cancel_scope.cancel()
+
+            async def collect() -> None:
+                nonlocal refs, error
+                refs, error = await collect_outputs(
+                    job.workdir,
+                    list(spec.outputs),
+                    self.server_url,
+                    job.job_id,
+                    note=lambda s: self._system(job, s),
+                )
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch_cancel)
+            nursery.start_soon(collect)
+        if job.cancel.is_set():
+            return replace(finished, outcome="cancelled", error="cancelled while uploading outputs")
+        job.artifacts = refs
+        if error is not None and finished.outcome == "succeeded":
+            await self._system(job, error)
+            return replace(finished, outcome="failed", error=error)
+        return finished
 
     async def _run_job(self, job: _Job, spec: RunSpec) -> None:
         ids = {"job_id": job.job_id, "attempt": job.attempt}
         log.info("job started", extra={**ids, "workdir": str(job.workdir)})
         try:
             await self._emit(job, JobPhase(**ids, phase="pulling"))
-            # Workspace preparation (fetching a workspace ref) belongs here; inline files
-            # are written by the executor.
+            failed = await self._prepare(job, spec)
+            if failed is not None:
+                await self._on_event(job, failed)
+                return
             exec_spec = ExecSpec(
                 job_id=job.job_id,
                 command=list(spec.command),
@@ -1147,14 +1229,18 @@ class Agent:
                 workdir=job.workdir,
                 setup=spec.setup,
                 timeout_sec=spec.timeout_sec,
-                inline_files=dict(spec.inline_files),
+                # inline mounts were written by _prepare (with their mode); the bare
+                # inline_files of older servers are still written by the executor
+                inline_files={} if (spec.workspace or spec.inputs) else dict(spec.inline_files),
                 grace_sec=self.grace_sec,
             )
 
             async def report(event: Event) -> None:
-                await self._on_event(job, event)
+                if not isinstance(event, Finished):  # reported after the outputs are up
+                    await self._on_event(job, event)
 
-            await run_job(exec_spec, report, job.cancel)
+            finished = await run_job(exec_spec, report, job.cancel)
+            await self._on_event(job, await self._outputs(job, spec, finished))
         except Exception as exc:
             log.exception("job failed inside the agent", extra=ids)
             if not job.finished:

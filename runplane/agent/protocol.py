@@ -16,7 +16,7 @@ Flow::
     job_phase {job_id, attempt, phase}      ->        pulling, running
     job_logs {job_id, attempt, lines}       ->        batched
     job_metric {job_id, attempt, step, values} ->
-    job_finished {job_id, attempt, outcome, exit_code, error, final_metrics} ->
+    job_finished {job_id, attempt, outcome, exit_code, error, final_metrics, artifacts} ->
                                             <- finished_ack {job_id, attempt}
                                             <- cancel {job_id, attempt}
 
@@ -131,12 +131,37 @@ class Welcome(_Msg):
     heartbeat_sec: float = 5.0
 
 
+class MountSpec(_Msg):
+    """A workspace or input, prepared by the agent while the job is ``pulling``.
+
+    ``path`` is relative to the job's working directory (``""`` is the directory itself;
+    the server maps the spec's ``/work/...`` paths). ``ref`` per type: ``inline`` the text,
+    ``archive`` an http(s) URL of a .zip/.tar.gz, ``git`` ``<url>[#<rev>]``, ``file`` an
+    http(s) URL or a path on the node, ``dir`` a path on the node, an archive URL, or empty."""
+
+    type: Literal["git", "archive", "file", "dir", "inline"]
+    path: str = ""
+    ref: str = ""
+    mode: Literal["ro", "rw"] = "rw"
+
+
+class OutputGlob(_Msg):
+    """Files matched after the command ends are uploaded to ``/v1/artifacts/<job_id>/<path>``."""
+
+    artifact: str
+    glob: str
+    optional: bool = False
+
+
 class RunSpec(_Msg):
     command: list[str]
     env: dict[str, str] = {}
     setup: str | None = None
     timeout_sec: int | None = None
     inline_files: dict[str, str] = {}
+    workspace: MountSpec | None = None
+    inputs: list[MountSpec] = []
+    outputs: list[OutputGlob] = []
 
 
 class Run(_Msg):

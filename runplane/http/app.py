@@ -16,10 +16,25 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from runplane.actors.root import HEARTBEAT_SEC, Root
+from runplane.artifacts import open_artifact_store
+from runplane.auth.hook import install as install_auth
 from runplane.http.context import Services
 from runplane.http.middleware import RequestLogMiddleware
 from runplane.http.problems import Problem, problem_response
-from runplane.http.routes import admin, agents, events, health, jobs, join_tokens, nodes, stacks
+from runplane.http.routes import (
+    admin,
+    agents,
+    artifacts,
+    audit,
+    auth,
+    events,
+    health,
+    jobs,
+    join_tokens,
+    nodes,
+    orgs,
+    stacks,
+)
 from runplane.persistence import Store, open_store
 from runplane.settings import Settings, ensure_secret_key
 from runplane.stacks import load_catalog
@@ -113,6 +128,11 @@ def create_app(
     app.register_blueprint(events.blueprint)
     app.register_blueprint(nodes.blueprint)
     app.register_blueprint(agents.blueprint)
+    app.register_blueprint(artifacts.blueprint)
+    app.register_blueprint(auth.blueprint)
+    app.register_blueprint(orgs.blueprint)
+    app.register_blueprint(audit.blueprint)
+    install_auth(app)  # the auth layer: runplane/auth/rules.py says what each route needs
 
     catalog = load_catalog(settings.stacks_dir)
 
@@ -123,10 +143,16 @@ def create_app(
         if own_store:
             await active.open()
         root = Root(settings, active, catalog, heartbeat_sec=heartbeat_sec)
+        artifact_store = open_artifact_store(settings.data_dir)
+        await artifact_store.open()
         try:
             await app.nursery.start(root.run)
             app.extensions["runplane"] = Services(
-                settings=settings, store=active, root=root, catalog=catalog
+                settings=settings,
+                store=active,
+                root=root,
+                catalog=catalog,
+                artifacts=artifact_store,
             )
             log.info("started", extra={"store": active.kind})
             yield

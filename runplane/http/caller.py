@@ -1,15 +1,23 @@
-"""Who is calling, as far as tenancy goes.
+"""Who is calling, as far as tenancy goes: the one place routes ask.
 
-Until the auth layer lands (the tenancy issue) every caller is the anonymous caller of an
-open deploy: it sees every org (the spec: "an anonymous caller in a deploy whose auth mode
-is off sees everything") and creates in ``org_default``.
+The auth layer (``runplane/auth/hook.py``) resolves every request to a principal before the
+route runs; :func:`current_caller` gives routes its tenancy view:
+
+- ``org_id``: where what the caller creates lands (its token's or session's org; the
+  anonymous caller and the admin token create in ``org_default``);
+- ``read_org``: the org reads are narrowed to; ``None`` = every org (the admin token, and
+  the anonymous caller of an open deploy: the spec's "sees everything"). An id of another
+  org must then answer the same 404 as an unknown id.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-DEFAULT_ORG = "org_default"
+from runplane.auth.hook import current_principal
+from runplane.auth.principal import DEFAULT_ORG, Principal
+
+__all__ = ["DEFAULT_ORG", "Caller", "current_caller"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,7 +25,22 @@ class Caller:
     subject: str
     org_id: str  # where what it creates lands
     read_org: str | None  # reads are narrowed to this org; None = every org
+    principal: Principal | None = field(default=None, compare=False)
+
+    @property
+    def superuser(self) -> bool:
+        return self.principal is not None and self.principal.superuser
+
+    def sees(self, org_id: str) -> bool:
+        """Whether a resource of ``org_id`` is visible to this caller."""
+        return self.read_org is None or self.read_org == org_id
 
 
 def current_caller() -> Caller:
-    return Caller(subject="anonymous", org_id=DEFAULT_ORG, read_org=None)
+    principal = current_principal()
+    return Caller(
+        subject=principal.subject,
+        org_id=principal.org_id,
+        read_org=principal.read_org,
+        principal=principal,
+    )

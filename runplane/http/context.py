@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from quart import current_app
 
 from runplane.actors.root import Root
+from runplane.artifacts import ArtifactStore
 from runplane.persistence import Store
 from runplane.settings import Settings
 from runplane.stacks import Catalog
@@ -18,6 +19,7 @@ class Services:
     store: Store
     root: Root
     catalog: Catalog
+    artifacts: ArtifactStore | None = None
 
 
 def services() -> Services:

@@ -1,14 +1,16 @@
-"""Credential checks that routes share until the full auth layer lands (issue: tenancy).
+"""Credential checks routes may repeat on top of the auth layer (``runplane/auth/hook.py``,
+which enforces the route rule table before any route runs).
 
-Only the operator admin token is handled here: ``RUNPLANE_ADMIN_TOKEN`` passed as a bearer.
+``require_admin`` re-checks that the request's principal is the operator admin token (the
+hook already did for routes whose rule is ``admin``); ``bearer_token`` reads the raw bearer
+for the few handlers that act on the presented secret itself (logout).
 """
 
 from __future__ import annotations
 
-import hmac
-
 from quart import request
 
+from runplane.auth.hook import current_principal
 from runplane.http.context import services
 from runplane.http.problems import Problem
 
@@ -22,22 +24,19 @@ def bearer_token() -> str | None:
 
 
 def require_admin() -> None:
-    """401 unless the request carries the operator admin token."""
-    configured = services().settings.admin_token
-    presented = bearer_token()
-    if configured is None:
+    """401 unless the request's principal is the operator admin token."""
+    if current_principal().superuser:
+        return
+    if services().settings.admin_token is None:
         raise Problem(
             401,
             "unauthorized",
             "admin routes need RUNPLANE_ADMIN_TOKEN to be set on the server",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    if presented is None or not hmac.compare_digest(
-        presented.encode(), configured.get_secret_value().encode()
-    ):
-        raise Problem(
-            401,
-            "unauthorized",
-            "this route needs the operator admin token as a bearer",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+    raise Problem(
+        401,
+        "unauthorized",
+        "this route needs the operator admin token as a bearer",
+        headers={"WWW-Authenticate": "Bearer"},
+    )

@@ -13,7 +13,14 @@ import secrets
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from runplane.problems import FieldProblem, Problem
 from runplane.stacks import Catalog, config_env, validate_config
@@ -48,17 +55,75 @@ NonNeg = Annotated[int, Field(ge=0)]
 Name = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
 
+MAX_MOUNT_PATH = 1024
+MAX_REF = 8192
+
+
+def _check_relative(value: str, what: str) -> str:
+    """Refuse what could escape the job's directory or confuse a filesystem."""
+    if len(value) > MAX_MOUNT_PATH:
+        raise ValueError(f"{what} is longer than {MAX_MOUNT_PATH} characters")
+    if "\\" in value or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise ValueError(f"{what} must not contain a backslash or control characters")
+    if ".." in value.split("/"):
+        raise ValueError(f"{what} must not contain a '..' segment")
+    return value
+
+
+def _is_http(ref: str) -> bool:
+    return ref.startswith(("http://", "https://")) and len(ref) > len("https://")
+
+
+def _is_node_path(ref: str) -> bool:
+    return ref.startswith(("/", "file://"))
+
+
 class Mount(_Strict):
     path: str = WORK_ROOT
     ref: str = ""
     type: Literal["git", "archive", "file", "dir", "inline"] = "inline"
     mode: Literal["ro", "rw"] = "rw"
 
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        return _check_relative(value, "mount path")
+
+    @model_validator(mode="after")
+    def _ref(self) -> Mount:
+        ref = self.ref
+        if self.type != "inline" and len(ref) > MAX_REF:
+            raise ValueError(f"ref is longer than {MAX_REF} characters")
+        if self.type == "git":
+            url, _, rev = ref.partition("#")
+            if (
+                not url
+                or url.startswith("-")
+                or rev.startswith("-")
+                or any(c.isspace() for c in ref)
+            ):
+                raise ValueError("a git ref is '<repository url>[#<branch, tag or commit>]'")
+        elif self.type == "archive" and not _is_http(ref):
+            raise ValueError("an archive ref is the http(s) URL of a .zip or .tar.gz")
+        elif self.type == "file" and not (_is_http(ref) or _is_node_path(ref)):
+            raise ValueError("a file ref is an http(s) URL or a path on the node")
+        elif self.type == "dir" and ref and not (_is_http(ref) or _is_node_path(ref)):
+            raise ValueError("a dir ref is empty, an archive's http(s) URL or a path on the node")
+        return self
+
 
 class OutputSpecBody(_Strict):
     artifact: Name
     glob: Name
     optional: bool = False
+
+    @field_validator("glob")
+    @classmethod
+    def _glob(cls, value: str) -> str:
+        _check_relative(value, "output glob")
+        if value.startswith("/") and not value.startswith(WORK_ROOT + "/"):
+            raise ValueError(f"an output glob is relative to the job's directory ({WORK_ROOT})")
+        return value
 
 
 class LimitsBody(_Strict):
@@ -232,6 +297,24 @@ def inline_path(mount_path: str) -> str:
     return path if not path.endswith("/") else path + DEFAULT_INLINE_FILE
 
 
+def mount_relpath(mount_path: str) -> str:
+    """Where a (non-inline) mount lands inside the job dir, relative; ``""`` is the job dir
+    itself: ``/work`` -> ``""``, ``/work/data`` -> ``data``, ``/data`` -> ``data``."""
+    path = mount_path.strip()
+    if path == WORK_ROOT or path.startswith(WORK_ROOT + "/"):
+        path = path[len(WORK_ROOT) :]
+    return "/".join(part for part in path.split("/") if part and part != ".")
+
+
+def output_glob(glob: str) -> str:
+    """An output glob relative to the job dir (``/work/out/*.csv`` -> ``out/*.csv``)."""
+    if glob.startswith(WORK_ROOT + "/"):
+        glob = glob[len(WORK_ROOT) + 1 :]
+    while glob.startswith("./"):
+        glob = glob[2:]
+    return glob
+
+
 def execution_env(job_id: str, spec: dict[str, Any]) -> dict[str, str]:
     """The environment the job's process gets: config, then the job's env, then platform keys."""
     env = config_env(spec.get("config") or {})
@@ -240,10 +323,3 @@ def execution_env(job_id: str, spec: dict[str, Any]) -> dict[str, str]:
     env["RUNPLANE_SEED"] = str(spec["seed"])
     return env
 
-
-def inline_files(spec: dict[str, Any]) -> dict[str, str]:
-    files: dict[str, str] = {}
-    for mount in [spec.get("workspace"), *spec.get("inputs", [])]:
-        if mount and mount.get("type") == "inline" and mount.get("ref"):
-            files[inline_path(mount["path"])] = mount["ref"]
-    return files

@@ -105,7 +105,12 @@ async def _dispatch(node_id: str, node: Any, outbox: Any, msg: Any) -> None:
             await _to_job(registry, job_id, AgentMetric(node_id, attempt, step, values))
         case p.JobFinished() as done:
             finished = AgentFinished(
-                node_id, done.attempt, done.outcome, done.error, dict(done.final_metrics)
+                node_id,
+                done.attempt,
+                done.outcome,
+                done.error,
+                dict(done.final_metrics),
+                tuple(done.artifacts),
             )
             await _to_job(registry, done.job_id, finished, wait=True)
             await node.tell(AttemptEnded(done.job_id, done.attempt))

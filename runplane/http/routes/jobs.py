@@ -8,6 +8,7 @@ from typing import Any
 from quart import Blueprint, request
 
 from runplane.actors.jobs import Jobs, Submitter
+from runplane.auth import audit
 from runplane.http.bodies import Body, parse_body
 from runplane.http.caller import current_caller
 from runplane.http.context import services
@@ -58,6 +59,7 @@ async def submit() -> tuple[dict[str, Any], int]:
     row = await _jobs().submit(
         body, Submitter(caller.org_id, caller.subject), idempotency_key=_idempotency_key()
     )
+    await audit.record_job("runs:submit", row)
     return await _view(row), 202
 
 
@@ -107,6 +109,7 @@ async def get_job(job_id: str) -> dict[str, Any]:
 @blueprint.post("/<job_id>/cancel")
 async def cancel(job_id: str) -> dict[str, Any]:
     row, outcome = await _jobs().cancel(job_id, current_caller().read_org)
+    await audit.record_job("runs:cancel", row, cancelled=outcome.cancelled)
     return {
         **job_view(row),
         "cancelled": outcome.cancelled,
@@ -136,6 +139,7 @@ async def set_priority(job_id: str) -> dict[str, Any]:
 async def rerun(job_id: str) -> tuple[dict[str, Any], int]:
     caller = current_caller()
     row = await _jobs().rerun(job_id, Submitter(caller.org_id, caller.subject), caller.read_org)
+    await audit.record_job("runs:submit", row, rerun_of=job_id)
     return await _view(row), 202
 
 

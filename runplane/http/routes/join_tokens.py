@@ -8,6 +8,7 @@ from pydantic import StringConstraints
 from quart import Blueprint, request
 
 from runplane import enrollment
+from runplane.auth import audit
 from runplane.http.bodies import Body, parse_body
 from runplane.http.context import services
 from runplane.http.guards import require_admin
@@ -69,6 +70,7 @@ async def mint() -> tuple[dict[str, Any], int, dict[str, str]]:
         )
     except ValueError as exc:  # the body model already checks the same rules
         raise Problem(400, "invalid", str(exc)) from None
+    await audit.record("join_tokens:mint", "join_token", view.id, org_id=view.org_id, after=view)
     result = enrollment.JoinTokenMint.of(view, secret, extra_note=extra_note)
     return result.model_dump(), 201, NO_STORE
 
@@ -89,4 +91,5 @@ async def revoke(token_id: str) -> dict[str, str]:
     require_admin()
     if not await enrollment.revoke_join_token(services().store, token_id):
         raise not_found("join token")
+    await audit.record("join_tokens:revoke", "join_token", token_id)
     return {"revoked": token_id}

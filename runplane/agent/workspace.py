@@ -1,0 +1,562 @@
+"""Workspaces and inputs on the node: every Mount type, prepared while the job is ``pulling``.
+
+:func:`prepare_mounts` puts each mount of a run order in the job's working directory (the
+spec's ``/work``; the server sends paths relative to it):
+
+=========  ==================================================================================
+type       what the agent does with ``ref``
+=========  ==================================================================================
+inline     writes the text to the file at ``path`` (nothing when the text is empty)
+archive    downloads the http(s) URL (an upload URL, any URL) and unpacks the .zip or .tar.gz
+           into the directory at ``path``; entries that would land outside it (absolute
+           names, ``..``, symlinks or hard links pointing out, devices) refuse the archive
+git        ``<url>[#<branch, tag or commit>]``: fetched with the git CLI into ``path`` and
+           checked out detached; the resolved commit is reported in a system log line
+file       an http(s) URL downloaded as is, or a path on the node copied, to ``path``
+dir        empty: an empty directory; an http(s) URL: an archive, as ``archive``; a path on
+           the node: the directory copied (symlinks kept as links)
+=========  ==================================================================================
+
+``mode: ro`` removes every write permission bit from what the mount put there (once all
+mounts are in place, so inputs can nest inside a read-only workspace); a mount at the
+working directory itself keeps the directory writable so the job can still write outputs
+next to its code. Permissions do not bind root: run agents as an unprivileged user.
+
+Any failure raises :class:`MountError`, whose message names the mount (``workspace`` or
+``inputs[i]``), its type and ref; the agent fails the job with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import posixpath
+import shutil
+import stat
+import tarfile
+import threading
+import time
+import zipfile
+import zlib
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Literal
+from urllib.parse import unquote, urlsplit
+
+import trio
+
+from runplane.agent.protocol import MountSpec
+from runplane.artifacts.client import TransferError, download, redact_url
+
+#: Unpacking stops (and the mount fails) past this many entries or bytes: zip bombs.
+MAX_ARCHIVE_ENTRIES = 200_000
+MAX_UNPACKED_BYTES = 64 * 1024**3
+#: A git command that moves less than 1 KB/s for this long is given up.
+GIT_LOW_SPEED_SEC = 60
+_CHUNK = 1024 * 1024
+
+Note = Callable[[str], Awaitable[None]]
+ArchiveKind = Literal["zip", "tar.gz"]
+
+
+class MountError(Exception):
+    """A mount could not be prepared; the message names it and says why."""
+
+
+class _Refused(Exception):
+    """Why one mount failed (without the mount's name, which MountError adds)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    name: str  # workspace | inputs[i]
+    spec: MountSpec
+
+    def describe(self) -> str:
+        where = "/work" + (f"/{self.spec.path}" if self.spec.path else "")
+        if self.spec.type == "inline":
+            return f"{self.name} (inline at {where})"
+        ref = redact_url(self.spec.ref) if "://" in self.spec.ref else self.spec.ref
+        return f"{self.name} ({self.spec.type} {ref or '(empty)'} at {where})"
+
+
+def mounts_of(workspace: MountSpec | None, inputs: list[MountSpec]) -> list[Mount]:
+    out = [Mount("workspace", workspace)] if workspace is not None else []
+    out.extend(Mount(f"inputs[{i}]", m) for i, m in enumerate(inputs))
+    return out
+
+
+async def prepare_mounts(
+    workdir: Path, mounts: list[Mount], *, scratch: Path, note: Note | None = None
+) -> None:
+    """Prepare ``mounts`` in order inside ``workdir`` (created if missing). ``scratch`` is a
+    directory for downloads on the same filesystem (created and removed here)."""
+    root = await trio.to_thread.run_sync(_make_dirs, workdir, scratch)
+    try:
+        read_only: list[tuple[Path, bool]] = []
+        for mount in mounts:
+            try:
+                target = await trio.to_thread.run_sync(_target, workdir, mount.spec.path)
+                await _prepare_one(mount, target, scratch, note)
+            except (_Refused, TransferError, OSError) as exc:
+                raise MountError(f"{mount.describe()}: {_reason(exc)}") from None
+            if mount.spec.mode == "ro":
+                read_only.append((target, target == root))
+        for target, is_root in reversed(read_only):
+            await trio.to_thread.run_sync(make_read_only, target, not is_root)
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(shutil.rmtree, scratch, True)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        name = f" {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}{name}"
+    return str(exc)
+
+
+def _make_dirs(workdir: Path, scratch: Path) -> Path:
+    workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    scratch.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return workdir.resolve()
+
+
+def _target(workdir: Path, rel: str) -> Path:
+    """The absolute path of a mount inside the workdir, refusing anything that would leave
+    it (``..``, absolute paths, or symlinks already there that point out)."""
+    root = workdir.resolve()
+    if rel in ("", "."):
+        return root
+    if rel.startswith("/") or "\\" in rel or "\0" in rel or ".." in rel.split("/"):
+        raise _Refused(f"mount path {rel!r} must stay inside the working directory")
+    target = root.joinpath(*[p for p in rel.split("/") if p not in ("", ".")])
+    real = Path(os.path.realpath(target))
+    if real != root and root not in real.parents:
+        raise _Refused(f"mount path {rel!r} leads outside the working directory (symlink)")
+    return target
+
+
+async def _prepare_one(mount: Mount, target: Path, scratch: Path, note: Note | None) -> None:
+    spec = mount.spec
+    ref = spec.ref
+    if spec.type == "inline":
+        if ref:  # an inline mount without code (the Mount defaults) puts nothing there
+            await trio.to_thread.run_sync(_write_text, target, ref)
+    elif spec.type == "git":
+        commit = await clone_git(ref, target)
+        if note is not None:
+            url, _, rev = ref.partition("#")
+            await note(
+                f"{mount.name}: git {redact_url(url)}"
+                + (f" at {rev}" if rev else " (default branch)")
+                + f" -> commit {commit}"
+            )
+    elif spec.type == "archive" or (spec.type == "dir" and _is_http(ref)):
+        archive = await _fetch(ref, scratch)
+        count = await _in_thread(unpack_archive, archive, target)
+        if note is not None:
+            await note(f"{mount.name}: unpacked {count} entries from {redact_url(ref)}")
+    elif spec.type == "file":
+        if _is_http(ref):
+            fetched = await _fetch(ref, scratch)
+            await trio.to_thread.run_sync(_place_file, fetched, target)
+        else:
+            await trio.to_thread.run_sync(_copy_file, _node_path(ref), target)
+    elif spec.type == "dir":
+        if ref:
+            await trio.to_thread.run_sync(_copy_dir, _node_path(ref), target)
+        else:
+            await trio.to_thread.run_sync(_make_empty_dir, target)
+    else:  # pragma: no cover - the protocol model refuses other types
+        raise _Refused(f"unknown mount type {spec.type!r}")
+
+
+def _is_http(ref: str) -> bool:
+    return ref.startswith(("http://", "https://"))
+
+
+def _node_path(ref: str) -> Path:
+    if ref.startswith("file://"):
+        parts = urlsplit(ref)
+        if parts.netloc not in ("", "localhost"):
+            raise _Refused("a file:// ref must name a path on this node")
+        ref = unquote(parts.path)
+    if not ref.startswith("/"):
+        raise _Refused("a path on the node must be absolute")
+    return Path(ref)
+
+
+async def _fetch(url: str, scratch: Path) -> Path:
+    dest = scratch / f"download-{time.monotonic_ns()}"
+    await download(url, dest)
+    return dest
+
+
+async def _in_thread(fn: Callable[..., int], *args: object) -> int:
+    """Run a blocking unpack in a thread; a cancel abandons it and tells it to stop."""
+    stop = threading.Event()
+    try:
+        return await trio.to_thread.run_sync(lambda: fn(*args, stop=stop), abandon_on_cancel=True)
+    finally:
+        stop.set()
+
+
+# --------------------------------------------------------------------------- simple types
+
+
+def _write_text(target: Path, text: str) -> None:
+    if target.is_dir():
+        raise _Refused("the path is a directory")
+    target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def _place_file(fetched: Path, target: Path) -> None:
+    if target.is_dir():
+        raise _Refused("the path is a directory")
+    target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    os.chmod(fetched, 0o644)
+    os.replace(fetched, target)
+
+
+def _copy_file(source: Path, target: Path) -> None:
+    if not source.is_file():
+        raise _Refused(f"{source} is not a file on this node")
+    if target.is_dir():
+        raise _Refused("the path is a directory")
+    target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    shutil.copyfile(source, target, follow_symlinks=True)
+
+
+def _copy_dir(source: Path, target: Path) -> None:
+    if not source.is_dir():
+        raise _Refused(f"{source} is not a directory on this node")
+    shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+
+
+def _make_empty_dir(target: Path) -> None:
+    target.mkdir(mode=0o755, parents=True, exist_ok=True)
+
+
+def make_read_only(target: Path, include_top: bool = True) -> None:
+    """Remove every write bit from ``target`` and everything under it (symlinks untouched).
+    ``include_top=False`` leaves the top directory itself writable."""
+
+    def strip(path: str) -> None:
+        st = os.lstat(path)
+        if not stat.S_ISLNK(st.st_mode):
+            os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o222)
+
+    if target.is_symlink() or not target.is_dir():
+        strip(str(target))
+        return
+    for dirpath, dirnames, filenames in os.walk(target, topdown=False):
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            strip(os.path.join(dirpath, name))
+        if dirpath != str(target) or include_top:
+            strip(dirpath)
+
+
+# --------------------------------------------------------------------------- git
+
+
+def _git_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(
+        {
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_ASKPASS": "true",
+            "GIT_SSH_COMMAND": "ssh -o BatchMode=yes",
+            "GIT_HTTP_LOW_SPEED_LIMIT": "1000",
+            "GIT_HTTP_LOW_SPEED_TIME": str(GIT_LOW_SPEED_SEC),
+            "LC_ALL": "C",
+        }
+    )
+    return env
+
+
+async def _git(*args: str, cwd: Path | None = None) -> str:
+    argv = ["git", "-c", "advice.detachedHead=false", *args]
+    try:
+        result = await trio.run_process(
+            argv,
+            cwd=cwd,
+            env=_git_env(),
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            stdin=b"",
+        )
+    except FileNotFoundError:
+        raise _Refused("git is not installed on this node") from None
+    if result.returncode != 0:
+        err = result.stderr.decode("utf-8", errors="replace").strip().splitlines()
+        last = next((line for line in reversed(err) if line.strip()), "")
+        raise _Refused(f"git {args[0]} failed: {last[:300] or f'exit {result.returncode}'}")
+    return result.stdout.decode("utf-8", errors="replace").strip()
+
+
+async def clone_git(ref: str, target: Path) -> str:
+    """Fetch ``<url>[#<rev>]`` into ``target`` and check it out detached; return the commit.
+
+    A shallow fetch of the revision is tried first (branches, tags, and commits the server
+    lets us ask for); if the server refuses, everything is fetched and the revision resolved
+    locally (a commit reachable from any branch or tag)."""
+    url, _, rev = ref.partition("#")
+    if not url or url.startswith("-") or rev.startswith("-"):
+        raise _Refused("a git ref is '<repository url>[#<branch, tag or commit>]'")
+    await trio.to_thread.run_sync(lambda: target.mkdir(mode=0o755, parents=True, exist_ok=True))
+    await _git("init", "-q", str(target))
+    await _git("remote", "add", "origin", url, cwd=target)
+    try:
+        await _git("fetch", "-q", "--depth", "1", "origin", rev or "HEAD", cwd=target)
+        commit = await _git("rev-parse", "--verify", "FETCH_HEAD^{commit}", cwd=target)
+    except _Refused:
+        if not rev:
+            raise
+        await _git(
+            "fetch", "-q", "--tags", "origin", "+refs/heads/*:refs/remotes/origin/*", cwd=target
+        )
+        commit = ""
+        for candidate in (f"{rev}^{{commit}}", f"origin/{rev}^{{commit}}"):
+            with contextlib.suppress(_Refused):
+                commit = await _git("rev-parse", "--verify", "-q", candidate, cwd=target)
+                break
+        if not commit:
+            raise _Refused(f"no branch, tag or commit {rev!r} in the repository") from None
+    await _git("checkout", "-q", "--detach", commit, cwd=target)
+    return commit
+
+
+# --------------------------------------------------------------------------- archives
+
+
+def archive_kind(path: Path) -> ArchiveKind:
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
+        return "zip"
+    if head.startswith(b"\x1f\x8b"):
+        return "tar.gz"
+    raise _Refused("not a .zip or .tar.gz archive")
+
+
+def _entry_name(raw: str) -> str:
+    """An archive entry's path, normalized and checked to stay inside the mount."""
+    name = raw
+    if "\\" in name:
+        raise _Refused(f"archive entry {raw!r} has a backslash in its name")
+    if "\0" in name:
+        raise _Refused(f"archive entry {raw!r} has a NUL in its name")
+    if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
+        raise _Refused(f"archive entry {raw!r} is an absolute path")
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise _Refused(f"archive entry {raw!r} escapes the mount ('..')")
+    return "/".join(parts)
+
+
+def _link_inside(entry: str, link: str) -> str:
+    """The mount-relative path a symlink at ``entry`` pointing to ``link`` resolves to."""
+    if link.startswith("/") or "\\" in link or "\0" in link:
+        raise _Refused(f"archive symlink {entry!r} -> {link!r} points outside the mount")
+    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(entry), link))
+    if resolved == ".." or resolved.startswith("../"):
+        raise _Refused(f"archive symlink {entry!r} -> {link!r} points outside the mount")
+    return "" if resolved == "." else resolved
+
+
+@dataclass(slots=True)
+class _Entry:
+    name: str
+    kind: Literal["file", "dir", "symlink", "hardlink"]
+    mode: int
+    size: int
+    link: str = ""
+
+
+class _Unpacker:
+    """Writes checked entries under ``root``; every write re-checks that its parent really is
+    inside ``root`` (nothing written through a symlink) and opens with O_NOFOLLOW."""
+
+    def __init__(self, root: Path, stop: threading.Event | None) -> None:
+        self.root = Path(os.path.realpath(root))
+        self.stop = stop
+        self.written = 0
+
+    def _parent(self, name: str) -> Path:
+        path = self.root.joinpath(*name.split("/"))
+        parent = path.parent
+        parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        real = Path(os.path.realpath(parent))
+        if real != self.root and self.root not in real.parents:
+            raise _Refused(f"archive entry {name!r} would be written through a symlink")
+        return path
+
+    def directory(self, name: str, mode: int) -> None:
+        if not name:
+            return
+        path = self._parent(name)
+        if path.is_symlink():
+            raise _Refused(f"archive entry {name!r} would be written through a symlink")
+        path.mkdir(mode=0o755, exist_ok=True)
+        os.chmod(path, (mode & 0o755) | 0o700)
+
+    def file(self, name: str, mode: int, source: IO[bytes]) -> None:
+        path = self._parent(name)
+        with contextlib.suppress(FileNotFoundError):
+            if path.is_symlink() or path.is_file():
+                path.unlink()
+        fd = os.open(
+            path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
+        try:
+            while True:
+                if self.stop is not None and self.stop.is_set():
+                    raise _Refused("stopped")
+                chunk = source.read(_CHUNK)
+                if not chunk:
+                    break
+                self.written += len(chunk)
+                if self.written > MAX_UNPACKED_BYTES:
+                    raise _Refused(f"archive unpacks to more than {MAX_UNPACKED_BYTES} bytes")
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.chmod(path, (mode & 0o755) | 0o600)
+
+    def symlink(self, name: str, link: str) -> None:
+        path = self._parent(name)
+        if path.is_dir() and not path.is_symlink():
+            raise _Refused(f"archive symlink {name!r} replaces a directory")
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        os.symlink(link, path)
+
+    def hardlink(self, name: str, target: str) -> None:
+        source = self.root.joinpath(*target.split("/"))
+        real = Path(os.path.realpath(source))
+        if self.root not in real.parents or not real.is_file():
+            raise _Refused(f"archive hard link {name!r} -> {target!r} points outside the mount")
+        with open(real, "rb") as fh:
+            self.file(name, stat.S_IMODE(os.stat(real).st_mode), fh)
+
+
+def _checked(entries: Iterator[_Entry]) -> list[_Entry]:
+    """All entries, or _Refused for the first that could escape (nothing is written before
+    the whole archive passed)."""
+    out: list[_Entry] = []
+    total = 0
+    for entry in entries:
+        if len(out) >= MAX_ARCHIVE_ENTRIES:
+            raise _Refused(f"archive has more than {MAX_ARCHIVE_ENTRIES} entries")
+        total += entry.size
+        if total > MAX_UNPACKED_BYTES:
+            raise _Refused(f"archive unpacks to more than {MAX_UNPACKED_BYTES} bytes")
+        if entry.kind == "symlink":
+            _link_inside(entry.name, entry.link)
+        elif entry.kind == "hardlink":
+            entry.link = _entry_name(entry.link)
+        out.append(entry)
+    return out
+
+
+def _tar_entries(archive: tarfile.TarFile) -> Iterator[_Entry]:
+    for member in archive.getmembers():
+        name = _entry_name(member.name)
+        if member.isdir():
+            yield _Entry(name, "dir", member.mode, 0)
+        elif member.isreg():
+            yield _Entry(name, "file", member.mode, member.size)
+        elif member.issym():
+            yield _Entry(name, "symlink", 0, 0, member.linkname)
+        elif member.islnk():
+            yield _Entry(name, "hardlink", 0, 0, member.linkname)
+        else:
+            raise _Refused(f"archive entry {member.name!r} is a device, fifo or other special file")
+
+
+def _zip_entries(archive: zipfile.ZipFile) -> Iterator[_Entry]:
+    for info in archive.infolist():
+        name = _entry_name(info.filename)
+        mode = (info.external_attr >> 16) & 0xFFFF
+        if info.is_dir():
+            yield _Entry(name, "dir", stat.S_IMODE(mode) or 0o755, 0)
+        elif stat.S_ISLNK(mode):
+            if info.file_size > 4096:
+                raise _Refused(f"archive symlink {info.filename!r} is malformed")
+            link = archive.read(info).decode("utf-8", errors="replace")
+            yield _Entry(name, "symlink", 0, 0, link)
+        elif stat.S_IFMT(mode) not in (0, stat.S_IFREG):
+            raise _Refused(f"archive entry {info.filename!r} is a special file")
+        else:
+            yield _Entry(name, "file", stat.S_IMODE(mode) or 0o644, info.file_size)
+
+
+def unpack_archive(path: Path, target: Path, *, stop: threading.Event | None = None) -> int:
+    """Unpack the .zip or .tar.gz at ``path`` into the directory ``target`` (created);
+    returns the number of entries. Refuses, before writing anything, an archive with an
+    entry that would land outside ``target`` (absolute, ``..``, a symlink or hard link
+    pointing out, a special file); while writing, never follows a symlink out."""
+    kind = archive_kind(path)
+    target.mkdir(mode=0o755, parents=True, exist_ok=True)
+    unpacker = _Unpacker(target, stop)
+    try:
+        if kind == "zip":
+            with zipfile.ZipFile(path) as zf:
+                entries = _checked(_zip_entries(zf))
+                infos = {_entry_name(i.filename): i for i in zf.infolist()}
+                _write_entries(unpacker, entries, lambda e: zf.open(infos[e.name]))
+        else:
+            with tarfile.open(path, mode="r:gz") as tf:
+                entries = _checked(_tar_entries(tf))
+                members = {_entry_name(m.name): m for m in tf.getmembers()}
+
+                def open_member(e: _Entry) -> IO[bytes]:
+                    fh = tf.extractfile(members[e.name])
+                    if fh is None:
+                        raise _Refused(f"archive entry {e.name!r} cannot be read")
+                    return fh
+
+                _write_entries(unpacker, entries, open_member)
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise _Refused(f"corrupt archive: {exc}") from None
+    return len(entries)
+
+
+def _write_entries(
+    unpacker: _Unpacker, entries: list[_Entry], open_entry: Callable[[_Entry], IO[bytes]]
+) -> None:
+    links: list[_Entry] = []
+    for entry in entries:
+        if entry.kind == "dir":
+            unpacker.directory(entry.name, entry.mode)
+        elif entry.kind == "file":
+            with open_entry(entry) as source:
+                unpacker.file(entry.name, entry.mode, source)
+        else:
+            links.append(entry)
+    # links last: a symlink made early could otherwise redirect a later entry's write
+    made: list[str] = []
+    for entry in links:
+        if entry.kind == "symlink":
+            unpacker.symlink(entry.name, entry.link)
+            made.append(entry.name)
+        else:
+            unpacker.hardlink(entry.name, entry.link)
+    # Each link was checked on its own; a chain (d -> ., e -> d/..) can still lead out.
+    for name in made:
+        path = unpacker.root.joinpath(*name.split("/"))
+        real = Path(os.path.realpath(path))
+        if real != unpacker.root and unpacker.root not in real.parents:
+            for other in made:
+                with contextlib.suppress(OSError):
+                    unpacker.root.joinpath(*other.split("/")).unlink()
+            raise _Refused(f"archive symlink {name!r} leads outside the mount")

@@ -1,0 +1,204 @@
+"""The audit trail: append-only rows of who did what to which resource, from where.
+
+Call sites are one line, after the action succeeded::
+
+    await audit.record("tokens:mint", "token", view.id, org_id=view.org_id, after=view)
+    await audit.record_job("runs:submit", row)
+
+The actor (type and id) and the client ip come from the current request; the org is the
+resource's (``org_id``, else looked up for known resource types, else the actor's). The
+``after`` snapshot is scrubbed of anything secret (:func:`scrub`). Rows are only ever
+inserted: there is no update or delete path. Without a database (``memory``) nothing is
+recorded and the list is empty (spec).
+
+Actions so far: ``tokens:mint|revoke``, ``join_tokens:mint|revoke``, ``runs:submit|cancel``
+(a rerun is a ``runs:submit`` with ``rerun_of``), ``users:seat``, ``orgs:create``,
+``members:add|remove``; webhooks and share call the same function.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel
+from quart import has_request_context, request
+
+from runplane.auth.hook import current_principal
+from runplane.auth.principal import Principal
+from runplane.http.context import services
+from runplane.ids import new_id
+from runplane.persistence import Row, Store, from_json, now_ms, to_json
+from runplane.timefmt import iso_ms
+
+log = logging.getLogger("runplane.audit")
+
+AUDIT_ID_PREFIX = "aud_"
+LIST_DEFAULT, LIST_MAX = 100, 1000
+REDACTED = "[redacted]"
+
+#: Keys whose values never go into a snapshot (compared lowercased, as substrings).
+_SECRET_KEYS = ("token", "secret", "password", "passwd", "credential", "private", "cookie")
+#: Values shaped like one of our bearer secrets are redacted wherever they appear.
+_SECRET_VALUE = re.compile(r"\b(?:rpt|rpl|rps|rpj|rpn|whsec)_[A-Za-z0-9_-]{8,}")
+
+#: Where to find a resource's org when the call site does not pass it.
+_ORG_OF: dict[str, str] = {
+    "job": "SELECT org_id FROM jobs WHERE id = ?",
+    "join_token": "SELECT org_id FROM join_tokens WHERE id = ?",
+    "token": "SELECT org_id FROM access_tokens WHERE id = ?",
+}
+
+
+def scrub(value: Any) -> Any:
+    """A copy of ``value`` safe to store: secret-named keys dropped to ``[redacted]``,
+    secret-shaped strings replaced."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump()
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            name = str(key).lower()
+            if any(word in name for word in _SECRET_KEYS):
+                out[str(key)] = REDACTED
+            else:
+                out[str(key)] = scrub(item)
+        return out
+    if isinstance(value, list | tuple):
+        return [scrub(item) for item in value]
+    if isinstance(value, str):
+        return _SECRET_VALUE.sub(REDACTED, value)
+    return value
+
+
+def actor_of(principal: Principal) -> tuple[str, str]:
+    """(actor_type, actor_id): ``user | service | node | system``. The anonymous caller of
+    an open deploy is recorded as user ``anonymous``."""
+    if principal.kind == "anon":
+        return "user", "anonymous"
+    return principal.kind, principal.subject
+
+
+def _context() -> tuple[Store | None, Principal, str | None]:
+    """The store, the principal and the client ip of the current request."""
+    principal = current_principal()
+    ip = request.remote_addr if has_request_context() else None
+    try:
+        store: Store | None = services().store
+    except (KeyError, RuntimeError):
+        store = None
+    return store, principal, ip
+
+
+async def append(
+    store: Store,
+    *,
+    action: str,
+    resource_type: str,
+    resource_id: str,
+    org_id: str,
+    actor: Principal,
+    ip: str | None = None,
+    after: Any = None,
+) -> str | None:
+    """Insert one row; its id, or None without a database (memory store)."""
+    if not store.supports_identity:
+        return None
+    actor_type, actor_id = actor_of(actor)
+    row_id = new_id(AUDIT_ID_PREFIX)
+    snapshot = None if after is None else to_json(scrub(after))
+    await store.execute(
+        "INSERT INTO audit_log (id, org_id, actor_type, actor_id, action, resource_type,"
+        " resource_id, after, ip, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            row_id,
+            org_id,
+            actor_type,
+            actor_id,
+            action,
+            resource_type,
+            resource_id,
+            snapshot,
+            ip,
+            now_ms(),
+        ),
+    )
+    return row_id
+
+
+async def record(
+    action: str,
+    resource_type: str,
+    resource_id: str,
+    *,
+    org_id: str | None = None,
+    after: Any = None,
+) -> None:
+    """Record an action of the current request's principal. Never fails the request: the
+    action already happened, so a failed audit write is logged (error) instead."""
+    store, principal, ip = _context()
+    if store is None or not store.supports_identity:
+        return
+    try:
+        if org_id is None and resource_type in _ORG_OF:
+            row = await store.fetchone(_ORG_OF[resource_type], (resource_id,))
+            org_id = row["org_id"] if row else None
+        await append(
+            store,
+            action=action,
+            resource_type=resource_type,
+            resource_id=resource_id,
+            org_id=org_id or principal.org_id,
+            actor=principal,
+            ip=ip,
+            after=after,
+        )
+    except Exception:
+        log.exception(
+            "audit write failed",
+            extra={"action": action, "resource_type": resource_type, "resource_id": resource_id},
+        )
+
+
+def job_snapshot(row: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
+    """What an audit row keeps of a job: no spec (env, command and inputs may hold secrets)."""
+    keep = ("stack", "project", "phase", "priority", "spec_hash", "node_id")
+    return {**{k: row.get(k) for k in keep}, **extra}
+
+
+async def record_job(action: str, row: Mapping[str, Any], **extra: Any) -> None:
+    """``record`` for a job row (``runs:submit``, ``runs:cancel``, ...)."""
+    await record(action, "job", row["id"], org_id=row["org_id"], after=job_snapshot(row, **extra))
+
+
+def _view(row: Row) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "org_id": row["org_id"],
+        "actor_type": row["actor_type"],
+        "actor_id": row["actor_id"],
+        "action": row["action"],
+        "resource_type": row["resource_type"],
+        "resource_id": row["resource_id"],
+        "after": None if row["after"] is None else from_json(row["after"]),
+        "ip": row["ip"],
+        "created_at": iso_ms(int(row["created_at"])),
+    }
+
+
+async def list_rows(
+    store: Store, *, org_id: str | None = None, limit: int = LIST_DEFAULT
+) -> list[dict[str, Any]]:
+    """AuditRow[] newest first, only ``org_id``'s if given; [] without a database."""
+    if not store.supports_identity:
+        return []
+    order = "ORDER BY created_at DESC, id DESC LIMIT ?"
+    if org_id is None:
+        rows = await store.fetchall(f"SELECT * FROM audit_log {order}", (limit,))
+    else:
+        rows = await store.fetchall(
+            f"SELECT * FROM audit_log WHERE org_id = ? {order}", (org_id, limit)
+        )
+    return [_view(row) for row in rows]

@@ -1,0 +1,144 @@
+"""The route rule table: what every registered route requires, in one place.
+
+Keyed by (method, URL rule) exactly as Quart registers it (``request.url_rule.rule``);
+``HEAD`` uses the ``GET`` rule and the automatic ``OPTIONS`` answer is public. WebSocket
+routes use the method ``"WEBSOCKET"``. The auth hook (``runplane/auth/hook.py``) enforces
+the table before any route runs; ``tests/http/test_route_matrix.py`` fails when a
+registered route has no rule here. **Adding a route? Add its rule to RULES below, and a
+case with the spec's tier to CASES in tests/http/test_route_matrix.py.**
+
+Requirements (see docs/auth.md for the full decision table):
+
+- ``public``: nobody is refused (health, whoami, roles, login exchange/logout, uploads and
+  artifacts, routes that authenticate in the handler).
+- ``read``: any principal; the anonymous caller only when auth is not ``required``.
+  Reads are narrowed to the principal's org by the route (``current_caller().read_org``).
+- ``scope``: like read, and a principal must hold ``scope`` (403 otherwise).
+- ``manage``: the admin token or an org owner/admin (403 for other principals; 401 for
+  the anonymous caller in every mode). Routes narrow a non-superuser to its own org.
+- ``org_manage``: the admin token, or an owner/admin *of the org named by the route's
+  ``org_id``*: a login session by its user's membership there, an access token by its
+  role in its own org. A principal outside that org gets the 404 of an unknown org; one
+  inside it with a lesser role 403; the anonymous caller 401.
+- ``admin``: the operator admin token only (401 for anybody else, spec).
+- ``operator``: the operator admin token only; other *authenticated* principals get 403
+  ``operator_token_required`` (the spec's answer for seat and node update).
+- ``user_session``: a login session (403 ``user_session_required`` for tokens).
+
+``identity=True``: the route exists only with a database; 404 without one (memory store).
+``query_token=True``: the credential may also come as ``?token=`` (browser EventSource).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Need = Literal[
+    "public", "read", "scope", "manage", "org_manage", "admin", "operator", "user_session"
+]
+
+WEBSOCKET = "WEBSOCKET"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    need: Need
+    scope: str | None = None
+    identity: bool = False
+    query_token: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.need == "scope") != (self.scope is not None):
+            raise ValueError("a scope rule names its scope, and only a scope rule does")
+
+
+PUBLIC = Rule("public")
+READ = Rule("read")
+MANAGE = Rule("manage")
+ADMIN = Rule("admin")
+
+
+def scope(name: str) -> Rule:
+    return Rule("scope", scope=name)
+
+
+RULES: dict[tuple[str, str], Rule] = {
+    # --- health and discovery -----------------------------------------------------------
+    ("GET", "/healthz"): PUBLIC,
+    ("GET", "/v1/healthz"): PUBLIC,
+    # Quart's built-in static route; runplane ships no static folder, so it only 404s.
+    ("GET", "/static/<path:filename>"): PUBLIC,
+    ("GET", "/v1/auth/whoami"): PUBLIC,
+    ("GET", "/v1/roles"): PUBLIC,
+    # --- tokens (operator) ----------------------------------------------------------------
+    ("POST", "/v1/auth/tokens"): ADMIN,
+    ("GET", "/v1/auth/tokens"): ADMIN,
+    ("DELETE", "/v1/auth/tokens/<token_id>"): ADMIN,
+    # --- identity: login sessions, seats, orgs, members (database only) --------------------
+    ("POST", "/v1/auth/token"): Rule("public", identity=True),
+    ("POST", "/v1/auth/logout"): Rule("public", identity=True),  # ends the bearer's session
+    ("POST", "/v1/auth/seat"): Rule("operator", identity=True),
+    ("POST", "/v1/orgs"): Rule("user_session", identity=True),
+    ("GET", "/v1/orgs"): Rule("user_session", identity=True),
+    ("GET", "/v1/orgs/<org_id>/members"): Rule("org_manage", identity=True),
+    ("POST", "/v1/orgs/<org_id>/members"): Rule("org_manage", identity=True),
+    ("DELETE", "/v1/orgs/<org_id>/members/<user_id>"): Rule("org_manage", identity=True),
+    # --- operator controls ------------------------------------------------------------------
+    ("GET", "/v1/admin/channel-target"): ADMIN,
+    ("POST", "/v1/admin/channel-target"): ADMIN,
+    ("GET", "/v1/admin/audit"): MANAGE,
+    ("POST", "/v1/nodes/join-tokens"): ADMIN,
+    ("GET", "/v1/nodes/join-tokens"): ADMIN,
+    ("DELETE", "/v1/nodes/join-tokens/<token_id>"): ADMIN,
+    # --- stacks, jobs, nodes ------------------------------------------------------------------
+    ("GET", "/v1/stacks"): READ,
+    ("GET", "/v1/stacks/<name>"): READ,
+    ("POST", "/v1/jobs"): scope("runs:submit"),
+    ("GET", "/v1/jobs"): READ,
+    ("GET", "/v1/jobs/<job_id>"): READ,
+    ("POST", "/v1/jobs/<job_id>/cancel"): scope("runs:cancel"),
+    ("POST", "/v1/jobs/<job_id>/priority"): scope("runs:priority"),
+    ("POST", "/v1/jobs/<job_id>/rerun"): scope("runs:submit"),
+    ("GET", "/v1/jobs/<job_id>/logs"): READ,
+    ("GET", "/v1/jobs/<job_id>/artifacts"): READ,
+    # The only route that also accepts ?token= (browser EventSource cannot set headers).
+    ("GET", "/v1/jobs/<job_id>/events"): Rule("read", query_token=True),
+    ("GET", "/v1/nodes"): READ,
+    # The agent WebSocket authenticates in its handler (node credential, join token or
+    # open enrollment; runplane/actors/fleet.py), so the HTTP layer lets it through.
+    (WEBSOCKET, "/v1/nodes/connect"): PUBLIC,
+    # --- uploads and artifacts: auth-exempt, trust by grant (spec point 3) ------------------
+    # (artifacts-zip does its own org-ownership check with current_caller().read_org)
+    ("POST", "/v1/uploads"): PUBLIC,
+    ("PUT", "/v1/artifacts/<anykey:key>"): PUBLIC,
+    ("GET", "/v1/artifacts/<anykey:key>"): PUBLIC,
+    ("GET", "/v1/artifacts-zip/<anykey:prefix>"): PUBLIC,
+}
+
+
+#: For a route missing from RULES (a bug the route-matrix test reports): the strictest tier
+#: an open deploy still lets through. Anonymous callers pass only where auth is not
+#: ``required``; a credential must hold every scope (``*``). The hook logs an error.
+UNLISTED = scope("*")
+
+
+def rule_for(method: str, rule: str, *, websocket: bool = False) -> Rule | None:
+    """The rule of a matched route; None when the table has none (the hook then refuses)."""
+    if websocket:
+        return RULES.get((WEBSOCKET, rule))
+    if method == "HEAD":
+        method = "GET"
+    return RULES.get((method, rule))
+
+
+def methods_of(url_rule: object) -> list[str]:
+    """The methods a Quart url rule needs table entries for (HEAD rides on GET; automatic
+    OPTIONS is public; a WebSocket rule needs one WEBSOCKET entry)."""
+    if getattr(url_rule, "websocket", False):
+        return [WEBSOCKET]
+    methods = set(getattr(url_rule, "methods", None) or ())
+    methods.discard("HEAD")
+    if getattr(url_rule, "provide_automatic_options", False):
+        methods.discard("OPTIONS")
+    return sorted(methods)

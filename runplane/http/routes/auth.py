@@ -1,0 +1,152 @@
+"""Who am I, roles, access tokens, and login sessions (``/v1/auth/*``, ``/v1/roles``).
+
+Access requirements live in the rule table (``runplane/auth/rules.py``); these handlers
+only parse, call ``runplane.auth`` and render. See docs/auth.md.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import StringConstraints
+from quart import Blueprint, Response, request
+
+from runplane import enrollment
+from runplane.auth import audit, identity, tokens
+from runplane.auth.hook import current_principal
+from runplane.auth.principal import DEFAULT_ORG, InvalidCredential
+from runplane.auth.roles import ROLE_NAMES, normalize_scopes, role_catalog
+from runplane.http.bodies import Body, parse_body
+from runplane.http.context import services
+from runplane.http.guards import bearer_token
+from runplane.http.problems import FieldProblem, Problem, not_found
+
+blueprint = Blueprint("auth", __name__)
+
+#: Answers that carry a secret: no cache may keep them.
+NO_STORE = {"Cache-Control": "no-store"}
+
+OrgId = Annotated[str, StringConstraints(pattern=enrollment.ORG_ID_PATTERN)]
+Subject = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=tokens.SUBJECT_MAX)
+]
+Name = Annotated[str, StringConstraints(strip_whitespace=True, max_length=tokens.NAME_MAX)]
+
+
+def _invalid(key: str, code: str, message: str) -> Problem:
+    return Problem(400, code, message, [FieldProblem(key, code, message)])
+
+
+@blueprint.get("/v1/auth/whoami")
+async def whoami() -> dict[str, Any]:
+    return current_principal().view()
+
+
+@blueprint.get("/v1/roles")
+async def roles() -> list[dict[str, object]]:
+    return role_catalog()
+
+
+class MintBody(Body):
+    subject: Subject
+    kind: Literal["user", "service"] = "user"
+    org_id: OrgId | None = None
+    name: Name = ""
+    role: str | None = None
+    scopes: list[str] | None = None
+
+
+@blueprint.post("/v1/auth/tokens")
+async def mint_token() -> tuple[dict[str, Any], int, dict[str, str]]:
+    body = await parse_body(MintBody)
+    if body.role is not None and body.scopes is not None:
+        raise _invalid("role", "role_and_scopes", "give either a role or explicit scopes, not both")
+    if body.role is not None and body.role not in ROLE_NAMES:
+        message = f"unknown role {body.role!r}; accepted: {', '.join(ROLE_NAMES)}"
+        raise _invalid("role", "unknown_role", message)
+    if body.scopes is not None:
+        try:
+            normalize_scopes(body.scopes)
+        except ValueError as exc:
+            raise _invalid("scopes", "unknown_scope", str(exc)) from None
+    try:
+        view, secret = await tokens.mint_token(
+            services().store,
+            subject=body.subject,
+            kind=body.kind,
+            org_id=body.org_id or DEFAULT_ORG,
+            name=body.name,
+            role=body.role,
+            scopes=body.scopes,
+        )
+    except ValueError as exc:  # the checks above cover what the body model does not
+        raise Problem(400, "invalid", str(exc)) from None
+    await audit.record("tokens:mint", "token", view.id, org_id=view.org_id, after=view)
+    return tokens.MintResult.of(view, secret).model_dump(), 201, NO_STORE
+
+
+@blueprint.get("/v1/auth/tokens")
+async def list_tokens() -> list[dict[str, Any]]:
+    org_id = request.args.get("org_id") or None
+    views = await tokens.list_tokens(services().store, org_id)
+    return [view.model_dump() for view in views]
+
+
+@blueprint.delete("/v1/auth/tokens/<token_id>")
+async def revoke_token(token_id: str) -> dict[str, str]:
+    if not await tokens.revoke_token(services().store, token_id):
+        raise not_found("token")
+    await audit.record("tokens:revoke", "token", token_id)
+    return {"revoked": token_id}
+
+
+class ExchangeBody(Body):
+    token: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+
+
+@blueprint.post("/v1/auth/token")
+async def exchange() -> tuple[dict[str, Any], int, dict[str, str]]:
+    body = await parse_body(ExchangeBody)
+    try:
+        granted = await identity.exchange(services().store, body.token)
+    except InvalidCredential as exc:
+        raise Problem(
+            401,
+            "unauthorized",
+            f"the login token is not valid: {exc.reason}",
+            headers={"WWW-Authenticate": "Bearer"},
+        ) from None
+    return granted.result(), 200, NO_STORE
+
+
+@blueprint.post("/v1/auth/logout")
+async def logout() -> Response:
+    secret = bearer_token()
+    if secret is not None and secret.startswith(identity.SESSION_PREFIX):
+        await identity.logout(services().store, secret)
+    return Response(b"", status=204)
+
+
+class SeatBody(Body):
+    name: Name | None = None
+    email: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+
+
+@blueprint.post("/v1/auth/seat")
+async def seat() -> tuple[dict[str, Any], int, dict[str, str]]:
+    body = await parse_body(SeatBody)
+    seated = await identity.seat(services().store, name=body.name, email=body.email)
+    if seated.created:
+        await audit.record(
+            "users:seat", "user", seated.user.id, org_id=seated.org_id, after=seated.user
+        )
+        note = identity.LOGIN_NOTE
+    else:
+        note = "this email already has an account: nothing was created and no login token issued"
+    result = {
+        "user": seated.user.model_dump(),
+        "org_id": seated.org_id,
+        "login_token": seated.login_token,
+        "note": note,
+    }
+    return result, 201, NO_STORE

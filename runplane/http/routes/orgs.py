@@ -1,0 +1,111 @@
+"""Orgs and members (``/v1/orgs``; database identity only). See docs/auth.md.
+
+Who may call is in the rule table (``runplane/auth/rules.py``): creating and listing orgs
+needs a user's login session; member routes need the admin token or an owner/admin of the
+org in the path (another org's id is the same 404 as an unknown one).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import StringConstraints
+from quart import Blueprint, Response
+
+from runplane.auth import audit, identity
+from runplane.auth.hook import current_principal, org_role
+from runplane.auth.roles import RoleName
+from runplane.http.bodies import Body, parse_body
+from runplane.http.context import services
+from runplane.http.problems import not_found
+
+blueprint = Blueprint("orgs", __name__, url_prefix="/v1/orgs")
+
+NO_STORE = {"Cache-Control": "no-store"}
+
+Text = Annotated[str, StringConstraints(strip_whitespace=True, max_length=identity.NAME_MAX)]
+
+
+class OrgBody(Body):
+    name: Text
+    slug: Text | None = None
+
+
+@blueprint.post("")
+async def create_org() -> tuple[dict[str, Any], int]:
+    body = await parse_body(OrgBody)
+    principal = current_principal()
+    org = await identity.create_org(
+        services().store, user_id=principal.subject, name=body.name, slug=body.slug
+    )
+    await audit.record("orgs:create", "org", org.id, org_id=org.id, after=org)
+    return org.model_dump(), 201
+
+
+@blueprint.get("")
+async def list_orgs() -> list[dict[str, Any]]:
+    return await identity.memberships(services().store, current_principal().subject)
+
+
+async def _granter(org_id: str) -> str:
+    """The caller's standing in ``org_id`` (the auth layer already required owner/admin
+    there, or the admin token): what the role rules of identity.py check against."""
+    standing = await org_role(current_principal(), org_id)
+    if standing is None:  # not reached behind the auth layer; same 404 as an unknown org
+        raise not_found("org")
+    return standing
+
+
+class MemberBody(Body):
+    name: Text | None = None
+    email: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+    role: RoleName = "member"
+
+
+@blueprint.post("/<org_id>/members")
+async def add_member(org_id: str) -> tuple[dict[str, Any], int, dict[str, str]]:
+    granter = await _granter(org_id)
+    body = await parse_body(MemberBody)
+    added = await identity.add_member(
+        services().store,
+        org_id,
+        name=body.name,
+        email=body.email,
+        role=body.role,
+        granter=granter,
+    )
+    if added.changed:
+        await audit.record(
+            "members:add",
+            "user",
+            added.user.id,
+            org_id=org_id,
+            after={"user_id": added.user.id, "role": added.role},
+        )
+    if added.created:
+        note = identity.LOGIN_NOTE
+    elif added.changed:
+        note = "existing account: membership set, no login token issued"
+    else:
+        note = "already a member with this role: nothing changed"
+    result = {
+        "user": added.user.model_dump(),
+        "role": added.role,
+        "login_token": added.login_token,
+        "note": note,
+    }
+    return result, 201, NO_STORE
+
+
+@blueprint.get("/<org_id>/members")
+async def list_members(org_id: str) -> list[dict[str, Any]]:
+    await _granter(org_id)
+    return await identity.list_members(services().store, org_id)
+
+
+@blueprint.delete("/<org_id>/members/<user_id>")
+async def remove_member(org_id: str, user_id: str) -> Response:
+    granter = await _granter(org_id)
+    role = await identity.remove_member(services().store, org_id, user_id, granter=granter)
+    await audit.record("members:remove", "user", user_id, org_id=org_id, after={"role": role})
+    return Response(b"", status=204)

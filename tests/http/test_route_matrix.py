@@ -1,0 +1,450 @@
+"""The route matrix: every registered route, called by every persona, in `required` mode.
+
+Two guarantees:
+
+1. ``test_every_route_has_a_rule``: each (method, URL rule) Quart registers has an entry in
+   ``runplane/auth/rules.py:RULES``. A new route without one fails here.
+2. ``test_route_matrix``: each registered route is called as anonymous, a token of the wrong
+   org, a token missing scopes, a viewer, a member, an org admin, the admin token and an
+   owner's login session, and the status must be what the spec's tier for that route says
+   (401 / 403 / 404 / 2xx). The tiers below are written from the spec, not read from RULES,
+   so the test checks the table (and the handlers) against the spec. A new non-public route
+   must get a case in CASES here.
+
+Cross-org ids answer 404 with a body byte-identical to an unknown id's
+(``test_cross_org_404_is_byte_identical``).
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from quart_trio import QuartTrio
+from werkzeug.datastructures import FileStorage
+
+from runplane import enrollment
+from runplane.auth import identity, tokens
+from runplane.auth.rules import methods_of, rule_for
+from runplane.http.app import create_app
+from tests.auth.support import (
+    ADMIN_H,
+    MANAGERS,
+    PERSONA_SCOPES,
+    PERSONAS,
+    World,
+    bearer,
+    build_world,
+    exchange,
+    login,
+    store_of,
+    unique,
+)
+
+RULES_FILE = "runplane/auth/rules.py"
+THIS_FILE = "tests/http/test_route_matrix.py"
+
+
+def registered_routes(app: QuartTrio) -> list[tuple[str, str]]:
+    """(method, rule) for every route the app serves (HEAD rides on GET, automatic OPTIONS
+    is public, a WebSocket rule is method WEBSOCKET)."""
+    out = []
+    for url_rule in app.url_map.iter_rules():
+        for method in methods_of(url_rule):
+            out.append((method, url_rule.rule))
+    return sorted(set(out))
+
+
+@dataclass
+class Req:
+    path: str
+    json: Any = None
+    files: dict[str, FileStorage] | None = None
+    data: bytes | None = None
+    headers: dict[str, str] | None = None  # replaces the persona's headers when set
+
+
+@dataclass
+class Ctx:
+    client: Any
+    app: QuartTrio
+    world: World
+    persona: str
+
+
+Prepare = Callable[[Ctx], Awaitable[Req]]
+
+
+def path(p: str) -> Prepare:
+    async def prepare(ctx: Ctx) -> Req:
+        return Req(p.format(w=ctx.world))
+
+    return prepare
+
+
+def body(p: str, make: Callable[[Ctx], Any]) -> Prepare:
+    async def prepare(ctx: Ctx) -> Req:
+        return Req(p.format(w=ctx.world), json=make(ctx))
+
+    return prepare
+
+
+@dataclass
+class Case:
+    tier: str  # public | read | scope | manage | org_manage | admin | operator | user_session
+    prepare: Prepare
+    ok: int = 200
+    scope: str | None = None
+    org_bound: bool = False  # names a resource of org A: the wrong org gets 404
+    per_persona: dict[str, int] = field(default_factory=dict)  # public-route overrides
+    check: Callable[[Ctx, Any], None] | None = None  # extra assertion on a 2xx body
+
+
+def expected(case: Case, persona: str) -> int:
+    tier, ok = case.tier, case.ok
+    if tier == "public":
+        return case.per_persona.get(persona, ok)
+    if tier == "admin":
+        return ok if persona == "admin" else 401
+    if tier == "operator":
+        return ok if persona == "admin" else 401 if persona == "anonymous" else 403
+    if persona == "anonymous":
+        return 401
+    foreign = 404 if persona == "wrong_org" and case.org_bound else ok
+    if tier == "read":
+        return foreign
+    if tier == "scope":
+        held = PERSONA_SCOPES[persona]
+        return foreign if ("*" in held or case.scope in held) else 403
+    if tier == "manage":  # the wrong-org token is an owner (of org B): a manager
+        return foreign if persona in MANAGERS | {"wrong_org"} else 403
+    if tier == "org_manage":  # the route names org A
+        return 404 if persona == "wrong_org" else ok if persona in MANAGERS else 403
+    if tier == "user_session":
+        return ok if persona == "session" else 403
+    raise AssertionError(tier)
+
+
+# --- preparations that need fresh state per call ------------------------------------------
+
+
+async def _fresh_login_token(ctx: Ctx) -> Req:
+    store = store_of(ctx.app)
+    secret = await identity.issue_login_token(store, ctx.world.owner_id, ctx.world.org_a)
+    return Req("/v1/auth/token", json={"token": secret})
+
+
+async def _logout(ctx: Ctx) -> Req:
+    if ctx.persona != "session":
+        return Req("/v1/auth/logout")
+    # a throwaway session of the same user: the persona's own must survive the matrix
+    store = store_of(ctx.app)
+    throwaway = await login(ctx.client, store, ctx.world.owner_id, ctx.world.org_a)
+    return Req("/v1/auth/logout", headers=bearer(throwaway))
+
+
+async def _revoke_token(ctx: Ctx) -> Req:
+    view, _ = await tokens.mint_token(store_of(ctx.app), subject="victim", org_id=ctx.world.org_a)
+    return Req(f"/v1/auth/tokens/{view.id}")
+
+
+async def _revoke_join_token(ctx: Ctx) -> Req:
+    view, _ = await enrollment.mint_join_token(store_of(ctx.app), org_id=ctx.world.org_a)
+    return Req(f"/v1/nodes/join-tokens/{view.id}")
+
+
+async def _remove_member(ctx: Ctx) -> Req:
+    added = await identity.add_member(
+        store_of(ctx.app),
+        ctx.world.org_a,
+        name=None,
+        email=unique("leaver") + "@example.com",
+        role="member",
+        granter=identity.SUPERUSER,
+    )
+    return Req(f"/v1/orgs/{ctx.world.org_a}/members/{added.user.id}")
+
+
+def _zip_bytes() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("main.py", "print('hi')\n")
+    return buffer.getvalue()
+
+
+async def _upload(ctx: Ctx) -> Req:
+    file = FileStorage(io.BytesIO(_zip_bytes()), filename="code.zip", name="file")
+    return Req("/v1/uploads", files={"file": file})
+
+
+async def _put_artifact(ctx: Ctx) -> Req:
+    return Req(f"/v1/artifacts/{ctx.world.job_a}/by-{ctx.persona}.txt", data=b"payload")
+
+
+def _jobs_narrowed(ctx: Ctx, listed: Any) -> None:
+    orgs = {job["org_id"] for job in listed}
+    if ctx.persona == "wrong_org":
+        assert orgs <= {ctx.world.org_b}, orgs
+    elif ctx.persona not in ("admin",):
+        assert orgs <= {ctx.world.org_a}, orgs
+
+
+def _audit_narrowed(ctx: Ctx, rows: Any) -> None:
+    orgs = {row["org_id"] for row in rows}
+    if ctx.persona == "wrong_org":
+        assert orgs <= {ctx.world.org_b}, orgs
+    elif ctx.persona != "admin":
+        assert orgs == {ctx.world.org_a}, orgs
+    else:
+        assert {ctx.world.org_a, ctx.world.org_b} <= orgs
+
+
+JOB = "/v1/jobs/{w.job_a}"
+MEMBERS = "/v1/orgs/{w.org_a}/members"
+
+CASES: dict[tuple[str, str], Case] = {
+    # public
+    ("GET", "/healthz"): Case("public", path("/healthz")),
+    ("GET", "/v1/healthz"): Case("public", path("/v1/healthz")),
+    ("GET", "/static/<path:filename>"): Case("public", path("/static/app.css"), ok=404),
+    ("GET", "/v1/auth/whoami"): Case("public", path("/v1/auth/whoami")),
+    ("GET", "/v1/roles"): Case("public", path("/v1/roles")),
+    ("POST", "/v1/auth/token"): Case("public", _fresh_login_token),
+    ("POST", "/v1/auth/logout"): Case("public", _logout, ok=204),
+    ("POST", "/v1/uploads"): Case("public", _upload),
+    ("PUT", "/v1/artifacts/<anykey:key>"): Case("public", _put_artifact, ok=201),
+    ("GET", "/v1/artifacts/<anykey:key>"): Case(
+        "public", path(JOB.replace("jobs", "artifacts") + "/out.txt")
+    ),
+    ("GET", "/v1/artifacts-zip/<anykey:prefix>"): Case(
+        "public",
+        path("/v1/artifacts-zip/{w.job_a}"),
+        # public, but guarded by org ownership: an anonymous caller of a `required` deploy
+        # reads no org, another org's token gets the unknown-prefix 404
+        per_persona={"anonymous": 404, "wrong_org": 404},
+    ),
+    # operator (admin token)
+    ("GET", "/v1/admin/channel-target"): Case("admin", path("/v1/admin/channel-target")),
+    ("POST", "/v1/admin/channel-target"): Case(
+        "admin", body("/v1/admin/channel-target", lambda c: {"channel": "edge", "version": "9"})
+    ),
+    ("POST", "/v1/nodes/join-tokens"): Case(
+        "admin", body("/v1/nodes/join-tokens", lambda c: {"org_id": c.world.org_a}), ok=201
+    ),
+    ("GET", "/v1/nodes/join-tokens"): Case("admin", path("/v1/nodes/join-tokens")),
+    ("DELETE", "/v1/nodes/join-tokens/<token_id>"): Case("admin", _revoke_join_token),
+    ("POST", "/v1/auth/tokens"): Case(
+        "admin", body("/v1/auth/tokens", lambda c: {"subject": "new", "role": "viewer"}), ok=201
+    ),
+    ("GET", "/v1/auth/tokens"): Case("admin", path("/v1/auth/tokens")),
+    ("DELETE", "/v1/auth/tokens/<token_id>"): Case("admin", _revoke_token),
+    ("POST", "/v1/auth/seat"): Case(
+        "operator",
+        body("/v1/auth/seat", lambda c: {"email": unique("seat") + "@example.com"}),
+        ok=201,
+    ),
+    # manage
+    ("GET", "/v1/admin/audit"): Case("manage", path("/v1/admin/audit"), check=_audit_narrowed),
+    ("GET", "/v1/orgs/<org_id>/members"): Case("org_manage", path(MEMBERS)),
+    ("POST", "/v1/orgs/<org_id>/members"): Case(
+        "org_manage",
+        body(MEMBERS, lambda c: {"email": unique("new") + "@example.com", "role": "viewer"}),
+        ok=201,
+    ),
+    ("DELETE", "/v1/orgs/<org_id>/members/<user_id>"): Case("org_manage", _remove_member, ok=204),
+    # user session
+    ("POST", "/v1/orgs"): Case(
+        "user_session", body("/v1/orgs", lambda c: {"name": unique("Team ")}), ok=201
+    ),
+    ("GET", "/v1/orgs"): Case("user_session", path("/v1/orgs")),
+    # reads
+    ("GET", "/v1/stacks"): Case("read", path("/v1/stacks")),
+    ("GET", "/v1/stacks/<name>"): Case("read", path("/v1/stacks/shell")),
+    ("GET", "/v1/jobs"): Case("read", path("/v1/jobs"), check=_jobs_narrowed),
+    ("GET", "/v1/jobs/<job_id>"): Case("read", path(JOB), org_bound=True),
+    ("GET", "/v1/jobs/<job_id>/logs"): Case("read", path(JOB + "/logs"), org_bound=True),
+    ("GET", "/v1/jobs/<job_id>/artifacts"): Case("read", path(JOB + "/artifacts"), org_bound=True),
+    ("GET", "/v1/jobs/<job_id>/events"): Case("read", path(JOB + "/events"), org_bound=True),
+    ("GET", "/v1/nodes"): Case("read", path("/v1/nodes")),
+    # scopes
+    ("POST", "/v1/jobs"): Case(
+        "scope",
+        body("/v1/jobs", lambda c: {"stack": "shell", "command": ["true"]}),
+        ok=202,
+        scope="runs:submit",
+    ),
+    ("POST", "/v1/jobs/<job_id>/cancel"): Case(
+        "scope", path(JOB + "/cancel"), scope="runs:cancel", org_bound=True
+    ),
+    ("POST", "/v1/jobs/<job_id>/priority"): Case(
+        "scope",
+        body(JOB + "/priority", lambda c: {"priority": 5}),
+        scope="runs:priority",
+        org_bound=True,
+    ),
+    ("POST", "/v1/jobs/<job_id>/rerun"): Case(
+        "scope", path(JOB + "/rerun"), ok=202, scope="runs:submit", org_bound=True
+    ),
+}
+
+#: WebSocket routes authenticate in their handler; the auth layer must let every persona
+#: reach it (the handler then closes a bad hello with 4400).
+WEBSOCKETS = {("WEBSOCKET", "/v1/nodes/connect")}
+
+
+@pytest.fixture
+async def served(make_settings: Callable[..., Any]) -> Any:
+    app = create_app(make_settings(auth="required"))
+    async with app.test_app():
+        client = app.test_client()
+        world = await build_world(client, store_of(app))
+        response = await client.put(f"/v1/artifacts/{world.job_a}/out.txt", data=b"artifact")
+        assert response.status_code == 201, await response.get_data()
+        yield app, client, world
+
+
+async def test_every_route_has_a_rule(make_settings: Callable[..., Any]) -> None:
+    app = create_app(make_settings())
+    missing = [
+        f"{m} {r}"
+        for m, r in registered_routes(app)
+        if rule_for(m, r, websocket=m == "WEBSOCKET") is None
+    ]
+    assert not missing, (
+        f"routes without an auth rule: {missing}. Add each to RULES in {RULES_FILE} "
+        "(public | read | scope | manage | org_manage | admin | operator | user_session), "
+        f"and a case for it in CASES in {THIS_FILE}."
+    )
+
+
+async def test_route_matrix(served: Any) -> None:
+    app, client, world = served
+    routes = registered_routes(app)
+    uncovered = [f"{m} {r}" for m, r in routes if (m, r) not in CASES and (m, r) not in WEBSOCKETS]
+    assert not uncovered, (
+        f"routes the matrix does not cover: {uncovered}. Add a Case to CASES in {THIS_FILE} "
+        f"with the spec's tier for it (and its rule to RULES in {RULES_FILE})."
+    )
+    failures = []
+    calls = 0
+    for method, rule in routes:
+        if (method, rule) in WEBSOCKETS:
+            continue
+        case = CASES[(method, rule)]
+        for persona in PERSONAS:
+            ctx = Ctx(client, app, world, persona)
+            req = await case.prepare(ctx)
+            headers = req.headers if req.headers is not None else world.headers(persona)
+            kwargs: dict[str, Any] = {"method": method, "headers": headers}
+            if req.json is not None:
+                kwargs["json"] = req.json
+            if req.files is not None:
+                kwargs["files"] = req.files
+            if req.data is not None:
+                kwargs["data"] = req.data
+            response = await client.open(req.path, **kwargs)
+            calls += 1
+            want = expected(case, persona)
+            if response.status_code != want:
+                text = (await response.get_data(as_text=True))[:200]
+                failures.append(
+                    f"{method} {rule} as {persona}: {response.status_code}, want {want}: {text}"
+                )
+            elif case.check is not None and 200 <= want < 300:
+                case.check(ctx, await response.get_json())
+    assert not failures, "\n".join(failures)
+    covered = len(routes)
+    assert covered == len(CASES) + len(WEBSOCKETS), (covered, len(CASES))
+    assert calls == (covered - len(WEBSOCKETS)) * len(PERSONAS)
+
+
+async def test_websocket_routes_reach_their_handler(served: Any) -> None:
+    from quart.testing.connections import WebsocketDisconnectError
+
+    _, client, world = served
+    for _, rule in sorted(WEBSOCKETS):
+        for persona in PERSONAS:
+            async with client.websocket(rule, headers=world.headers(persona)) as ws:
+                await ws.send("not a hello")
+                with pytest.raises(WebsocketDisconnectError) as closed:
+                    await ws.receive()
+            assert closed.value.args[0] == 4400, (persona, closed.value.args)
+
+
+@pytest.mark.parametrize(
+    ("persona", "foreign", "unknown"),
+    [
+        ("wrong_org", "/v1/jobs/{w.job_a}", "/v1/jobs/job_01aaaaaaaaaaaaaaaaaaaaaaaa"),
+        ("wrong_org", "/v1/jobs/{w.job_a}/logs", "/v1/jobs/job_nope/logs"),
+        ("wrong_org", "/v1/jobs/{w.job_a}/artifacts", "/v1/jobs/job_nope/artifacts"),
+        ("wrong_org", "/v1/jobs/{w.job_a}/events", "/v1/jobs/job_nope/events"),
+        ("wrong_org", "POST /v1/jobs/{w.job_a}/cancel", "POST /v1/jobs/job_nope/cancel"),
+        ("wrong_org", "POST /v1/jobs/{w.job_a}/rerun", "POST /v1/jobs/job_nope/rerun"),
+        ("wrong_org", "/v1/orgs/{w.org_a}/members", "/v1/orgs/org_nope/members"),
+        ("org_admin", "/v1/orgs/{w.org_b}/members", "/v1/orgs/org_nope/members"),
+        ("viewer", "/v1/orgs/{w.org_b}/members", "/v1/orgs/org_nope/members"),
+        (
+            "wrong_org",
+            "DELETE /v1/orgs/{w.org_a}/members/{w.owner_id}",
+            "DELETE /v1/orgs/org_nope/members/usr_x",
+        ),
+    ],
+)
+async def test_cross_org_404_is_byte_identical(
+    served: Any, persona: str, foreign: str, unknown: str
+) -> None:
+    _, client, world = served
+    bodies = []
+    for target in (foreign, unknown):
+        method, _, url = target.rpartition(" ")
+        response = await client.open(
+            url.format(w=world),
+            method=method or "GET",
+            headers={**world.headers(persona), "X-Request-ID": "req_same"},
+        )
+        assert response.status_code == 404
+        bodies.append(await response.get_data())
+    assert bodies[0] == bodies[1]
+
+
+async def test_query_token_only_on_job_events(served: Any) -> None:
+    _, client, world = served
+    token = world.secrets["member"]
+    events = await client.get(f"/v1/jobs/{world.job_a}/events?token={token}")
+    assert events.status_code == 200
+    assert "event: phase" in await events.get_data(as_text=True)
+    for url in (f"/v1/jobs/{world.job_a}?token={token}", f"/v1/jobs?token={token}"):
+        assert (await client.get(url)).status_code == 401, url
+    # a revoked token is refused there too
+    view = await (await client.get("/v1/auth/tokens", headers=ADMIN_H)).get_json()
+    member_id = next(t["id"] for t in view if t["subject"] == "mo")
+    await client.delete(f"/v1/auth/tokens/{member_id}", headers=ADMIN_H)
+    assert (await client.get(f"/v1/jobs/{world.job_a}/events?token={token}")).status_code == 401
+
+
+async def test_session_acts_in_another_org_of_its_user(served: Any) -> None:
+    _, client, world = served
+    # the owner's session lives in org A; X-Runplane-Org moves it to org B, where it is owner
+    headers = {**world.headers("session"), "X-Runplane-Org": world.org_b}
+    me = await (await client.get("/v1/auth/whoami", headers=headers)).get_json()
+    assert (me["org_id"], me["role"]) == (world.org_b, "owner")
+    job = await (await client.post("/v1/jobs", json={"stack": "shell"}, headers=headers)).get_json()
+    assert job["org_id"] == world.org_b
+    assert (await client.get(f"/v1/jobs/{world.job_a}", headers=headers)).status_code == 404
+    stranger = {**world.headers("session"), "X-Runplane-Org": "org_elsewhere"}
+    response = await client.get("/v1/jobs", headers=stranger)
+    assert response.status_code == 403
+    assert (await response.get_json())["code"] == "not_a_member"
+
+
+async def test_exchange_is_public_but_single_use(served: Any) -> None:
+    _, client, world = served
+    secret = await identity.issue_login_token(store_of(served[0]), world.owner_id, world.org_a)
+    granted = await exchange(client, secret)
+    assert granted["org_id"] == world.org_a and granted["role"] == "owner"
+    again = await client.post("/v1/auth/token", json={"token": secret})
+    assert again.status_code == 401
