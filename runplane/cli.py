@@ -94,11 +94,11 @@ async def serve(settings: Settings, host: str, port: int) -> None:
 
     With ``RUNPLANE_LOCAL_AGENT`` on, one node agent runs in this process, connected to the
     server over loopback like any other; it is stopped first on shutdown."""
-    from hypercorn.config import Config
     from hypercorn.trio import serve as hypercorn_serve
 
     from runplane.agent.client import Agent
     from runplane.http.app import create_app
+    from runplane.http.serving import Config  # hypercorn's Config + serving fixes
 
     config = Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]

@@ -1,0 +1,113 @@
+"""``python -m bench``: run one benchmark scenario, or all of them.
+
+    python -m bench all [--quick]             # every scenario, one JSON line each
+    python -m bench SCENARIO [--quick] [...]   # one scenario (its own flags pass through)
+
+Scenarios: submit, lifecycle, placement, fanout, agents, store, local_lifecycle. Each
+runs in its own process, starts its own server on loopback with a fresh data dir, and
+prints ONE JSON object; ``all`` prints them as they finish, then a last ``summary``
+line with the headline figures. ``--quick`` keeps all of them under 5 minutes on the
+2-core development machine; without it they run at the issue's full sizes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+from bench import common
+
+SCENARIOS: dict[str, str] = {
+    "submit": "bench.submit",
+    "lifecycle": "bench.lifecycle",
+    "placement": "bench.placement_run",
+    "fanout": "bench.fanout",
+    "agents": "bench.agents",
+    "store": "bench.store_run",
+    "local_lifecycle": "bench.local_lifecycle",
+}
+#: seconds one scenario may take before ``all`` gives up on it
+LIMIT_QUICK, LIMIT_FULL = 180, 1200
+
+HEADLINES: dict[str, tuple[str, ...]] = {
+    "submit": ("jobs_per_s", "latency_ms", "ceiling_rps", "ratio"),
+    "lifecycle": ("completed_per_s", "submit_to_running_ms", "paced_submit_to_running_ms"),
+    "placement": ("decision_p50_us", "growth_100_to_10000"),
+    "fanout": ("delivered_lines_per_s", "latency_ms", "every_line_in_order"),
+    "agents": ("agents_connected", "rss_per_agent_kb", "idle_cpu_share"),
+    "store": ("summary",),
+    "local_lifecycle": (
+        "completed_per_s",
+        "submit_to_running_ms",
+        "paced_submit_to_running_ms",
+    ),
+}
+
+
+def run_one(name: str, args: list[str], limit: float) -> dict[str, Any]:
+    started = time.monotonic()
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", SCENARIOS[name], *args],
+            cwd=common.REPO,
+            capture_output=True,
+            text=True,
+            timeout=limit,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return {"bench": name, "error": f"timed out after {limit} s"}
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or not lines:
+        return {
+            "bench": name,
+            "error": f"exit {out.returncode}",
+            "stderr": out.stderr[-2000:],
+            "elapsed_s": round(time.monotonic() - started, 1),
+        }
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name != "all":
+        if name not in SCENARIOS:
+            print(f"unknown scenario {name!r}; one of: all, {', '.join(SCENARIOS)}")
+            return 2
+        return subprocess.call([sys.executable, "-m", SCENARIOS[name], *rest], cwd=common.REPO)
+    quick = "--quick" in rest
+    limit = LIMIT_QUICK if quick else LIMIT_FULL
+    started = time.monotonic()
+    summary: dict[str, Any] = {}
+    failed = 0
+    for scenario in SCENARIOS:
+        result = run_one(scenario, ["--quick"] if quick else [], limit)
+        common.emit(result)
+        if "error" in result:
+            failed += 1
+            summary[scenario] = {"error": result["error"]}
+        else:
+            summary[scenario] = {k: result.get(k) for k in HEADLINES[scenario]}
+            summary[scenario]["elapsed_s"] = result.get("elapsed_s")
+    common.emit(
+        {
+            "bench": "summary",
+            "quick": quick,
+            "machine": common.machine(),
+            "results": summary,
+            "failed": failed,
+            "elapsed_s": round(time.monotonic() - started, 1),
+        }
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,53 @@
+"""placement: decision time per job at 100, 1,000 and 10,000 nodes of mixed shapes.
+
+    python -m bench placement [--quick]
+
+Runs ``bench/placement.py`` (the planner benchmark: pure placement code, no server; see
+its docstring for the job mix and the steady-state loads) in its own process and adds
+the machine, the settings and a summary: median and p99 decision time per size, and how
+it grows from 100 to 10,000 nodes (x100 nodes). Target: < 1 ms median at 10,000 nodes,
+growing sub-linearly. Prints ONE JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from bench import common
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--decisions", type=int, default=None)
+    args = parser.parse_args(argv)
+    decisions = args.decisions or (1000 if args.quick else 3000)
+    started = time.monotonic()
+    raw = common.run_json(["bench.placement", "--decisions", str(decisions)], timeout=600)
+    sizes = raw.get("sizes", {})
+    p50 = {n: s["decision"]["p50_us"] for n, s in sizes.items()}
+    p99 = {n: s["decision"]["p99_us"] for n, s in sizes.items()}
+    growth = raw.get("growth_ratio_100_to_10000", {})
+    largest = p50.get("10000")
+    result = {
+        "bench": "placement",
+        "machine": common.machine(),
+        "settings": {"decisions_per_size": decisions, "script": "bench/placement.py"},
+        "decision_p50_us": p50,
+        "decision_p99_us": p99,
+        "growth_100_to_10000": growth,
+        "targets": {
+            "p50 at 10000 nodes < 1 ms": largest is not None and largest < 1000,
+            "sub-linear growth": bool(growth) and growth.get("p50", 1e9) < growth.get("nodes", 0),
+        },
+        "placement": raw,
+        "elapsed_s": round(time.monotonic() - started, 1),
+    }
+    common.emit(result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
