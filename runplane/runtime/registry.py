@@ -104,9 +104,11 @@ class Registry:
             entry = self._entries.get(key)
             if entry is None:
                 return await self._activate(spec, key)
-            await entry.ready.wait()
+            if not entry.ready.is_set():  # the common case (already active) skips a checkpoint
+                await entry.ready.wait()
             ref = entry.ref
             if ref is None:
+                await trio.lowlevel.checkpoint()  # let the failed activation clear its entry
                 continue  # that activation failed; try ours
             if not ref.closed:
                 return ref
