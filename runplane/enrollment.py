@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from runplane.ids import hash_secret, new_id, new_secret, secrets_equal
 from runplane.persistence import Row, Store, Tx, now_ms
+from runplane.persistence.revocable import newest_first, revoke
 from runplane.settings import Settings
 from runplane.timefmt import iso_ms
 
@@ -185,14 +186,7 @@ async def mint_join_token(
 
 async def list_join_tokens(store: Store, org_id: str | None = None) -> list[JoinTokenView]:
     """Join tokens, newest first (revoked ones included, flagged); only ``org_id``'s if given."""
-    order = "ORDER BY created_at DESC, id DESC"
-    if org_id is None:
-        rows = await store.fetchall(f"SELECT {_VIEW_COLUMNS} FROM join_tokens {order}")
-    else:
-        rows = await store.fetchall(
-            f"SELECT {_VIEW_COLUMNS} FROM join_tokens WHERE org_id = ? {order}", (org_id,)
-        )
-    return [_view(row) for row in rows]
+    return [_view(row) for row in await newest_first(store, "join_tokens", _VIEW_COLUMNS, org_id)]
 
 
 async def get_join_token(store: Store, token_id: str) -> JoinTokenView | None:
@@ -206,19 +200,7 @@ async def revoke_join_token(store: Store, token_id: str) -> bool:
     Idempotent: revoking a revoked token is True and keeps the first revocation time.
     Nodes already enrolled with it keep their credentials (see :func:`revoke_nodes_enrolled_by`).
     """
-    revoked_at = now_ms()
-
-    def revoke(tx: Tx) -> tuple[bool, bool]:
-        changed = tx.execute(
-            "UPDATE join_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
-            (revoked_at, token_id),
-        )
-        if changed:
-            return True, True
-        row = tx.fetchone("SELECT id FROM join_tokens WHERE id = ?", (token_id,))
-        return row is not None, False
-
-    known, changed = await store.transaction(revoke)
+    known, changed = await revoke(store, "join_tokens", "id", token_id)
     if changed:
         log.info("join token revoked", extra={"join_token_id": token_id})
     return known
@@ -334,19 +316,7 @@ async def verify_node_credential(store: Store, secret: str) -> NodeIdentity | No
 async def revoke_node_credential(store: Store, node_id: str) -> bool:
     """Revoke one node's credential (the node must enroll again, as a new node).
     False when the node is unknown; idempotent otherwise."""
-    revoked_at = now_ms()
-
-    def revoke(tx: Tx) -> tuple[bool, bool]:
-        changed = tx.execute(
-            "UPDATE node_credentials SET revoked_at = ? WHERE node_id = ? AND revoked_at IS NULL",
-            (revoked_at, node_id),
-        )
-        if changed:
-            return True, True
-        row = tx.fetchone("SELECT node_id FROM node_credentials WHERE node_id = ?", (node_id,))
-        return row is not None, False
-
-    known, changed = await store.transaction(revoke)
+    known, changed = await revoke(store, "node_credentials", "node_id", node_id)
     if changed:
         log.info("node credential revoked", extra={"node_id": node_id})
     return known

@@ -22,7 +22,8 @@ from runplane.auth.principal import InvalidCredential, Principal
 from runplane.auth.roles import ALL, ROLE_NAMES, bundle, normalize_scopes
 from runplane.enrollment import valid_org_id
 from runplane.ids import hash_secret, new_id, new_secret, secrets_equal
-from runplane.persistence import Row, Store, Tx, from_json, now_ms, to_json
+from runplane.persistence import Row, Store, from_json, now_ms, to_json
+from runplane.persistence.revocable import newest_first, revoke
 from runplane.timefmt import iso_ms
 
 log = logging.getLogger("runplane.auth")
@@ -168,14 +169,7 @@ async def mint_token(
 
 async def list_tokens(store: Store, org_id: str | None = None) -> list[TokenView]:
     """Tokens newest first (revoked ones included, flagged); only ``org_id``'s if given."""
-    order = "ORDER BY created_at DESC, id DESC"
-    if org_id is None:
-        rows = await store.fetchall(f"SELECT {_COLUMNS} FROM access_tokens {order}")
-    else:
-        rows = await store.fetchall(
-            f"SELECT {_COLUMNS} FROM access_tokens WHERE org_id = ? {order}", (org_id,)
-        )
-    return [_view(row) for row in rows]
+    return [_view(row) for row in await newest_first(store, "access_tokens", _COLUMNS, org_id)]
 
 
 async def get_token(store: Store, token_id: str) -> TokenView | None:
@@ -186,18 +180,7 @@ async def get_token(store: Store, token_id: str) -> TokenView | None:
 async def revoke_token(store: Store, token_id: str) -> bool:
     """Revoke a token: it is refused from the next request on. False for an unknown id.
     Idempotent (the first revocation time is kept)."""
-    revoked_at = now_ms()
-
-    def revoke(tx: Tx) -> tuple[bool, bool]:
-        if tx.execute(
-            "UPDATE access_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
-            (revoked_at, token_id),
-        ):
-            return True, True
-        known = tx.fetchone("SELECT id FROM access_tokens WHERE id = ?", (token_id,))
-        return known is not None, False
-
-    known, changed = await store.transaction(revoke)
+    known, changed = await revoke(store, "access_tokens", "id", token_id)
     if changed:
         log.info("access token revoked", extra={"token_id": token_id})
     return known
