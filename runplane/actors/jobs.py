@@ -115,10 +115,12 @@ class Jobs:
         self.catalog = catalog
         self.registry = registry
         self.placement = placement
+        self._fresh: dict[str, dict[str, Any]] = {}
 
     def register(self, deps: JobDeps) -> None:
         async def activate(job_id: str) -> JobActor:
-            row = await repo.get_row(self.store, job_id, None)
+            # a job just inserted is activated from the row in hand, not read back
+            row = self._fresh.get(job_id) or await repo.get_row(self.store, job_id, None)
             if row is None:
                 raise LookupError(f"job {job_id} has no row")
             return JobActor(deps, row)
@@ -173,9 +175,16 @@ class Jobs:
             idempotency_key=idempotency_key,
             idempotency_hash=body_hash if idempotency_key else None,
         )
-        job_id = await self.store.transaction(repo.insert_job(self.store, new))
-        await self.registry.get(JOB_KIND, job_id)  # activation enqueues it
-        row = await repo.get_row(self.store, job_id, None)
+        inserted = await self.store.transaction(repo.insert_job(self.store, new))
+        if isinstance(inserted, dict):
+            self._fresh[new.id] = inserted
+            try:
+                await self.registry.get(JOB_KIND, new.id)  # activation enqueues it
+            finally:
+                del self._fresh[new.id]
+            return inserted
+        await self.registry.get(JOB_KIND, inserted)  # an Idempotency-Key replay
+        row = await repo.get_row(self.store, inserted, None)
         assert row is not None
         return row
 

@@ -42,10 +42,11 @@ def phase_event(job_id: str, seq: int, phase: str, ts: int) -> tuple[Any, ...]:
 
 def insert_job(store: Store, job: NewJob) -> Any:
     """Return a transaction function inserting ``job`` (with its first ``queued`` phase
-    event); with an Idempotency-Key it returns the id of the first job for the same key and
-    body instead, and raises a 409 Problem for the same key with another body."""
+    event) and returning the new row; with an Idempotency-Key it returns the id of the
+    first job for the same key and body instead, and raises a 409 Problem for the same key
+    with another body."""
 
-    def run(tx: Tx) -> str:
+    def run(tx: Tx) -> dict[str, Any] | str:
         now = now_ms()
         if job.idempotency_key is not None:
             prior = tx.fetchone(
@@ -64,38 +65,78 @@ def insert_job(store: Store, job: NewJob) -> Any:
                 return str(prior["id"])
             if prior is not None:  # expired: the key may be reused
                 tx.execute("UPDATE jobs SET idempotency_key = NULL WHERE id = ?", (prior["id"],))
-        spec = job.spec
+        row = new_row(job, now)
+        values = {
+            **row,
+            "idempotency_key": job.idempotency_key,
+            "idempotency_hash": job.idempotency_hash,
+        }
         tx.execute(
-            "INSERT INTO jobs (id, org_id, project, submitted_by, stack, image, phase, priority,"
-            " mode, seed, spec_hash, spec, event_seq, idempotency_key, idempotency_hash,"
-            " created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                job.id,
-                job.org_id,
-                job.project,
-                job.submitted_by,
-                spec["stack"],
-                spec["image"],
-                Phase.QUEUED.value,
-                job.priority,
-                spec["mode"],
-                spec["seed"],
-                job.spec_hash,
-                to_json(spec),
-                1,
-                job.idempotency_key,
-                job.idempotency_hash,
-                now,
-                now,
-            ),
+            f"INSERT INTO jobs ({', '.join(INSERT_COLUMNS)}) "
+            f"VALUES ({','.join('?' * len(INSERT_COLUMNS))})",
+            [values[c] for c in INSERT_COLUMNS],
         )
         tx.execute(
             "INSERT INTO job_events (job_id, seq, kind, ts, data) VALUES (?,?,?,?,?)",
             phase_event(job.id, 1, Phase.QUEUED.value, now),
         )
-        return job.id
+        return row
 
     return run
+
+
+INSERT_COLUMNS = (
+    "id",
+    "org_id",
+    "project",
+    "submitted_by",
+    "stack",
+    "image",
+    "phase",
+    "priority",
+    "mode",
+    "seed",
+    "spec_hash",
+    "spec",
+    "event_seq",
+    "idempotency_key",
+    "idempotency_hash",
+    "created_at",
+    "updated_at",
+)
+
+
+def new_row(job: NewJob, now: int) -> dict[str, Any]:
+    """The jobs row ``insert_job`` writes, as ``get_row`` would read it back."""
+    spec = job.spec
+    return {
+        "id": job.id,
+        "org_id": job.org_id,
+        "project": job.project,
+        "submitted_by": job.submitted_by,
+        "stack": spec["stack"],
+        "image": spec["image"],
+        "phase": Phase.QUEUED.value,
+        "priority": job.priority,
+        "mode": spec["mode"],
+        "seed": spec["seed"],
+        "spec_hash": job.spec_hash,
+        "spec": to_json(spec),
+        "node_id": None,
+        "attempt": 0,
+        "attempts": 0,
+        "error": None,
+        "wait_reason": None,
+        "final_metrics": "{}",
+        "artifacts": "[]",
+        "event_seq": 1,
+        "log_lines": 0,
+        "log_dropped": 0,
+        "created_at": now,
+        "started_at": None,
+        "finished_at": None,
+        "updated_at": now,
+    }
 
 
 async def get_row(store: Store, job_id: str, org_id: str | None) -> dict[str, Any] | None:
