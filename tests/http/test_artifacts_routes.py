@@ -233,7 +233,8 @@ async def _insert_job(app: QuartTrio, org_id: str) -> str:
         priority=100,
     )
     store = _svc(app).store
-    return str(await store.transaction(repo.insert_job(store, new)))
+    await store.transaction(repo.insert_job(store, new))
+    return new.id
 
 
 async def test_artifacts_zip_of_another_orgs_job_is_404(
