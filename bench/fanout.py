@@ -89,9 +89,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 ]
             )
             common.read_json_line(agent, 60.0)  # the agent is connected
-            agent_summary = common.read_json_line(agent, limit + 30)
-            delivered = common.read_json_line(sse, limit + 90)
+            delivered = common.read_json_line(sse, limit + 90)  # streams ended (or timed out)
             server_cpu = meter.stop()
+            try:  # its finish is acknowledged by now, unless its session was cut
+                agent_summary = common.read_json_line(agent, 10.0)
+            except TimeoutError:
+                common.stop(agent)  # SIGTERM: it prints its summary and exits
+                agent_summary = common.read_json_line(agent, 10.0)
         finally:
             if agent is not None:
                 common.stop(agent)

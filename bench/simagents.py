@@ -29,6 +29,7 @@ import time
 from typing import Any
 
 import trio
+from pydantic import ValidationError
 from trio_websocket import WebSocketConnection, open_websocket_url
 
 from bench.common import LOOPBACK
@@ -116,7 +117,11 @@ async def agent(
                 stats.all_welcomed.set()
             await serve_agent(ws, welcome, args, stats)
     except Exception as exc:  # a failed or lost connection is counted, not fatal
-        stats.error(f"{'connect' if connecting else 'session'}: {type(exc).__name__}")
+        leaf: BaseException = exc
+        while isinstance(leaf, BaseExceptionGroup) and leaf.exceptions:
+            leaf = leaf.exceptions[0]
+        what = f"{type(leaf).__name__}: {str(leaf).splitlines()[0][:120]}" if str(leaf) else ""
+        stats.error(f"{'connect' if connecting else 'session'}: {what or type(leaf).__name__}")
     finally:
         if connecting:
             limiter.release()
@@ -152,7 +157,12 @@ async def serve_agent(
 
         nursery.start_soon(heartbeat)
         while True:
-            msg = p.decode_server(await ws.get_message())
+            raw = await ws.get_message()
+            try:
+                msg = p.decode_server(raw)
+            except ValidationError:  # as the real agent: unknown server messages are ignored
+                stats.error("ignored server message")
+                continue
             if isinstance(msg, p.Run):
                 stats.runs += 1
                 if stats.first_run is None:

@@ -112,7 +112,8 @@ async def _dispatch(node_id: str, node: Any, outbox: Any, msg: Any) -> None:
                 dict(done.final_metrics),
                 tuple(done.artifacts),
             )
-            await _to_job(registry, done.job_id, finished, wait=True)
+            if not await _to_job(registry, done.job_id, finished, wait=True):
+                return  # not recorded: no ack, the agent resends it
             await node.tell(AttemptEnded(done.job_id, done.attempt))
             # acknowledged once recorded (or refused as stale: either way, stop resending)
             outbox.send_nowait(p.encode(p.FinishedAck(job_id=done.job_id, attempt=done.attempt)))
@@ -120,15 +121,20 @@ async def _dispatch(node_id: str, node: Any, outbox: Any, msg: Any) -> None:
             pass  # a second hello is meaningless; ignore it
 
 
-async def _to_job(registry: Any, job_id: str, msg: Any, *, wait: bool = False) -> None:
-    """Forward to the job's actor. Unknown jobs (an agent reporting a job this server never
-    had) are ignored: the agent gets a cancel from the node actor at its next hello."""
+async def _to_job(registry: Any, job_id: str, msg: Any, *, wait: bool = False) -> bool:
+    """Forward to the job's actor; False when it could not take the message (stopping or
+    crashed), so a finish is not acknowledged and the agent sends it again. Unknown jobs
+    (an agent reporting a job this server never had) are ignored: the agent gets a cancel
+    from the node actor at its next hello."""
     try:
         if wait:
-            await registry.ask(JOB_KIND, job_id, msg)
+            # no timeout: a finish must be recorded; a busy job actor only slows this session
+            await registry.ask(JOB_KIND, job_id, msg, timeout=None)
         else:
             await registry.tell(JOB_KIND, job_id, msg)
     except LookupError:
         log.warning("report for unknown job ignored", extra={"job_id": job_id})
     except (ActorGone, MailboxClosed):
         log.warning("report for a stopping job dropped", extra={"job_id": job_id})
+        return False
+    return True
