@@ -409,3 +409,20 @@ def hello_server(kind: str) -> Iterator[tuple[int, int]]:
 def loadavg() -> list[float]:
     """The 1/5/15-minute load averages: other work on the machine skews every figure."""
     return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+def wait_count(db_path: Any, sql: str, params: Sequence[Any], n: int, limit: float) -> int:
+    """Poll the server's SQLite file (read-only) until ``sql`` (a ``count(*)``) reaches
+    ``n`` or ``limit`` seconds pass; the last count seen."""
+    deadline = time.monotonic() + limit
+    done = 0
+    while time.monotonic() < deadline:
+        try:
+            with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5) as db:
+                done = db.execute(sql, tuple(params)).fetchone()[0]
+        except sqlite3.Error:
+            pass
+        if done >= n:
+            break
+        time.sleep(0.2)
+    return done

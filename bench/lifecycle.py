@@ -81,21 +81,13 @@ def phase_latencies(db_path: Any, project: str) -> dict[str, Any]:
 
 def wait_done(db_path: Any, project: str, n: int, limit: float) -> int:
     """Poll the store file until ``n`` jobs of ``project`` succeeded (or ``limit`` s)."""
-    deadline = time.monotonic() + limit
-    done = 0
-    while time.monotonic() < deadline:
-        try:
-            with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5) as db:
-                done = db.execute(
-                    "SELECT count(*) FROM jobs WHERE project = ? AND phase = 'succeeded'",
-                    (project,),
-                ).fetchone()[0]
-        except sqlite3.Error:
-            pass
-        if done >= n:
-            break
-        time.sleep(0.2)
-    return done
+    return common.wait_count(
+        db_path,
+        "SELECT count(*) FROM jobs WHERE project = ? AND phase = 'succeeded'",
+        (project,),
+        n,
+        limit,
+    )
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

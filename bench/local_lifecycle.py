@@ -28,20 +28,8 @@ TERMINAL = ("succeeded", "failed", "timeout", "cancelled")
 
 
 def wait_terminal(db_path: Any, n: int, limit: float) -> int:
-    deadline = time.monotonic() + limit
-    done = 0
-    while time.monotonic() < deadline:
-        try:
-            with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5) as db:
-                done = db.execute(
-                    f"SELECT count(*) FROM jobs WHERE phase IN ({','.join('?' * 4)})", TERMINAL
-                ).fetchone()[0]
-        except sqlite3.Error:
-            pass
-        if done >= n:
-            break
-        time.sleep(0.2)
-    return done
+    sql = f"SELECT count(*) FROM jobs WHERE phase IN ({','.join('?' * len(TERMINAL))})"
+    return common.wait_count(db_path, sql, TERMINAL, n, limit)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
