@@ -169,8 +169,10 @@ def _env_name(field: str) -> str:
 
 
 _ACCEPTED_HINTS = {
-    "literal_error": lambda err: "accepted: "
-    + ", ".join(re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", "")))),
+    "literal_error": lambda err: (
+        "accepted: "
+        + ", ".join(re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", ""))))
+    ),
     "bool_parsing": lambda err: "accepted: 1, 0, true, false, yes, no",
     "int_parsing": lambda err: "accepted: an integer",
 }

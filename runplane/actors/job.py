@@ -114,6 +114,10 @@ class CancelOutcome:
     killed_on_node: bool
 
 
+async def _no_phase_hook(job_id: str, phase: str) -> None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class JobDeps:
     """What a job actor talks to, injected so it knows no HTTP and no socket."""
@@ -132,6 +136,8 @@ class JobDeps:
     #: build the agent's run order for (job row, attempt)
     run_order: Callable[[dict[str, Any], int], Any]
     cancel_order: Callable[[str, int], Any]
+    #: the job's phase changed (durably): the admission ledger counts live work by it
+    phase_changed: Callable[[str, str], Awaitable[None]] = _no_phase_hook
 
 
 #: Most ArtifactRefs one job records (the agent uploads at most as many outputs).
@@ -330,6 +336,8 @@ class JobActor(Actor[JobMsg]):
         self.state = after
         for payload in payloads:
             self.ring.publish(payload)
+        if after.phase is not before.phase:
+            await self.deps.phase_changed(self.id, after.phase.value)
         log.info(
             "job phase",
             extra={

@@ -1,17 +1,24 @@
 """The jobs service: the client functions routes call to create and control jobs.
 
-Submission resolves and checks the body, writes the job row (with its Idempotency-Key)
-durably, then activates the job actor, which hands the job to placement. Control messages
+Submission plans the body (``runplane/runs/resolve.py``: config layers folded, stack and
+config checked), passes the admission gate (``runplane/actors/admission.py``: limits
+clamped to the caller's ceilings, a quota slot reserved or 429), writes the job row (with
+its Idempotency-Key and ResolvedRun) durably, then activates the job actor, which hands
+the job to placement. Control messages
 (cancel, priority) go to the job's actor through the registry; reads come from the store,
 which every transition reaches before it is announced.
 """
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
+import trio
+
+from runplane import runs
+from runplane.actors import admission as adm
 from runplane.actors import placement as pl
 from runplane.actors.job import Cancel, CancelOutcome, JobActor, JobDeps, SetPriority
 from runplane.agent import protocol as p
@@ -22,15 +29,18 @@ from runplane.jobs.spec import (
     SETUP_KEY,
     ResolvedJob,
     SubmitJobBody,
-    canonical_json,
+    body_hash,
+    build,
     execution_env,
+    finish,
     inline_path,
     mount_relpath,
     output_glob,
-    resolve,
+    raise_issues,
 )
 from runplane.persistence import Store, from_json
 from runplane.placement import DemandError, JobDemand
+from runplane.policy import LIMIT_KEYS
 from runplane.problems import FieldProblem, Problem, not_found
 from runplane.runtime import ActorRef, Registry
 from runplane.stacks import Catalog
@@ -107,14 +117,29 @@ def _check_placeable(resolved: ResolvedJob) -> None:
         raise Problem(422, "invalid_placement", str(exc), errors) from None
 
 
+@dataclass(frozen=True, slots=True)
+class Created:
+    """A job the gate admitted (or the first job of an Idempotency-Key replay), with the
+    admission notes (one per clamped dimension, ``cpu 200->128``; empty on a replay)."""
+
+    row: dict[str, Any]
+    notes: tuple[str, ...] = ()
+
+
 class Jobs:
     def __init__(
-        self, store: Store, catalog: Catalog, registry: Registry, placement: ActorRef[Any]
+        self,
+        store: Store,
+        catalog: Catalog,
+        registry: Registry,
+        placement: ActorRef[Any],
+        admission: ActorRef[adm.AdmissionMsg],
     ) -> None:
         self.store = store
         self.catalog = catalog
         self.registry = registry
         self.placement = placement
+        self.admission = admission
         self._fresh: dict[str, dict[str, Any]] = {}
 
     def register(self, deps: JobDeps) -> None:
@@ -139,54 +164,117 @@ class Jobs:
 
     async def submit(
         self, body: SubmitJobBody, who: Submitter, *, idempotency_key: str | None = None
-    ) -> dict[str, Any]:
-        resolved = resolve(body, self.catalog)
-        _check_placeable(resolved)
+    ) -> Created:
+        """Submit a plain or a layered (RunSpec) body: plan it, then admit and create it."""
+        fingerprint = body_hash(body)
+        planned = runs.plan(body, self.catalog)
+        raise_issues(planned.issues)
+        assert planned.stack is not None
+        spec = build(body, planned.stack, planned.config, fingerprint)
         return await self._create(
-            resolved, who, idempotency_key=idempotency_key, body_hash=_body_hash(body)
+            spec,
+            who,
+            priority=body.priority,
+            project=body.project,
+            make_run=lambda s: runs.stored_run(s, planned.folded, planned.has_runspec),
+            idempotency_key=idempotency_key,
+            body_hash=fingerprint,
         )
 
-    async def rerun(self, job_id: str, who: Submitter, org_id: str | None) -> dict[str, Any]:
+    async def rerun(self, job_id: str, who: Submitter, org_id: str | None) -> Created:
+        """A new job with the same resolved spec, admitted afresh: it keeps the spec_hash
+        unless today's ceilings clamp its limits (then it would not reproduce the first)."""
         row = await repo.get_row(self.store, job_id, org_id)
         if row is None:
             raise not_found("job")
         spec = from_json(row["spec"])
-        resolved = ResolvedJob(
-            spec=spec, spec_hash=row["spec_hash"], priority=row["priority"], project=row["project"]
+        source_run = from_json(row["run"]) if row.get("run") else None
+
+        def make_run(admitted: dict[str, Any]) -> dict[str, Any]:
+            if source_run is None:
+                return runs.stored_run(admitted, runs.NO_LAYERS, False)
+            return {**source_run, "resources": runs.resources(admitted["limits"])}
+
+        return await self._create(
+            spec,
+            Submitter(row["org_id"], who.subject),
+            priority=row["priority"],
+            project=row["project"],
+            make_run=make_run,
+            known_hash=row["spec_hash"],
         )
-        return await self._create(resolved, Submitter(row["org_id"], who.subject))
 
     async def _create(
         self,
-        resolved: ResolvedJob,
+        spec: dict[str, Any],
         who: Submitter,
         *,
+        priority: int,
+        project: str,
+        make_run: Callable[[dict[str, Any]], dict[str, Any]],
+        known_hash: str | None = None,
         idempotency_key: str | None = None,
         body_hash: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> Created:
         new = repo.NewJob(
             id=new_id("job_"),
             org_id=who.org_id,
-            project=resolved.project,
+            project=project,
             submitted_by=who.subject,
-            spec=resolved.spec,
-            spec_hash=resolved.spec_hash,
-            priority=resolved.priority,
+            spec=spec,
+            spec_hash="",
+            priority=priority,
             idempotency_key=idempotency_key,
             idempotency_hash=body_hash if idempotency_key else None,
         )
-        inserted = await self.store.transaction(repo.insert_job(self.store, new))
-        if isinstance(inserted, dict):
-            self._fresh[new.id] = inserted
-            try:
-                await self.registry.get(JOB_KIND, new.id)  # activation enqueues it
-            finally:
-                del self._fresh[new.id]
-            return inserted
-        await self.registry.get(JOB_KIND, inserted)  # an Idempotency-Key replay
-        row = await repo.get_row(self.store, inserted, None)
+        prior = await repo.idempotent_prior(self.store, new)
+        if prior is not None:
+            return await self._replay(prior)
+        request = adm.Request(
+            who.org_id, who.subject, project, {k: spec["limits"].get(k) for k in LIMIT_KEYS}
+        )
+        decision = await adm.admit(self.admission, request, new.id)
+        if not decision.allowed:
+            raise Problem(429, "quota_exceeded", decision.reason)
+        try:
+            resolved = finish(
+                spec,
+                priority=priority,
+                project=project,
+                limits=decision.clamp.limits,
+                known_hash=known_hash,
+            )
+            _check_placeable(resolved)
+            new = replace(
+                new,
+                spec=resolved.spec,
+                spec_hash=resolved.spec_hash,
+                run=make_run(resolved.spec),
+                notes=decision.clamp.notes,
+            )
+            inserted = await self.store.transaction(repo.insert_job(self.store, new))
+        except BaseException:
+            await self._release(new.id)
+            raise
+        if not isinstance(inserted, dict):  # a replay that raced us to the insert
+            await self._release(new.id)
+            return await self._replay(inserted)
+        self._fresh[new.id] = inserted
+        try:
+            await self.registry.get(JOB_KIND, new.id)  # activation enqueues it
+        finally:
+            del self._fresh[new.id]
+        return Created(inserted, decision.clamp.notes)
+
+    async def _release(self, job_id: str) -> None:
+        with trio.CancelScope(shield=True):
+            await self.admission.tell(adm.Release(job_id))
+
+    async def _replay(self, job_id: str) -> Created:
+        await self.registry.get(JOB_KIND, job_id)
+        row = await repo.get_row(self.store, job_id, None)
         assert row is not None
-        return row
+        return Created(row)
 
     async def cancel(self, job_id: str, org_id: str | None) -> tuple[dict[str, Any], CancelOutcome]:
         row = await self._visible(job_id, org_id)
@@ -216,8 +304,3 @@ class Jobs:
         if row is None:
             raise not_found("job")
         return row
-
-
-def _body_hash(body: SubmitJobBody) -> str:
-    """Fingerprint of what was asked (whitespace and key order do not matter)."""
-    return hashlib.sha256(canonical_json(body.model_dump(mode="json")).encode()).hexdigest()

@@ -2,6 +2,7 @@
 
     root (one-for-one, 5 restarts / 10 s)
     ├── channels        ChannelTargets: operator release-channel map
+    ├── admission       AdmissionActor: policy documents + quota ledger (the one gate)
     ├── placement       PlacementActor: queue + fleet index, plans assignments
     └── actors          supervisor of the registry's virtual actors
         ├── job/<id>    JobActor, one per live job (terminal ones passivate)
@@ -19,12 +20,14 @@ from typing import Any, cast
 import trio
 
 from runplane.actors import placement as pl
+from runplane.actors.admission import AdmissionActor, AdmissionMsg, PhaseChanged
 from runplane.actors.channels import ChannelMsg, ChannelTargets
 from runplane.actors.fleet import Fleet
 from runplane.actors.job import Assign, JobDeps, LoseAttempt
 from runplane.actors.jobs import JOB_KIND, Jobs, cancel_order, run_order
 from runplane.actors.node import NodeDeps
 from runplane.persistence import Store
+from runplane.policy import platform_caps
 from runplane.runtime import ActorRef, ChildSpec, Hub, Registry, Supervisor
 from runplane.settings import Settings
 from runplane.stacks import Catalog
@@ -52,6 +55,15 @@ class Root:
         self.supervisor = Supervisor(
             [
                 ChildSpec("channels", lambda: ChannelTargets(store)),
+                ChildSpec(
+                    "admission",
+                    lambda: AdmissionActor(
+                        store,
+                        platform_caps(settings),
+                        use_docs=settings.area_enabled("policy"),
+                    ),
+                    mailbox_capacity=4096,
+                ),
                 ChildSpec("placement", self._new_placement, mailbox_capacity=4096),
                 ChildSpec("actors", lambda: self.actors),
             ],
@@ -92,8 +104,12 @@ class Root:
         placement = self.placement
         registry = self.registry
         self.fleet = Fleet(self.settings, self.store, registry, placement)
-        self.jobs = Jobs(self.store, self._catalog, registry, placement)
+        admission = self.admission
+        self.jobs = Jobs(self.store, self._catalog, registry, placement, admission)
         fleet = self.fleet
+
+        async def phase_changed(job_id: str, phase: str) -> None:
+            await admission.tell(PhaseChanged(job_id, phase))
 
         async def enqueue(row: dict[str, Any]) -> None:
             await placement.tell(pl.Enqueue(row))
@@ -128,6 +144,7 @@ class Root:
                 node_outcome=fleet.node_outcome,
                 run_order=run_order,
                 cancel_order=cancel_order,
+                phase_changed=phase_changed,
             )
         )
         fleet.register(
@@ -147,6 +164,10 @@ class Root:
     @property
     def channels(self) -> ActorRef[ChannelMsg]:
         return cast(ActorRef[ChannelMsg], self.supervisor.child("channels"))
+
+    @property
+    def admission(self) -> ActorRef[AdmissionMsg]:
+        return cast(ActorRef[AdmissionMsg], self.supervisor.child("admission"))
 
     @property
     def placement(self) -> ActorRef[pl.PlacementMsg]:

@@ -18,7 +18,7 @@ IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000
 JOB_COLUMNS = (
     "id, org_id, project, submitted_by, stack, image, phase, priority, mode, seed, spec_hash, "
     "spec, node_id, attempt, attempts, error, wait_reason, final_metrics, artifacts, "
-    "event_seq, log_lines, log_dropped, created_at, started_at, finished_at, updated_at"
+    "event_seq, log_lines, log_dropped, created_at, started_at, finished_at, updated_at, run"
 )
 
 
@@ -33,11 +33,49 @@ class NewJob:
     priority: int
     idempotency_key: str | None = None
     idempotency_hash: str | None = None
+    #: the stored ResolvedRun (config provenance, layer diffs, resources, has_runspec)
+    run: dict[str, Any] | None = None
+    #: admission notes (``cpu 200->128``), written as the job's first system log lines
+    notes: tuple[str, ...] = ()
 
 
 def phase_event(job_id: str, seq: int, phase: str, ts: int) -> tuple[Any, ...]:
     data = {"kind": "phase", "job_id": job_id, "seq": seq, "phase": phase}
     return (job_id, seq, "phase", ts, to_json(data))
+
+
+def system_line_event(job_id: str, seq: int, line: str, ts: int) -> tuple[Any, ...]:
+    data = {"kind": "log", "job_id": job_id, "seq": seq, "stream": "system", "line": line}
+    return (job_id, seq, "log", ts, to_json(data))
+
+
+def check_idempotent(job: NewJob, prior: dict[str, Any] | None, now: int) -> str | None:
+    """The id of the job an Idempotency-Key replay returns, None when the key is free (or
+    expired); a 409 Problem when the key was used with another body."""
+    if prior is None or now - prior["created_at"] >= IDEMPOTENCY_WINDOW_MS:
+        return None
+    if prior["idempotency_hash"] != job.idempotency_hash:
+        raise Problem(
+            409,
+            "idempotency_conflict",
+            "this Idempotency-Key was used with a different body in the last 24 h;"
+            " use a new key for a new job",
+        )
+    return str(prior["id"])
+
+
+_PRIOR_SQL = (
+    "SELECT id, idempotency_hash, created_at FROM jobs WHERE org_id = ? AND idempotency_key = ?"
+)
+
+
+async def idempotent_prior(store: Store, job: NewJob) -> str | None:
+    """Before admission: the job a replay of ``job``'s Idempotency-Key returns (a retry must
+    get its first job back even when the org is at its quota); ``insert_job`` re-checks."""
+    if job.idempotency_key is None:
+        return None
+    prior = await store.fetchone(_PRIOR_SQL, (job.org_id, job.idempotency_key))
+    return check_idempotent(job, prior, now_ms())
 
 
 def insert_job(store: Store, job: NewJob) -> Any:
@@ -49,20 +87,10 @@ def insert_job(store: Store, job: NewJob) -> Any:
     def run(tx: Tx) -> dict[str, Any] | str:
         now = now_ms()
         if job.idempotency_key is not None:
-            prior = tx.fetchone(
-                "SELECT id, idempotency_hash, created_at FROM jobs "
-                "WHERE org_id = ? AND idempotency_key = ?",
-                (job.org_id, job.idempotency_key),
-            )
-            if prior is not None and now - prior["created_at"] < IDEMPOTENCY_WINDOW_MS:
-                if prior["idempotency_hash"] != job.idempotency_hash:
-                    raise Problem(
-                        409,
-                        "idempotency_conflict",
-                        "this Idempotency-Key was used with a different body in the last 24 h;"
-                        " use a new key for a new job",
-                    )
-                return str(prior["id"])
+            prior = tx.fetchone(_PRIOR_SQL, (job.org_id, job.idempotency_key))
+            replay = check_idempotent(job, prior, now)
+            if replay is not None:
+                return replay
             if prior is not None:  # expired: the key may be reused
                 tx.execute("UPDATE jobs SET idempotency_key = NULL WHERE id = ?", (prior["id"],))
         row = new_row(job, now)
@@ -76,9 +104,13 @@ def insert_job(store: Store, job: NewJob) -> Any:
             f"VALUES ({','.join('?' * len(INSERT_COLUMNS))})",
             [values[c] for c in INSERT_COLUMNS],
         )
-        tx.execute(
-            "INSERT INTO job_events (job_id, seq, kind, ts, data) VALUES (?,?,?,?,?)",
-            phase_event(job.id, 1, Phase.QUEUED.value, now),
+        events = [phase_event(job.id, 1, Phase.QUEUED.value, now)]
+        events += [
+            system_line_event(job.id, seq, f"admission: {note}", now)
+            for seq, note in enumerate(job.notes, start=2)
+        ]
+        tx.execute_many(
+            "INSERT INTO job_events (job_id, seq, kind, ts, data) VALUES (?,?,?,?,?)", events
         )
         return row
 
@@ -103,6 +135,7 @@ INSERT_COLUMNS = (
     "idempotency_hash",
     "created_at",
     "updated_at",
+    "run",
 )
 
 
@@ -129,13 +162,14 @@ def new_row(job: NewJob, now: int) -> dict[str, Any]:
         "wait_reason": None,
         "final_metrics": "{}",
         "artifacts": "[]",
-        "event_seq": 1,
-        "log_lines": 0,
+        "event_seq": 1 + len(job.notes),
+        "log_lines": len(job.notes),
         "log_dropped": 0,
         "created_at": now,
         "started_at": None,
         "finished_at": None,
         "updated_at": now,
+        "run": to_json(job.run) if job.run is not None else None,
     }
 
 

@@ -1,15 +1,18 @@
 """The job submit body and its resolution into the immutable spec a job runs with.
 
-``resolve(body, catalog)`` checks the stack and its config, fills defaults from the stack
-manifest and returns a ``ResolvedJob`` whose ``spec_hash`` fingerprints what determines the
-run: equal hashes reproduce identically, and a rerun inherits it.
+``issues`` lists what keeps a body from running (unknown stack 400; unavailable stack, bad
+mode, bad config, no command 422); ``build`` makes the spec of a body without issues (the
+stack's defaults filled in, a seed derived from the body when it names none); ``finish``
+applies the admitted limits and fingerprints the result: ``spec_hash`` covers what
+determines the run, so equal hashes reproduce identically, and a rerun inherits it.
+``resolve`` does all three without admission.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -23,7 +26,7 @@ from pydantic import (
 )
 
 from runplane.problems import FieldProblem, Problem
-from runplane.stacks import Catalog, config_env, validate_config
+from runplane.stacks import Catalog, Stack, config_env, validate_config
 
 SETUP_KEY = "RUNPLANE_SETUP"
 DISPLAY_KEY = "RUNPLANE_DISPLAY"
@@ -225,65 +228,157 @@ def _merge_requires(body: RequiresBody, stack_requires: Any) -> dict[str, Any]:
     return merged
 
 
-def resolve(body: SubmitJobBody, catalog: Catalog) -> ResolvedJob:
-    """Resolve a submit body against the catalog; raise ``Problem`` (400/422) when it can't."""
+@dataclass(frozen=True, slots=True)
+class Issue:
+    """One reason a body cannot run: its HTTP status (400 or 422), the problem code of the
+    answer, a sentence for ``detail`` and the RunProblem."""
+
+    status: int
+    code: str
+    detail: str
+    problem: FieldProblem
+
+
+def issues(
+    body: SubmitJobBody, catalog: Catalog, config: Mapping[str, Any] | None = None
+) -> tuple[Stack | None, dict[str, Any], list[Issue]]:
+    """Everything wrong with ``body`` (its ``config`` replaced by ``config`` when given):
+    the stack, the resolved config (defaults filled) and the issues, in a stable order."""
     stack = catalog.get(body.stack)
     if stack is None:
-        raise Problem(
-            400,
-            "unknown_stack",
-            f"unknown stack {body.stack!r}; GET /v1/stacks lists the catalog",
-            [FieldProblem("stack", "unknown_stack", f"no stack named {body.stack!r}")],
-        )
+        detail = f"unknown stack {body.stack!r}; GET /v1/stacks lists the catalog"
+        problem = FieldProblem("stack", "unknown_stack", f"no stack named {body.stack!r}")
+        return None, {}, [Issue(400, "unknown_stack", detail, problem)]
+    found: list[Issue] = []
     if stack.unavailable:
-        raise Problem(
-            422,
-            "stack_unavailable",
-            f"stack {stack.name!r} is unavailable right now; pick another from GET /v1/stacks",
-            [FieldProblem("stack", "stack_unavailable", f"stack {stack.name!r} is unavailable")],
+        found.append(
+            Issue(
+                422,
+                "stack_unavailable",
+                f"stack {stack.name!r} is unavailable right now; pick another from GET /v1/stacks",
+                FieldProblem("stack", "stack_unavailable", f"stack {stack.name!r} is unavailable"),
+            )
         )
     if body.mode not in stack.modes:
-        raise Problem(
-            422,
-            "invalid_mode",
-            f"stack {stack.name!r} supports modes {', '.join(stack.modes)}, not {body.mode!r}",
-            [FieldProblem("mode", "not_allowed", f"mode must be one of {stack.modes}")],
+        found.append(
+            Issue(
+                422,
+                "invalid_mode",
+                f"stack {stack.name!r} supports modes {', '.join(stack.modes)}, not {body.mode!r}",
+                FieldProblem("mode", "not_allowed", f"mode must be one of {stack.modes}"),
+            )
         )
-    checked = validate_config(stack, body.config)
-    if checked.problems:
-        errors = [FieldProblem(f"config.{p.key}", p.code, p.message) for p in checked.problems]
-        raise Problem(422, "invalid_config", "; ".join(e.message for e in errors), errors)
+    checked = validate_config(stack, body.config if config is None else config)
+    for p in checked.problems:
+        found.append(
+            Issue(
+                422, "invalid_config", p.message, FieldProblem(f"config.{p.key}", p.code, p.message)
+            )
+        )
+    if not body.command and not stack.default_command:
+        found.append(
+            Issue(
+                422,
+                "missing_command",
+                f"stack {stack.name!r} has no default command; send `command`",
+                FieldProblem("command", "missing_field", "command is required for this stack"),
+            )
+        )
+    return stack, checked.resolved, found
+
+
+def raise_issues(found: list[Issue]) -> None:
+    """Raise the Problem answering ``found`` (400 before 422; every RunProblem listed)."""
+    if not found:
+        return
+    first = min(found, key=lambda issue: issue.status)
+    if first.code == "invalid_config" and all(i.code == "invalid_config" for i in found):
+        detail = "; ".join(i.detail for i in found)
+    else:
+        detail = first.detail
+    raise Problem(first.status, first.code, detail, [i.problem for i in found])
+
+
+def body_hash(body: SubmitJobBody) -> str:
+    """Fingerprint of what was asked (whitespace and key order do not matter)."""
+    return hashlib.sha256(canonical_json(body.model_dump(mode="json")).encode()).hexdigest()
+
+
+def default_seed(fingerprint: str) -> int:
+    """The seed of a body that names none: derived from the body, so the same body resolves
+    to the same spec (and spec_hash) every time. Send ``seed`` to vary it."""
+    return int(fingerprint[:8], 16) % 2**31
+
+
+def draft(
+    body: SubmitJobBody,
+    catalog: Catalog,
+    *,
+    config: Mapping[str, Any] | None = None,
+    fingerprint: str | None = None,
+) -> dict[str, Any]:
+    """The resolved spec of ``body`` before admission (limits as asked); raise ``Problem``
+    (400/422) when it cannot run. ``config`` replaces the body's (a RunSpec's folded layers)."""
+    stack, resolved_config, found = issues(body, catalog, config)
+    raise_issues(found)
+    assert stack is not None
+    return build(body, stack, resolved_config, fingerprint or body_hash(body))
+
+
+def build(
+    body: SubmitJobBody, stack: Stack, resolved_config: dict[str, Any], fingerprint: str
+) -> dict[str, Any]:
+    """The spec of a body that has no issues, with its validated config."""
     command = list(body.command) if body.command else list(stack.default_command)
-    if not command:
-        raise Problem(
-            422,
-            "missing_command",
-            f"stack {stack.name!r} has no default command; send `command`",
-            [FieldProblem("command", "missing_field", "command is required for this stack")],
-        )
     outputs = [o.model_dump() for o in body.outputs]
     known_globs = {o["glob"] for o in outputs}
     outputs += [o.model_dump() for o in stack.default_outputs if o.glob not in known_globs]
-    spec: dict[str, Any] = {
+    return {
         "stack": stack.name,
         "image": stack.image,
         "command": command,
         "env": dict(body.env),
-        "config": checked.resolved,
+        "config": resolved_config,
         "workspace": body.workspace.model_dump() if body.workspace else None,
         "inputs": [m.model_dump() for m in body.inputs],
         "outputs": outputs,
         "limits": body.limits.model_dump(),
-        "seed": body.seed if body.seed is not None else secrets.randbelow(2**31),
+        "seed": body.seed if body.seed is not None else default_seed(fingerprint),
         "requires": _merge_requires(body.requires, stack.requires),
         "mode": body.mode,
         "weights": dict(body.weights),
         "weights_preset": body.weights_preset,
         "isolation": body.isolation,
     }
+
+
+def finish(
+    spec: dict[str, Any],
+    *,
+    priority: int,
+    project: str,
+    limits: Mapping[str, Any] | None = None,
+    known_hash: str | None = None,
+) -> ResolvedJob:
+    """Fix ``spec`` with the admitted ``limits`` (the clamp's four keys) and fingerprint it.
+    ``known_hash`` is reused when the limits change nothing (a rerun keeps its spec_hash)."""
+    if limits is not None:
+        merged = {**spec["limits"], **limits}
+        if merged != spec["limits"]:
+            spec = {**spec, "limits": merged}
+            known_hash = None
     return ResolvedJob(
-        spec=spec, spec_hash=spec_hash(spec), priority=body.priority, project=body.project
+        spec=spec,
+        spec_hash=known_hash or spec_hash(spec),
+        priority=priority,
+        project=project,
     )
+
+
+def resolve(body: SubmitJobBody, catalog: Catalog) -> ResolvedJob:
+    """Resolve a submit body against the catalog, limits as asked (no admission); raise
+    ``Problem`` (400/422) when it can't."""
+    return finish(draft(body, catalog), priority=body.priority, project=body.project)
 
 
 def inline_path(mount_path: str) -> str:
@@ -322,4 +417,3 @@ def execution_env(job_id: str, spec: dict[str, Any]) -> dict[str, str]:
     env["RUNPLANE_JOB_ID"] = job_id
     env["RUNPLANE_SEED"] = str(spec["seed"])
     return env
-

@@ -56,11 +56,11 @@ def _idempotency_key() -> str | None:
 async def submit() -> tuple[dict[str, Any], int]:
     body = await parse_body(SubmitJobBody)
     caller = current_caller()
-    row = await _jobs().submit(
+    created = await _jobs().submit(
         body, Submitter(caller.org_id, caller.subject), idempotency_key=_idempotency_key()
     )
-    await audit.record_job("runs:submit", row)
-    return await _view(row), 202
+    await audit.record_job("runs:submit", created.row)
+    return {**await _view(created.row), "clamp_notes": list(created.notes)}, 202
 
 
 @blueprint.get("")
@@ -138,9 +138,9 @@ async def set_priority(job_id: str) -> dict[str, Any]:
 @blueprint.post("/<job_id>/rerun")
 async def rerun(job_id: str) -> tuple[dict[str, Any], int]:
     caller = current_caller()
-    row = await _jobs().rerun(job_id, Submitter(caller.org_id, caller.subject), caller.read_org)
-    await audit.record_job("runs:submit", row, rerun_of=job_id)
-    return await _view(row), 202
+    created = await _jobs().rerun(job_id, Submitter(caller.org_id, caller.subject), caller.read_org)
+    await audit.record_job("runs:submit", created.row, rerun_of=job_id)
+    return {**await _view(created.row), "clamp_notes": list(created.notes)}, 202
 
 
 @blueprint.get("/<job_id>/logs")
