@@ -126,6 +126,29 @@ class Created:
     notes: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class DryRun:
+    """What POST /v1/runs/validate and /v1/runs/resolve answer: the ResolvedRun the body
+    would run as under today's policy, and its validation. Nothing is enqueued."""
+
+    stack: str
+    run: dict[str, Any]
+    errors: list[runs.RunProblem]
+    warnings: list[runs.RunProblem]
+    spec_hash: str | None  # when the body is valid
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def validation(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "errors": [p.as_dict() for p in self.errors],
+            "warnings": [p.as_dict() for p in self.warnings],
+        }
+
+
 class Jobs:
     def __init__(
         self,
@@ -180,6 +203,39 @@ class Jobs:
             idempotency_key=idempotency_key,
             body_hash=fingerprint,
         )
+
+    async def dry_run(self, body: SubmitJobBody, who: Submitter) -> DryRun:
+        """Plan, clamp and check ``body`` as a submit would, without reserving or enqueuing.
+        An unknown stack is still a 400 (the spec's answer for validate and resolve)."""
+        fingerprint = body_hash(body)
+        planned = runs.plan(body, self.catalog)
+        raise_issues([i for i in planned.issues if i.status == 400])
+        limits = {k: getattr(body.limits, k) for k in LIMIT_KEYS}
+        decision = await adm.check(
+            self.admission, adm.Request(who.org_id, who.subject, body.project, limits)
+        )
+        clamp = decision.clamp
+        errors = planned.errors()
+        warnings = list(planned.warnings) + [
+            runs.RunProblem(f"limits.{key}", "clamped", f"{note} (policy ceiling)")
+            for key, note in zip(clamp.reduced, clamp.notes, strict=True)
+        ]
+        digest = None
+        if planned.ok:
+            assert planned.stack is not None
+            spec = build(body, planned.stack, planned.config, fingerprint)
+            resolved = finish(
+                spec, priority=body.priority, project=body.project, limits=clamp.limits
+            )
+            try:
+                _check_placeable(resolved)
+                digest = resolved.spec_hash
+            except Problem as exc:
+                errors += [runs.RunProblem(e.key, e.code, e.message) for e in exc.errors]
+        run = runs.resolved_run(
+            body.stack, planned.command(), clamp.limits, planned.config, planned.folded
+        )
+        return DryRun(body.stack, run, errors, warnings, digest)
 
     async def rerun(self, job_id: str, who: Submitter, org_id: str | None) -> Created:
         """A new job with the same resolved spec, admitted afresh: it keeps the spec_hash

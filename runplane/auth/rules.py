@@ -105,6 +105,19 @@ RULES: dict[tuple[str, str], Rule] = {
     # The only route that also accepts ?token= (browser EventSource cannot set headers).
     ("GET", "/v1/jobs/<job_id>/events"): Rule("read", query_token=True),
     ("GET", "/v1/nodes"): READ,
+    # --- runs (RunSpec), entitlements, policy ---------------------------------------------
+    ("POST", "/v1/runs"): scope("runs:submit"),
+    ("GET", "/v1/runs"): READ,
+    ("GET", "/v1/runs/<run_id>"): READ,
+    ("POST", "/v1/runs/validate"): scope("runs:submit"),
+    ("POST", "/v1/runs/resolve"): scope("runs:submit"),
+    ("GET", "/v1/me/entitlements"): READ,
+    ("GET", "/v1/policy/preflight"): scope("runs:submit"),
+    ("POST", "/v1/policy/preflight"): scope("runs:submit"),
+    ("GET", "/v1/policy"): MANAGE,
+    ("PUT", "/v1/policy"): MANAGE,
+    ("GET", "/v1/policy/preview"): MANAGE,
+    ("POST", "/v1/policy/preview"): MANAGE,
     # The agent WebSocket authenticates in its handler (node credential, join token or
     # open enrollment; runplane/actors/fleet.py), so the HTTP layer lets it through.
     (WEBSOCKET, "/v1/nodes/connect"): PUBLIC,

@@ -31,8 +31,11 @@ from runplane.http.routes import (
     health,
     jobs,
     join_tokens,
+    me,
     nodes,
     orgs,
+    policy,
+    runs,
     stacks,
 )
 from runplane.persistence import Store, open_store
@@ -132,6 +135,9 @@ def create_app(
     app.register_blueprint(auth.blueprint)
     app.register_blueprint(orgs.blueprint)
     app.register_blueprint(audit.blueprint)
+    app.register_blueprint(runs.blueprint)
+    app.register_blueprint(policy.blueprint)
+    app.register_blueprint(me.blueprint)
     install_auth(app)  # the auth layer: runplane/auth/rules.py says what each route needs
 
     catalog = load_catalog(settings.stacks_dir)

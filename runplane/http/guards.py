@@ -3,7 +3,8 @@ which enforces the route rule table before any route runs).
 
 ``require_admin`` re-checks that the request's principal is the operator admin token (the
 hook already did for routes whose rule is ``admin``); ``bearer_token`` reads the raw bearer
-for the few handlers that act on the presented secret itself (logout).
+for the few handlers that act on the presented secret itself (logout); ``require_area``
+answers 503 for an area switched off with ``RUNPLANE_DISABLE``.
 """
 
 from __future__ import annotations
@@ -40,3 +41,14 @@ def require_admin() -> None:
         "this route needs the operator admin token as a bearer",
         headers={"WWW-Authenticate": "Bearer"},
     )
+
+
+def require_area(area: str, what: str) -> None:
+    """503 when ``area`` is switched off with RUNPLANE_DISABLE."""
+    if not services().settings.area_enabled(area):
+        raise Problem(
+            503,
+            "feature_disabled",
+            f"{what} is disabled on this server (RUNPLANE_DISABLE contains {area!r}); "
+            f"remove it from RUNPLANE_DISABLE to use it",
+        )

@@ -47,3 +47,22 @@ def str_arg(name: str, *, max_length: int = 256) -> str | None:
 
 def flag_arg(name: str) -> bool:
     return request.args.get(name, "").lower() in ("1", "true", "yes")
+
+
+def number_arg(name: str, *, minimum: float = 0) -> float | int | None:
+    """An optional number (an integer stays an integer)."""
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        value: float | int = int(raw)
+    except ValueError:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise _bad(name, f"expected a number, got {raw!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise _bad(name, f"expected a finite number, got {raw!r}")
+    if value < minimum:
+        raise _bad(name, f"must be >= {minimum:g}, got {raw}")
+    return value

@@ -239,26 +239,28 @@ class Issue:
     problem: FieldProblem
 
 
+def stack_issues(name: str, catalog: Catalog) -> tuple[Stack | None, list[Issue]]:
+    """The stack named ``name`` and what keeps it from running (unknown 400, unavailable 422)."""
+    stack = catalog.get(name)
+    if stack is None:
+        detail = f"unknown stack {name!r}; GET /v1/stacks lists the catalog"
+        problem = FieldProblem("stack", "unknown_stack", f"no stack named {name!r}")
+        return None, [Issue(400, "unknown_stack", detail, problem)]
+    if stack.unavailable:
+        detail = f"stack {stack.name!r} is unavailable right now; pick another from GET /v1/stacks"
+        problem = FieldProblem("stack", "stack_unavailable", f"stack {stack.name!r} is unavailable")
+        return stack, [Issue(422, "stack_unavailable", detail, problem)]
+    return stack, []
+
+
 def issues(
     body: SubmitJobBody, catalog: Catalog, config: Mapping[str, Any] | None = None
 ) -> tuple[Stack | None, dict[str, Any], list[Issue]]:
     """Everything wrong with ``body`` (its ``config`` replaced by ``config`` when given):
     the stack, the resolved config (defaults filled) and the issues, in a stable order."""
-    stack = catalog.get(body.stack)
+    stack, found = stack_issues(body.stack, catalog)
     if stack is None:
-        detail = f"unknown stack {body.stack!r}; GET /v1/stacks lists the catalog"
-        problem = FieldProblem("stack", "unknown_stack", f"no stack named {body.stack!r}")
-        return None, {}, [Issue(400, "unknown_stack", detail, problem)]
-    found: list[Issue] = []
-    if stack.unavailable:
-        found.append(
-            Issue(
-                422,
-                "stack_unavailable",
-                f"stack {stack.name!r} is unavailable right now; pick another from GET /v1/stacks",
-                FieldProblem("stack", "stack_unavailable", f"stack {stack.name!r} is unavailable"),
-            )
-        )
+        return None, {}, found
     if body.mode not in stack.modes:
         found.append(
             Issue(

@@ -29,6 +29,8 @@ class Clamp:
     #: the four limits after the clamp (None = unspecified)
     limits: dict[str, Number | None]
     notes: tuple[str, ...]
+    #: the limits keys the notes are about, in the same order
+    reduced: tuple[str, ...] = ()
 
     @property
     def clamped(self) -> bool:
@@ -44,6 +46,7 @@ def _show(value: Number) -> str:
 def clamp(requested: Mapping[str, Number | None], caps: Caps) -> Clamp:
     limits: dict[str, Number | None] = {}
     notes: list[str] = []
+    reduced: list[str] = []
     for key, axis, label in DIMENSIONS:
         value = requested.get(key)
         cap = caps[axis]
@@ -52,6 +55,7 @@ def clamp(requested: Mapping[str, Number | None], caps: Caps) -> Clamp:
         elif value is not None and value > cap:
             limits[key] = cap
             notes.append(f"{label} {_show(value)}->{cap}")
+            reduced.append(key)
         else:
             limits[key] = value
-    return Clamp(limits=limits, notes=tuple(notes))
+    return Clamp(limits=limits, notes=tuple(notes), reduced=tuple(reduced))

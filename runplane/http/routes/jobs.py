@@ -12,9 +12,9 @@ from runplane.auth import audit
 from runplane.http.bodies import Body, parse_body
 from runplane.http.caller import current_caller
 from runplane.http.context import services
-from runplane.http.query import choice_arg, flag_arg, int_arg, str_arg
+from runplane.http.listing import job_filter, listing
+from runplane.http.query import choice_arg, int_arg
 from runplane.jobs import repo
-from runplane.jobs.phase import PHASES
 from runplane.jobs.spec import SubmitJobBody
 from runplane.jobs.view import job_view
 from runplane.persistence import from_json
@@ -22,7 +22,6 @@ from runplane.problems import FieldProblem, Problem, not_found
 
 blueprint = Blueprint("jobs", __name__, url_prefix="/v1/jobs")
 
-LIST_DEFAULT, LIST_MAX = 500, 5000
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 _STREAMS = ("stdout", "stderr", "system")
 
@@ -38,7 +37,7 @@ async def _view(row: dict[str, Any]) -> dict[str, Any]:
     return job_view(row, wait_reason=reasons.get(row["id"]))
 
 
-def _idempotency_key() -> str | None:
+def idempotency_key() -> str | None:
     key = request.headers.get("Idempotency-Key")
     if key is None:
         return None
@@ -57,7 +56,7 @@ async def submit() -> tuple[dict[str, Any], int]:
     body = await parse_body(SubmitJobBody)
     caller = current_caller()
     created = await _jobs().submit(
-        body, Submitter(caller.org_id, caller.subject), idempotency_key=_idempotency_key()
+        body, Submitter(caller.org_id, caller.subject), idempotency_key=idempotency_key()
     )
     await audit.record_job("runs:submit", created.row)
     return {**await _view(created.row), "clamp_notes": list(created.notes)}, 202
@@ -65,33 +64,11 @@ async def submit() -> tuple[dict[str, Any], int]:
 
 @blueprint.get("")
 async def list_jobs() -> Any:
-    caller = current_caller()
-    flt = repo.JobFilter(
-        org_id=caller.read_org,
-        phase=choice_arg("phase", PHASES),
-        stack=str_arg("stack"),
-        project=str_arg("project"),
-        spec_hash=str_arg("spec"),
-        node_id=str_arg("node"),
-    )
-    limit = int_arg("limit", LIST_DEFAULT, minimum=1, maximum=LIST_MAX)
-    cursor = request.args.get("cursor")
-    store = services().store
-    if not (flag_arg("paginate") or cursor):
-        rows = await repo.list_rows(store, flt, limit=limit, offset=int_arg("offset", 0))
+    async def render(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         reasons = await _jobs().wait_reasons(rows)
         return [job_view(r, wait_reason=reasons.get(r["id"])) for r in rows]
-    before = repo.decode_cursor(cursor) if cursor else None
-    rows = await repo.list_rows(store, flt, limit=limit + 1, before=before)
-    has_more = len(rows) > limit
-    rows = rows[:limit]
-    reasons = await _jobs().wait_reasons(rows)
-    return {
-        "items": [job_view(r, wait_reason=reasons.get(r["id"])) for r in rows],
-        "next_cursor": repo.encode_cursor(rows[-1]["id"]) if has_more else "",
-        "has_more": has_more,
-        "total": await repo.count_rows(store, flt),
-    }
+
+    return await listing(job_filter(spec_and_node=True), render)
 
 
 async def _row(job_id: str) -> dict[str, Any]:

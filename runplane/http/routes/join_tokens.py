@@ -11,7 +11,7 @@ from runplane import enrollment
 from runplane.auth import audit
 from runplane.http.bodies import Body, parse_body
 from runplane.http.context import services
-from runplane.http.guards import require_admin
+from runplane.http.guards import require_admin, require_area
 from runplane.http.problems import FieldProblem, Problem, not_found
 
 blueprint = Blueprint("join_tokens", __name__, url_prefix="/v1/nodes/join-tokens")
@@ -45,13 +45,7 @@ async def _mint_body() -> MintBody:
 async def mint() -> tuple[dict[str, Any], int, dict[str, str]]:
     require_admin()
     svc = services()
-    if not svc.settings.area_enabled("enrollment"):
-        raise Problem(
-            503,
-            "feature_disabled",
-            "node enrollment is disabled on this server (RUNPLANE_DISABLE contains "
-            "'enrollment'); remove it from RUNPLANE_DISABLE to mint join tokens",
-        )
+    require_area("enrollment", "node enrollment")
     body = await _mint_body()
     asked = body.tier
     tier = enrollment.coerce_tier(asked)

@@ -1,0 +1,92 @@
+"""Run routes (RunSpec): submit, list, get, and the dry runs validate and resolve.
+
+A run is a job submitted with (optional) config layers; a single-step run's id is its
+job's id. Submits pass the same admission gate as POST /v1/jobs; validate and resolve
+plan, clamp and check the body the same way and never enqueue.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quart import Blueprint
+
+from runplane.actors.jobs import Jobs, Submitter
+from runplane.auth import audit
+from runplane.http.bodies import parse_body
+from runplane.http.caller import current_caller
+from runplane.http.context import services
+from runplane.http.listing import job_filter, listing
+from runplane.http.query import flag_arg
+from runplane.http.routes.jobs import idempotency_key
+from runplane.jobs import repo
+from runplane.jobs.view import job_view
+from runplane.problems import Problem, not_found
+from runplane.runs import RunSpecBody
+from runplane.runs.view import run_detail, run_row
+
+blueprint = Blueprint("runs", __name__, url_prefix="/v1/runs")
+
+
+def _jobs() -> Jobs:
+    jobs = services().root.jobs
+    assert jobs is not None
+    return jobs
+
+
+def _submitter() -> Submitter:
+    caller = current_caller()
+    return Submitter(caller.org_id, caller.subject)
+
+
+@blueprint.post("")
+async def submit() -> tuple[dict[str, Any], int]:
+    if flag_arg("embed"):
+        raise Problem(
+            503,
+            "feature_disabled",
+            "embed grants are not available on this server yet; submit without ?embed=1",
+        )
+    body = await parse_body(RunSpecBody)
+    created = await _jobs().submit(body, _submitter(), idempotency_key=idempotency_key())
+    row = created.row
+    await audit.record_job("runs:submit", row)
+    reasons = await _jobs().wait_reasons([row])
+    view = job_view(row, wait_reason=reasons.get(row["id"]))
+    return {**view, "run_id": row["id"], "clamp_notes": list(created.notes)}, 202
+
+
+@blueprint.get("")
+async def list_runs() -> Any:
+    async def render(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [run_row(r) for r in rows]
+
+    return await listing(job_filter(spec_and_node=False), render)
+
+
+@blueprint.post("/validate")
+async def validate() -> dict[str, Any]:
+    body = await parse_body(RunSpecBody)
+    dry = await _jobs().dry_run(body, _submitter())
+    return {"stack": dry.stack, **dry.validation()}
+
+
+@blueprint.post("/resolve")
+async def resolve() -> dict[str, Any]:
+    body = await parse_body(RunSpecBody)
+    dry = await _jobs().dry_run(body, _submitter())
+    return {
+        "resolved": dry.run,
+        "diff": dry.run["layers"],
+        "validation": dry.validation(),
+        "spec_hash": dry.spec_hash,
+    }
+
+
+@blueprint.get("/<run_id>")
+async def get_run(run_id: str) -> dict[str, Any]:
+    row = await repo.get_row(services().store, run_id, current_caller().read_org)
+    if row is None:
+        raise not_found("run")
+    reasons = await _jobs().wait_reasons([row])
+    return run_detail(row, job_view(row, wait_reason=reasons.get(row["id"])))
