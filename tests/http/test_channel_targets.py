@@ -59,9 +59,7 @@ async def test_admin_token_required(client: Any) -> None:
 async def test_no_admin_token_configured_is_401(make_settings: Callable[..., Settings]) -> None:
     application = create_app(make_settings(admin_token=""))
     async with application.test_app():
-        response = await application.test_client().get(
-            "/v1/admin/channel-target", headers=AUTH
-        )
+        response = await application.test_client().get("/v1/admin/channel-target", headers=AUTH)
     assert response.status_code == 401
     assert "RUNPLANE_ADMIN_TOKEN" in (await response.get_json())["detail"]
 

@@ -49,7 +49,9 @@ async def test_unknown_stack_is_400(client: Any) -> None:
     assert body["errors"][0]["key"] == "stack"
 
 
-async def test_unavailable_stack_is_422(make_settings: Callable[..., Settings], tmp_path: Path) -> None:
+async def test_unavailable_stack_is_422(
+    make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
     stacks = tmp_path / "stacks"
     stacks.mkdir()
     (stacks / "retired.toml").write_text(UNAVAILABLE)
@@ -83,7 +85,9 @@ async def test_bad_config_is_422_with_run_problems(client: Any) -> None:
         ({"stack": "shell", "seed": -1}, "seed"),
     ],
 )
-async def test_bad_body_is_400_naming_the_field(client: Any, body: dict[str, Any], key: str) -> None:
+async def test_bad_body_is_400_naming_the_field(
+    client: Any, body: dict[str, Any], key: str
+) -> None:
     response = await submit(client, body)
     assert response.status_code == 400
     assert (await response.get_json())["errors"][0]["key"] == key
@@ -99,11 +103,13 @@ async def test_secret_env_values_are_redacted(client: Any) -> None:
     env = {"HF_TOKEN": "hf_abc", "DB_PASSWORD": "pw", "AWS_SECRET_ACCESS_KEY": "k", "LEVEL": "3"}
     job = await (await submit(client, {"stack": "shell", "env": env})).get_json()
     assert job["spec"]["env"] == {
-        "HF_TOKEN": "[redacted]", "DB_PASSWORD": "[redacted]",
-        "AWS_SECRET_ACCESS_KEY": "[redacted]", "LEVEL": "3",
+        "HF_TOKEN": "[redacted]",
+        "DB_PASSWORD": "[redacted]",
+        "AWS_SECRET_ACCESS_KEY": "[redacted]",
+        "LEVEL": "3",
     }
     listed = await (await client.get("/v1/jobs")).get_data(as_text=True)
-    assert "hf_abc" not in listed and "pw\"" not in listed
+    assert "hf_abc" not in listed and 'pw"' not in listed
 
 
 def test_spec_hash_is_deterministic_and_covers_what_reproduces() -> None:
@@ -146,7 +152,9 @@ async def test_list_filters_and_bad_phase(client: Any) -> None:
     queued = await (await client.get("/v1/jobs?phase=queued")).get_json()
     assert len(queued) == 3
     newest_first = await (await client.get("/v1/jobs")).get_json()
-    assert [j["job_id"] for j in newest_first] == sorted((j["job_id"] for j in newest_first), reverse=True)
+    assert [j["job_id"] for j in newest_first] == sorted(
+        (j["job_id"] for j in newest_first), reverse=True
+    )
     bad = await client.get("/v1/jobs?phase=sleeping")
     assert bad.status_code == 400
     assert (await bad.get_json())["errors"][0]["key"] == "phase"
@@ -175,14 +183,20 @@ async def test_cursor_pages_never_skip_or_repeat_while_jobs_arrive(client: Any) 
 
 
 async def test_get_unknown_job_is_404(client: Any) -> None:
-    for path in ("/v1/jobs/job_nope", "/v1/jobs/job_nope/logs", "/v1/jobs/job_nope/events",
-                 "/v1/jobs/job_nope/artifacts"):
+    for path in (
+        "/v1/jobs/job_nope",
+        "/v1/jobs/job_nope/logs",
+        "/v1/jobs/job_nope/events",
+        "/v1/jobs/job_nope/artifacts",
+    ):
         response = await client.get(path)
         assert response.status_code == 404, path
         assert (await response.get_json())["code"] == "not_found"
     for path in ("/v1/jobs/job_nope/cancel", "/v1/jobs/job_nope/rerun"):
         assert (await client.post(path)).status_code == 404
-    assert (await client.post("/v1/jobs/job_nope/priority", json={"priority": 1})).status_code == 404
+    assert (
+        await client.post("/v1/jobs/job_nope/priority", json={"priority": 1})
+    ).status_code == 404
 
 
 async def test_cancel_queued_then_terminal(client: Any) -> None:

@@ -203,6 +203,20 @@ def _audit_narrowed(ctx: Ctx, rows: Any) -> None:
         assert {ctx.world.org_a, ctx.world.org_b} <= orgs
 
 
+def _runs_narrowed(ctx: Ctx, listed: Any) -> None:
+    # a RunRow carries no org: org A's job is listed for org A's personas only
+    assert all(set(row) >= {"job_id", "run_id", "has_runspec", "phase"} for row in listed)
+    ids = {row["job_id"] for row in listed}
+    assert (ctx.world.job_a in ids) == (ctx.persona != "wrong_org"), ctx.persona
+
+
+def _own_policy(ctx: Ctx, view: Any) -> None:
+    want = ctx.world.org_b if ctx.persona == "wrong_org" else ctx.world.org_a
+    if ctx.persona != "admin":
+        assert view["org_id"] == want, view["org_id"]
+
+
+RUN_BODY = {"stack": "shell", "command": ["true"]}
 JOB = "/v1/jobs/{w.job_a}"
 MEMBERS = "/v1/orgs/{w.org_a}/members"
 
@@ -270,11 +284,40 @@ CASES: dict[tuple[str, str], Case] = {
     ("GET", "/v1/jobs/<job_id>/artifacts"): Case("read", path(JOB + "/artifacts"), org_bound=True),
     ("GET", "/v1/jobs/<job_id>/events"): Case("read", path(JOB + "/events"), org_bound=True),
     ("GET", "/v1/nodes"): Case("read", path("/v1/nodes")),
+    ("GET", "/v1/runs"): Case("read", path("/v1/runs"), check=_runs_narrowed),
+    ("GET", "/v1/runs/<run_id>"): Case("read", path("/v1/runs/{w.job_a}"), org_bound=True),
+    ("GET", "/v1/me/entitlements"): Case("read", path("/v1/me/entitlements")),
+    # manage: policy
+    ("GET", "/v1/policy"): Case("manage", path("/v1/policy"), check=_own_policy),
+    ("PUT", "/v1/policy"): Case(
+        "manage", body("/v1/policy", lambda c: {"org": {"max_cpu": 64}}), check=_own_policy
+    ),
+    ("GET", "/v1/policy/preview"): Case("manage", path("/v1/policy/preview?stack=shell")),
+    ("POST", "/v1/policy/preview"): Case(
+        "manage", body("/v1/policy/preview", lambda c: {"stack": "shell", "project": "p"})
+    ),
     # scopes
     ("POST", "/v1/jobs"): Case(
         "scope",
         body("/v1/jobs", lambda c: {"stack": "shell", "command": ["true"]}),
         ok=202,
+        scope="runs:submit",
+    ),
+    ("POST", "/v1/runs"): Case(
+        "scope", body("/v1/runs", lambda c: RUN_BODY), ok=202, scope="runs:submit"
+    ),
+    ("POST", "/v1/runs/validate"): Case(
+        "scope", body("/v1/runs/validate", lambda c: RUN_BODY), scope="runs:submit"
+    ),
+    ("POST", "/v1/runs/resolve"): Case(
+        "scope", body("/v1/runs/resolve", lambda c: RUN_BODY), scope="runs:submit"
+    ),
+    ("GET", "/v1/policy/preflight"): Case(
+        "scope", path("/v1/policy/preflight?stack=shell&cpu_cores=2"), scope="runs:submit"
+    ),
+    ("POST", "/v1/policy/preflight"): Case(
+        "scope",
+        body("/v1/policy/preflight", lambda c: {"stack": "shell", "limits": {"cpu_cores": 2}}),
         scope="runs:submit",
     ),
     ("POST", "/v1/jobs/<job_id>/cancel"): Case(
@@ -382,6 +425,9 @@ async def test_websocket_routes_reach_their_handler(served: Any) -> None:
         ("wrong_org", "/v1/jobs/{w.job_a}/logs", "/v1/jobs/job_nope/logs"),
         ("wrong_org", "/v1/jobs/{w.job_a}/artifacts", "/v1/jobs/job_nope/artifacts"),
         ("wrong_org", "/v1/jobs/{w.job_a}/events", "/v1/jobs/job_nope/events"),
+        ("wrong_org", "/v1/runs/{w.job_a}", "/v1/runs/job_nope"),
+        ("org_admin", "/v1/policy?org={w.org_b}", "/v1/policy?org=org_nope"),
+        ("wrong_org", "/v1/policy/preview?org={w.org_a}", "/v1/policy/preview?org=org_nope"),
         ("wrong_org", "POST /v1/jobs/{w.job_a}/cancel", "POST /v1/jobs/job_nope/cancel"),
         ("wrong_org", "POST /v1/jobs/{w.job_a}/rerun", "POST /v1/jobs/job_nope/rerun"),
         ("wrong_org", "/v1/orgs/{w.org_a}/members", "/v1/orgs/org_nope/members"),
