@@ -3,11 +3,11 @@
     python -m bench all [--quick]             # every scenario, one JSON line each
     python -m bench SCENARIO [--quick] [...]   # one scenario (its own flags pass through)
 
-Scenarios: submit, lifecycle, placement, fanout, agents, store, local_lifecycle. Each
-runs in its own process, starts its own server on loopback with a fresh data dir, and
-prints ONE JSON object; ``all`` prints them as they finish, then a last ``summary``
-line with the headline figures. ``--quick`` keeps all of them under 5 minutes on the
-2-core development machine; without it they run at the issue's full sizes.
+Scenarios: submit, lifecycle, placement, fanout, agents, store, local_lifecycle,
+admission. Each runs in its own process, starts its own server on loopback with a fresh
+data dir, and prints ONE JSON object; ``all`` prints them as they finish, then a last
+``summary`` line with the headline figures. ``--quick`` keeps all of them under 5 minutes
+on the 2-core development machine; without it they run at the issue's full sizes.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ SCENARIOS: dict[str, str] = {
     "agents": "bench.agents",
     "store": "bench.store_run",
     "local_lifecycle": "bench.local_lifecycle",
+    "admission": "bench.admission",
 }
 #: seconds one scenario may take before ``all`` gives up on it
 LIMIT_QUICK, LIMIT_FULL = 180, 1200
@@ -43,6 +44,13 @@ HEADLINES: dict[str, tuple[str, ...]] = {
         "completed_per_s",
         "submit_to_running_ms",
         "paced_submit_to_running_ms",
+    ),
+    "admission": (
+        "admit_mean_us",
+        "policy_overhead_us",
+        "submit_jobs_per_s",
+        "submit_cpu_us_per_submit",
+        "submit_policy_over_no_policy",
     ),
 }
 

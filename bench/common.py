@@ -215,7 +215,9 @@ def server(
     log_level: str = "INFO",
     keep: bool = False,
 ) -> Iterator[Server]:
-    """Start ``python -m runplane serve --port 0`` with a fresh data dir; stop it after."""
+    """Start ``python -m runplane serve --port 0`` with a fresh data dir; stop it after.
+    The org concurrency quota is off (``RUNPLANE_MAX_CONCURRENT_ORG=0``) unless ``env``
+    sets it."""
     tmp = Path(tempfile.mkdtemp(prefix="runplane-bench-"))
     data_dir = tmp / "data"
     log_path = tmp / "server.log"
@@ -225,6 +227,9 @@ def server(
             "RUNPLANE_DATA_DIR": str(data_dir),
             "RUNPLANE_LOCAL_AGENT": "1" if local_agent else "0",
             "RUNPLANE_AUTH": "off",
+            # throughput scenarios queue thousands of jobs in one org: no concurrency quota
+            # (the admission scenario measures the gate itself)
+            "RUNPLANE_MAX_CONCURRENT_ORG": "0",
             "PYTHONUNBUFFERED": "1",
         }
     )

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runplane.jobs.phase import Phase
-from runplane.persistence import Store, now_ms
+from runplane.persistence import Store
 from runplane.policy import Caps, Clamp, PolicyDoc, ceilings, clamp, effective, repo
 from runplane.policy.clamp import Number
 from runplane.runtime import Actor, ActorRef
@@ -313,7 +313,3 @@ async def usage(ref: ActorRef[AdmissionMsg], org_id: str, subject: str) -> Usage
     result: Usage = await ref.ask(GetUsage(org_id, subject))
     return result
 
-
-def stamped(doc: PolicyDoc) -> PolicyDoc:
-    """``doc`` with ``updated_at`` now (what PUT stores)."""
-    return PolicyDoc(doc.org_id, doc.org, doc.projects, doc.users, now_ms())

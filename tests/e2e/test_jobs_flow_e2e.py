@@ -4,6 +4,7 @@ lines, a server restart under a running job, and the node view."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -121,6 +122,11 @@ async def test_node_view_shows_load_and_running_jobs(
         assert page["has_more"] is False and page["next_cursor"] == ""
         assert (await client.get("/v1/nodes?paginate=1&limit=500")).status_code == 400
         await wait_phase(client, job_id, "succeeded")
-        idle = (await client.get("/v1/nodes")).json()[0]
+
+        async def counted() -> dict[str, Any] | None:
+            # the node's outcome counters follow the job's terminal phase (not atomically)
+            node = (await client.get("/v1/nodes")).json()[0]
+            return node if node["reputation"] > 0.5 else None
+
+        idle = await wait_for(counted, 10, "the success counted on the node")
         assert idle["active_jobs"] == 0 and idle["running_jobs"] == []
-        assert idle["reputation"] > 0.5
