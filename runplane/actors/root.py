@@ -28,7 +28,7 @@ from runplane.actors.jobs import JOB_KIND, Jobs, cancel_order, run_order
 from runplane.actors.node import NodeDeps
 from runplane.persistence import Store
 from runplane.policy import platform_caps
-from runplane.runtime import ActorRef, ChildSpec, Hub, MailboxFull, Registry, Supervisor
+from runplane.runtime import ActorRef, ChildSpec, Hub, Registry, Supervisor
 from runplane.settings import Settings
 from runplane.stacks import Catalog
 
@@ -108,14 +108,10 @@ class Root:
         self.jobs = Jobs(self.store, self._catalog, registry, placement, admission)
         fleet = self.fleet
 
+        # Job actors send these on every transition: tell_now queues without a scheduling
+        # point (a yield per transition had tripled the paced submit-to-running latency).
         async def phase_changed(job_id: str, phase: str) -> None:
-            # without a checkpoint when there is room: one more yield per transition cost
-            # the paced lifecycle 2-5x its submit-to-running latency (docs/admission.md)
-            msg = PhaseChanged(job_id, phase)
-            try:
-                admission.try_tell(msg)
-            except MailboxFull:
-                await admission.tell(msg)  # backpressure, never a lost release
+            await admission.tell_now(PhaseChanged(job_id, phase))
 
         async def enqueue(row: dict[str, Any]) -> None:
             await placement.tell(pl.Enqueue(row))

@@ -187,6 +187,33 @@ async def test_backpressure_on_a_full_mailbox(autojump_clock: trio.abc.Clock) ->
         assert ref.statistics().sent == 5  # Wait, 2 x Add(1), Add(10), Get
 
 
+async def test_tell_now_queues_without_yielding_and_waits_only_when_full(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with running(Supervisor()) as sup:
+        gate = trio.Event()
+        actor = Counter()
+        ref = await start(sup, actor, mailbox_capacity=2)
+        await ref.tell(Wait(gate))
+        await trio.sleep(0.1)  # the actor is now stuck on the gate
+        ran: list[str] = []
+
+        async def other() -> None:
+            ran.append("other")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(other)
+            await ref.tell_now(Add(1))  # room: queued, and no other task ran meanwhile
+            assert ran == []
+            await ref.tell_now(Add(1))
+            assert ref.statistics().depth == 2
+        with trio.move_on_after(5) as blocked:
+            await ref.tell_now(Add(1))  # full: it waits (backpressure), like tell
+        assert blocked.cancelled_caught
+        gate.set()
+        assert await ref.ask(Get()) == 2
+
+
 async def test_orderly_stop_drains_then_on_stop(autojump_clock: trio.abc.Clock) -> None:
     async with running(Supervisor()) as sup:
         actor = Counter()
