@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,13 +23,12 @@ from runplane.actors.admission import (
     check,
     get_policy,
     put_policy,
-    stamped,
     usage,
 )
 from runplane.jobs import repo as jobs_repo
 from runplane.jobs.phase import TERMINAL
 from runplane.jobs.spec import SubmitJobBody, resolve
-from runplane.persistence import Store, open_store
+from runplane.persistence import Store, now_ms, open_store
 from runplane.policy import PolicyDoc, empty_doc
 from runplane.policy import repo as policy_repo
 from runplane.runtime import ActorRef, ChildSpec, Supervisor
@@ -43,6 +43,11 @@ PLATFORM = {
     "max_concurrent_user": 0,  # no per-user cap
 }
 TERMINAL_PHASES = sorted(p.value for p in TERMINAL)
+
+
+def stamped(doc: PolicyDoc) -> PolicyDoc:
+    """``doc`` as PUT stores it: with ``updated_at`` set."""
+    return replace(doc, updated_at=now_ms())
 
 
 @asynccontextmanager
