@@ -182,6 +182,28 @@ def checked_artifacts(job_id: str, items: Any) -> list[dict[str, Any]]:
     return kept
 
 
+@dataclass(slots=True)
+class JobEvent:
+    """What the job's ring carries: one stored telemetry event. ``data`` is its SSEEvent
+    JSON exactly as stored (encoded once, by the actor, for the store); ``frame`` is left
+    for the SSE route to fill once, so a thousand subscribers share one encoding."""
+
+    seq: int
+    kind: str
+    data: str
+    end: bool = False  # the terminal phase event: the stream ends after it
+    frame: bytes | None = None
+
+
+def _ring_items(events: list[tuple[Any, ...]], terminal: bool = False) -> list[JobEvent]:
+    """Ring items for stored event rows ``(job_id, seq, kind, ts, data)``; with
+    ``terminal`` the last one (the terminal phase event) ends the stream."""
+    items = [JobEvent(seq=e[1], kind=e[2], data=e[4]) for e in events]
+    if terminal and items and items[-1].kind == "phase":
+        items[-1].end = True
+    return items
+
+
 def ring_name(job_id: str) -> str:
     return f"job/{job_id}"
 
@@ -205,9 +227,9 @@ class JobActor(Actor[JobMsg]):
         self.log_dropped: int = row["log_dropped"]
         self.final_metrics: dict[str, float] = from_json(row["final_metrics"]) or {}
         self._finish_artifacts: list[dict[str, Any]] | None = None
-        self.ring: Ring[dict[str, Any]] = self._ring()
+        self.ring: Ring[JobEvent] = self._ring()
 
-    def _ring(self) -> Ring[dict[str, Any]]:
+    def _ring(self) -> Ring[JobEvent]:
         name = ring_name(self.id)
         ring = self.deps.hub.find_ring(name)
         if ring is not None and ring.last_seq != self.seq:
@@ -301,7 +323,6 @@ class JobActor(Actor[JobMsg]):
             log.warning("transition refused", extra={"job_id": self.id, "reason": str(exc)})
             return () if return_effects else False
         events: list[tuple[Any, ...]] = []
-        payloads: list[dict[str, Any]] = []
         extra: dict[str, Any] = {}
         if after.phase.terminal:
             extra["final_metrics"] = to_json(self.final_metrics)
@@ -312,7 +333,6 @@ class JobActor(Actor[JobMsg]):
             if self.log_dropped:
                 self._system_line(
                     events,
-                    payloads,
                     f"log truncated: {self.log_dropped} lines "
                     f"after the first {LOG_CAP} were not kept",
                 )
@@ -327,15 +347,15 @@ class JobActor(Actor[JobMsg]):
             if after.error:
                 payload["error"] = after.error
             events.append((self.id, self.seq, "phase", now_ms(), to_json(payload)))
-            payloads.append(payload)
         if after.phase is Phase.QUEUED:
             extra["wait_reason"] = None
         await self.deps.store.transaction(
             repo.save_state(self.id, after, events, self.seq, **extra)
         )
         self.state = after
-        for payload in payloads:
-            self.ring.publish(payload)
+        changed_to_terminal = after.phase.terminal and after.phase is not before.phase
+        for item in _ring_items(events, terminal=changed_to_terminal):
+            self.ring.publish(item)
         if after.phase is not before.phase:
             await self.deps.phase_changed(self.id, after.phase.value)
         log.info(
@@ -385,9 +405,7 @@ class JobActor(Actor[JobMsg]):
     async def _lose_later(self, attempt: int, reason: str) -> None:
         await self.context.ref.tell(LoseAttempt(attempt, reason))
 
-    def _system_line(
-        self, events: list[tuple[Any, ...]], payloads: list[dict[str, Any]], line: str
-    ) -> None:
+    def _system_line(self, events: list[tuple[Any, ...]], line: str) -> None:
         self.seq += 1
         payload = {
             "kind": "log",
@@ -397,13 +415,11 @@ class JobActor(Actor[JobMsg]):
             "line": line,
         }
         events.append((self.id, self.seq, "log", now_ms(), to_json(payload)))
-        payloads.append(payload)
 
     async def _logs(self, lines: tuple[tuple[str, str], ...]) -> None:
         room = max(0, LOG_CAP - self.log_lines)
         kept, dropped = lines[:room], len(lines) - min(room, len(lines))
         events: list[tuple[Any, ...]] = []
-        payloads: list[dict[str, Any]] = []
         ts = now_ms()
         for stream, line in kept:
             self.seq += 1
@@ -415,14 +431,12 @@ class JobActor(Actor[JobMsg]):
                 "line": line,
             }
             events.append((self.id, self.seq, "log", ts, to_json(payload)))
-            payloads.append(payload)
         first_drop = dropped and not self.log_dropped
         self.log_lines += len(kept)
         self.log_dropped += dropped
         if first_drop:
             self._system_line(
                 events,
-                payloads,
                 f"log cap of {LOG_CAP} lines reached: further lines are counted but not kept",
             )
         if not events:
@@ -437,8 +451,8 @@ class JobActor(Actor[JobMsg]):
                 log_dropped=self.log_dropped,
             )
         )
-        for payload in payloads:
-            self.ring.publish(payload)
+        for item in _ring_items(events):
+            self.ring.publish(item)
 
     async def _metric(self, step: int | None, values: dict[str, float]) -> None:
         self.seq += 1
@@ -451,13 +465,10 @@ class JobActor(Actor[JobMsg]):
         if step is not None:
             payload["step"] = step
         self.final_metrics.update(values)
+        event = (self.id, self.seq, "metric", now_ms(), to_json(payload))
         await self.deps.store.transaction(
             repo.save_state(
-                self.id,
-                self.state,
-                [(self.id, self.seq, "metric", now_ms(), to_json(payload))],
-                self.seq,
-                final_metrics=to_json(self.final_metrics),
+                self.id, self.state, [event], self.seq, final_metrics=to_json(self.final_metrics)
             )
         )
-        self.ring.publish(payload)
+        self.ring.publish(JobEvent(seq=self.seq, kind="metric", data=event[4]))

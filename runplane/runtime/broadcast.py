@@ -252,6 +252,23 @@ class Cursor(_Closing, Generic[T]):
                 raise trio.EndOfChannel
             await ring._lot.park()
 
+    async def receive_many(self, limit: int) -> list[tuple[int, T]]:
+        """Like :meth:`receive`, but every item ready now, up to ``limit`` (at least one:
+        it waits for the first). A subscriber that writes to a socket sends them in one
+        write instead of one per item. ``Lagged`` and ``EndOfChannel`` as for ``receive``."""
+        if limit < 1:
+            raise ValueError("limit must be >= 1")
+        seq, item = await self.receive()
+        ring = self._ring
+        out = [(seq, item)]
+        start = self.next_seq
+        if start < ring.first_seq:  # overwritten while receive() yielded: the next one lags
+            return out
+        end = min(ring.last_seq, start + limit - 2)
+        out.extend((more, ring._item(more)) for more in range(start, end + 1))
+        self.next_seq = max(start, end + 1)
+        return out
+
     def close(self) -> None:
         """Stop following the ring (also on leaving ``with``)."""
         if not self._closed:

@@ -37,6 +37,48 @@ async def test_ring_replays_after_a_seq_then_follows_the_live_tail(
         assert trio.current_time() == pytest.approx(2)
 
 
+async def test_receive_many_takes_everything_ready_up_to_the_limit() -> None:
+    ring: Ring[int] = Ring(capacity=8)
+    with ring.subscribe(from_seq=0) as cursor:
+        for i in range(1, 6):
+            ring.publish(i * 10)
+        assert await cursor.receive_many(3) == [(1, 10), (2, 20), (3, 30)]
+        assert await cursor.receive_many(100) == [(4, 40), (5, 50)]
+        for i in range(6, 17):  # 11 more: 9..16 retained, 6..8 overwritten
+            ring.publish(i * 10)
+        with pytest.raises(Lagged) as caught:
+            await cursor.receive_many(100)
+        assert caught.value.dropped == 3
+        assert [seq for seq, _ in await cursor.receive_many(100)] == list(range(9, 17))
+        ring.close()
+        with pytest.raises(trio.EndOfChannel):
+            await cursor.receive_many(1)
+        with pytest.raises(ValueError):
+            await cursor.receive_many(0)
+
+
+async def test_receive_many_stops_where_the_ring_overwrote_during_its_yield(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    ring: Ring[int] = Ring(capacity=4)
+    with ring.subscribe(from_seq=0) as cursor:
+        ring.publish(1)
+        ring.publish(2)
+
+        async def flood() -> None:
+            for i in range(3, 20):  # runs while receive() yields after taking seq 1
+                ring.publish(i)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(flood)
+            batch = await cursor.receive_many(10)
+        assert batch[0] == (1, 1)
+        # never an overwritten slot passed off as an old seq: either only seq 1, or a
+        # contiguous run whose items are their own seqs
+        assert all(item == seq for seq, item in batch)
+        assert [seq for seq, _ in batch] == list(range(1, len(batch) + 1))
+
+
 async def test_ring_subscribe_positions() -> None:
     ring: Ring[int] = Ring(capacity=8)
     for i in range(3):

@@ -6,18 +6,21 @@ tail. Every event is stored before it is published, so the two meet without a ga
 the subscriber already has (seq <= last sent) are skipped, so nothing repeats. A subscriber
 that falls behind the ring (``Lagged``) refills from the store. ``: keepalive`` comments go
 out every 15 s while idle; the stream ends after the terminal ``phase`` event.
+
+Cost per subscriber is kept to a join and a write: each live event's frame is encoded once
+(``JobEvent.frame``, shared by all subscribers), and everything ready when a subscriber
+wakes goes out as one chunk (a page per write during replay).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
 
 import trio
 from quart import Blueprint, Response, request
 
-from runplane.actors.job import ring_name
+from runplane.actors.job import JobEvent, ring_name
 from runplane.actors.jobs import JOB_KIND
 from runplane.http.caller import current_caller
 from runplane.http.context import services
@@ -30,6 +33,8 @@ blueprint = Blueprint("events", __name__)
 
 KEEPALIVE_SEC = 15.0
 REPLAY_PAGE = 1000
+#: Most live events one write carries (whatever is ready when the subscriber wakes).
+LIVE_BATCH = 512
 TERMINAL = frozenset(p.value for p in Phase if p.terminal)
 
 
@@ -53,8 +58,11 @@ def frame(seq: int, kind: str, data: str) -> bytes:
     return f"id: {seq}\nevent: {kind}\ndata: {data}\n\n".encode()
 
 
-def _is_end(kind: str, payload: dict[str, Any]) -> bool:
-    return kind == "phase" and payload.get("phase") in TERMINAL
+def _frame_of(event: JobEvent) -> bytes:
+    """The event's SSE frame, encoded by its first subscriber and shared by the rest."""
+    if event.frame is None:
+        event.frame = frame(event.seq, event.kind, event.data)
+    return event.frame
 
 
 @blueprint.get("/v1/jobs/<job_id>/events")
@@ -69,16 +77,20 @@ async def job_events(job_id: str) -> Response:
         ended = False
 
         async def replay() -> AsyncIterator[bytes]:
+            """Stored events after ``last``, one chunk per page."""
             nonlocal last, ended
             while not ended:
                 rows = await repo.events_after(svc.store, job_id, last, limit=REPLAY_PAGE)
+                chunk = []
                 for row in rows:
                     last = row["seq"]
-                    yield frame(row["seq"], row["kind"], row["data"])
+                    chunk.append(frame(row["seq"], row["kind"], row["data"]))
                     if row["kind"] == "phase" and json.loads(row["data"])["phase"] in TERMINAL:
                         ended = True
-                        return
-                if len(rows) < REPLAY_PAGE:
+                        break
+                if chunk:
+                    yield b"".join(chunk)
+                if ended or len(rows) < REPLAY_PAGE:
                     return
 
         async for chunk in replay():
@@ -93,11 +105,11 @@ async def job_events(job_id: str) -> Response:
             async for chunk in replay():  # what was stored between replay and subscribe
                 yield chunk
             while not ended:
-                got: tuple[int, dict[str, Any]] | None = None
+                got: list[tuple[int, JobEvent]] = []
                 lagged = finished = False
                 with trio.move_on_after(KEEPALIVE_SEC):
                     try:
-                        got = await cursor.receive()
+                        got = await cursor.receive_many(LIVE_BATCH)
                     except Lagged:
                         lagged = True
                     except trio.EndOfChannel:
@@ -108,17 +120,20 @@ async def job_events(job_id: str) -> Response:
                     if finished:
                         return
                     continue
-                if got is None:
+                if not got:
                     yield b": keepalive\n\n"
                     continue
-                seq, payload = got
-                if seq <= last:
-                    continue
-                last = seq
-                kind = payload["kind"]
-                yield frame(seq, kind, json.dumps(payload, separators=(",", ":"), sort_keys=True))
-                if _is_end(kind, payload):
-                    return
+                frames = []
+                for seq, event in got:  # every event ready now goes out in one write
+                    if seq <= last:
+                        continue
+                    last = seq
+                    frames.append(_frame_of(event))
+                    if event.end:
+                        ended = True
+                        break
+                if frames:
+                    yield b"".join(frames)
 
     response = Response(stream(), content_type="text/event-stream")
     response.headers["Cache-Control"] = "no-cache"
