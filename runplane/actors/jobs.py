@@ -11,7 +11,7 @@ which every transition reaches before it is announced.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -46,6 +46,8 @@ from runplane.runtime import ActorRef, Registry
 from runplane.stacks import Catalog
 
 JOB_KIND = "job"
+#: A statement for the new job's row, written in its insert transaction (the audit row).
+InTx = Callable[[dict[str, Any]], tuple[str, Sequence[Any]]]
 #: A terminal job actor idle this long is passivated (its state is all in the store).
 JOB_IDLE_SEC = 30.0
 
@@ -186,7 +188,12 @@ class Jobs:
         return len(rows)
 
     async def submit(
-        self, body: SubmitJobBody, who: Submitter, *, idempotency_key: str | None = None
+        self,
+        body: SubmitJobBody,
+        who: Submitter,
+        *,
+        idempotency_key: str | None = None,
+        audit: InTx | None = None,
     ) -> Created:
         """Submit a plain or a layered (RunSpec) body: plan it, then admit and create it."""
         fingerprint = body_hash(body)
@@ -202,6 +209,7 @@ class Jobs:
             make_run=lambda s: runs.stored_run(s, planned.folded, planned.has_runspec),
             idempotency_key=idempotency_key,
             body_hash=fingerprint,
+            audit=audit,
         )
 
     async def dry_run(self, body: SubmitJobBody, who: Submitter) -> DryRun:
@@ -237,7 +245,9 @@ class Jobs:
         )
         return DryRun(body.stack, run, errors, warnings, digest)
 
-    async def rerun(self, job_id: str, who: Submitter, org_id: str | None) -> Created:
+    async def rerun(
+        self, job_id: str, who: Submitter, org_id: str | None, *, audit: InTx | None = None
+    ) -> Created:
         """A new job with the same resolved spec, admitted afresh: it keeps the spec_hash
         unless today's ceilings clamp its limits (then it would not reproduce the first)."""
         row = await repo.get_row(self.store, job_id, org_id)
@@ -258,6 +268,7 @@ class Jobs:
             project=row["project"],
             make_run=make_run,
             known_hash=row["spec_hash"],
+            audit=audit,
         )
 
     async def _create(
@@ -271,6 +282,7 @@ class Jobs:
         known_hash: str | None = None,
         idempotency_key: str | None = None,
         body_hash: str | None = None,
+        audit: InTx | None = None,
     ) -> Created:
         new = repo.NewJob(
             id=new_id("job_"),
@@ -282,6 +294,7 @@ class Jobs:
             priority=priority,
             idempotency_key=idempotency_key,
             idempotency_hash=body_hash if idempotency_key else None,
+            also=audit,
         )
         prior = await repo.idempotent_prior(self.store, new)
         if prior is not None:

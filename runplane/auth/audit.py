@@ -3,7 +3,10 @@
 Call sites are one line, after the action succeeded::
 
     await audit.record("tokens:mint", "token", view.id, org_id=view.org_id, after=view)
-    await audit.record_job("runs:submit", row)
+    await audit.record_job("runs:cancel", row)
+
+A job submit writes its row inside the job's insert transaction instead
+(``jobs.submit(..., audit=audit.job_entry("runs:submit"))``).
 
 The actor (type and id) and the client ip come from the current request; the org is the
 resource's (``org_id``, else looked up for known resource types, else the actor's). The
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -92,6 +95,40 @@ def _context() -> tuple[Store | None, Principal, str | None]:
     return store, principal, ip
 
 
+_INSERT = (
+    "INSERT INTO audit_log (id, org_id, actor_type, actor_id, action, resource_type,"
+    " resource_id, after, ip, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+#: An audit row to write inside another transaction: (SQL, parameters) for a job row.
+Entry = Callable[[Mapping[str, Any]], tuple[str, tuple[Any, ...]]]
+
+
+def _params(
+    org_id: str,
+    actor: Principal,
+    action: str,
+    resource_type: str,
+    resource_id: str,
+    after: Any,
+    ip: str | None,
+) -> tuple[Any, ...]:
+    actor_type, actor_id = actor_of(actor)
+    snapshot = None if after is None else to_json(scrub(after))
+    return (
+        new_id(AUDIT_ID_PREFIX),
+        org_id,
+        actor_type,
+        actor_id,
+        action,
+        resource_type,
+        resource_id,
+        snapshot,
+        ip,
+        now_ms(),
+    )
+
+
 async def append(
     store: Store,
     *,
@@ -106,26 +143,9 @@ async def append(
     """Insert one row; its id, or None without a database (memory store)."""
     if not store.supports_identity:
         return None
-    actor_type, actor_id = actor_of(actor)
-    row_id = new_id(AUDIT_ID_PREFIX)
-    snapshot = None if after is None else to_json(scrub(after))
-    await store.execute(
-        "INSERT INTO audit_log (id, org_id, actor_type, actor_id, action, resource_type,"
-        " resource_id, after, ip, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            row_id,
-            org_id,
-            actor_type,
-            actor_id,
-            action,
-            resource_type,
-            resource_id,
-            snapshot,
-            ip,
-            now_ms(),
-        ),
-    )
-    return row_id
+    params = _params(org_id, actor, action, resource_type, resource_id, after, ip)
+    await store.execute(_INSERT, params)
+    return str(params[0])
 
 
 async def record(
@@ -171,6 +191,21 @@ def job_snapshot(row: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
 async def record_job(action: str, row: Mapping[str, Any], **extra: Any) -> None:
     """``record`` for a job row (``runs:submit``, ``runs:cancel``, ...)."""
     await record(action, "job", row["id"], org_id=row["org_id"], after=job_snapshot(row, **extra))
+
+
+def job_entry(action: str, **extra: Any) -> Entry | None:
+    """The current request's audit row for a job about to be created, written in the job's
+    own insert transaction (no job without its row, and no second write per submit); None
+    without a database."""
+    store, principal, ip = _context()
+    if store is None or not store.supports_identity:
+        return None
+
+    def entry(row: Mapping[str, Any]) -> tuple[str, tuple[Any, ...]]:
+        after = job_snapshot(row, **extra)
+        return _INSERT, _params(row["org_id"], principal, action, "job", row["id"], after, ip)
+
+    return entry
 
 
 def _view(row: Row) -> dict[str, Any]:

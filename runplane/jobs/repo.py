@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,8 @@ class NewJob:
     run: dict[str, Any] | None = None
     #: admission notes (``cpu 200->128``), written as the job's first system log lines
     notes: tuple[str, ...] = ()
+    #: a statement written in the insert's transaction for the new row (its audit row)
+    also: Callable[[dict[str, Any]], tuple[str, Sequence[Any]]] | None = None
 
 
 def phase_event(job_id: str, seq: int, phase: str, ts: int) -> tuple[Any, ...]:
@@ -112,6 +114,8 @@ def insert_job(store: Store, job: NewJob) -> Any:
         tx.execute_many(
             "INSERT INTO job_events (job_id, seq, kind, ts, data) VALUES (?,?,?,?,?)", events
         )
+        if job.also is not None:
+            tx.execute(*job.also(row))
         return row
 
     return run

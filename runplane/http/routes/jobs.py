@@ -56,9 +56,11 @@ async def submit() -> tuple[dict[str, Any], int]:
     body = await parse_body(SubmitJobBody)
     caller = current_caller()
     created = await _jobs().submit(
-        body, Submitter(caller.org_id, caller.subject), idempotency_key=idempotency_key()
+        body,
+        Submitter(caller.org_id, caller.subject),
+        idempotency_key=idempotency_key(),
+        audit=audit.job_entry("runs:submit"),
     )
-    await audit.record_job("runs:submit", created.row)
     return {**await _view(created.row), "clamp_notes": list(created.notes)}, 202
 
 

@@ -48,9 +48,13 @@ async def submit() -> tuple[dict[str, Any], int]:
             "embed grants are not available on this server yet; submit without ?embed=1",
         )
     body = await parse_body(RunSpecBody)
-    created = await _jobs().submit(body, _submitter(), idempotency_key=idempotency_key())
+    created = await _jobs().submit(
+        body,
+        _submitter(),
+        idempotency_key=idempotency_key(),
+        audit=audit.job_entry("runs:submit"),
+    )
     row = created.row
-    await audit.record_job("runs:submit", row)
     reasons = await _jobs().wait_reasons([row])
     view = job_view(row, wait_reason=reasons.get(row["id"]))
     return {**view, "run_id": row["id"], "clamp_notes": list(created.notes)}, 202
