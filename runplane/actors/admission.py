@@ -312,4 +312,3 @@ async def put_policy(ref: ActorRef[AdmissionMsg], doc: PolicyDoc) -> None:
 async def usage(ref: ActorRef[AdmissionMsg], org_id: str, subject: str) -> Usage:
     result: Usage = await ref.ask(GetUsage(org_id, subject))
     return result
-
