@@ -1,7 +1,22 @@
-"""The fleet service: node enrollment on connect, node actors, deliveries, node views."""
+"""The fleet service: node enrollment on connect, node actors, deliveries, node views.
+
+It also owns the heartbeat log, the actor that persists the beats in
+``nodes.last_heartbeat`` (a status change writes it too, at once: see ``node.py``):
+node actors report each beat's wall time to it (a message, no write), and it writes the
+latest beat of every node that beat since the last batch in one ``execute_many`` every
+``beat_flush_sec`` (5 s), and once more on an orderly stop. Node views overlay the beats
+not written yet, so ``GET /v1/nodes`` shows the last beat received, as before. A crash
+of the server (or of the log, which restarts empty) loses at most one interval of
+``last_heartbeat`` values: the rows then show a beat up to 5 s older (after a server
+restart every node is offline until its agent says hello again anyway). Liveness
+(node loss after three missed beats) never reads the row: the node actor's in-memory
+``last_seen`` decides it.
+"""
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass, replace
 from typing import Any
 
 from runplane import enrollment
@@ -17,12 +32,105 @@ from runplane.actors.node import (
 from runplane.agent import protocol as p
 from runplane.jobs.phase import ON_NODE
 from runplane.persistence import Store, from_json, now_ms, to_json
-from runplane.runtime import ActorGone, ActorRef, MailboxClosed, Registry
+from runplane.runtime import Actor, ActorError, ActorGone, ActorRef, MailboxClosed, Registry
 from runplane.settings import Settings
 from runplane.timefmt import iso_ms_or_none
 
+log = logging.getLogger("runplane.nodes")
+
 NODE_KIND = "node"
 _ON_NODE = tuple(ph.value for ph in ON_NODE)
+
+#: The heartbeat log: one registry actor of its own kind (under the ``actors`` supervisor,
+#: beside the node actors), activated by ``Fleet.recover`` or the first beat.
+BEATS_KIND = "heartbeats"
+BEATS_ID = "all"
+#: Seconds between the heartbeat log's batched writes of ``nodes.last_heartbeat``.
+BEAT_FLUSH_SEC = 5.0
+
+_BEAT_SQL = "UPDATE nodes SET last_heartbeat = ? WHERE id = ?"
+
+
+# heartbeat log ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Beaten:
+    """A node beat (or said hello) at wall time ``at_ms`` (unix ms)."""
+
+    node_id: str
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class FlushBeats:
+    """Write the pending beats now; answers how many rows were written (0 on failure)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _FlushTick:
+    """The periodic flush (sent to self)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LatestBeats:
+    """The pending (not yet written) beats: node id -> unix ms."""
+
+
+BeatMsg = Beaten | FlushBeats | _FlushTick | LatestBeats
+
+
+class HeartbeatLog(Actor[BeatMsg]):
+    """Owns the beats not yet written: node id -> wall ms of its latest beat.
+
+    A flush runs inside ``handle``, so nothing changes the pending map while it writes;
+    beats that arrive meanwhile wait in the mailbox. A failed write keeps the pending
+    beats for the next flush (newer beats replace them meanwhile).
+    """
+
+    def __init__(self, store: Store, every: float) -> None:
+        self.store = store
+        self.every = every
+        self.pending: dict[str, int] = {}
+
+    async def on_start(self) -> None:
+        self.context.tell_after(self.every, _FlushTick())
+
+    def can_passivate(self) -> bool:
+        return False
+
+    async def handle(self, msg: BeatMsg) -> Any:
+        match msg:
+            case Beaten(node_id, at_ms):
+                self.pending[node_id] = at_ms
+                return None
+            case _FlushTick():
+                await self._flush()
+                self.context.tell_after(self.every, _FlushTick())
+                return None
+            case FlushBeats():
+                return await self._flush()
+            case LatestBeats():
+                return dict(self.pending)
+
+    async def on_stop(self) -> None:
+        await self._flush()
+
+    async def _flush(self) -> int:
+        if not self.pending:
+            return 0
+        rows = [(at_ms, node_id) for node_id, at_ms in self.pending.items()]
+        try:
+            await self.store.execute_many(_BEAT_SQL, rows)
+        except Exception:
+            log.warning(
+                "writing the nodes' last heartbeats failed; kept for the next flush",
+                exc_info=True,
+                extra={"nodes": len(rows)},
+            )
+            return 0
+        self.pending.clear()  # handle() is not re-entered: nothing came in meanwhile
+        return len(rows)
 
 
 class ConnectRefused(Exception):
@@ -39,18 +147,53 @@ def reputation_of(row: dict[str, Any]) -> float:
 
 class Fleet:
     def __init__(
-        self, settings: Settings, store: Store, registry: Registry, placement: ActorRef[Any]
+        self,
+        settings: Settings,
+        store: Store,
+        registry: Registry,
+        placement: ActorRef[Any],
+        *,
+        beat_flush_sec: float = BEAT_FLUSH_SEC,
     ) -> None:
         self.settings = settings
         self.store = store
         self.registry = registry
         self.placement = placement
+        self.beat_flush_sec = beat_flush_sec
 
     def register(self, deps: NodeDeps) -> None:
+        """Register the node actors (their beats go to the heartbeat log unless ``deps``
+        names another ``record_beat``) and the heartbeat log."""
+        if deps.record_beat is None:
+            deps = replace(deps, record_beat=self.record_beat)
+
         async def activate(node_id: str) -> NodeActor:
             return NodeActor(deps, node_id)
 
+        async def activate_log(_: str) -> HeartbeatLog:
+            return HeartbeatLog(self.store, self.beat_flush_sec)
+
         self.registry.register(NODE_KIND, activate, idle_timeout=None, mailbox_capacity=1024)
+        self.registry.register(BEATS_KIND, activate_log, idle_timeout=None, mailbox_capacity=4096)
+
+    async def record_beat(self, node_id: str, at_ms: int) -> None:
+        """Hand a beat to the heartbeat log: no write, and no scheduling point while its
+        mailbox has room. Dropped while the server stops (the log has flushed by then)."""
+        try:
+            ref = await self.registry.get(BEATS_KIND, BEATS_ID)
+            await ref.tell_now(Beaten(node_id, at_ms))
+        except ActorError:
+            pass
+
+    async def latest_beats(self) -> dict[str, int]:
+        """The beats the heartbeat log has not written yet (node id -> unix ms); empty if
+        it is not running or does not answer within a second (the rows' values then)."""
+        if not self.registry.active(BEATS_KIND, BEATS_ID):
+            return {}
+        try:
+            return dict(await self.registry.ask(BEATS_KIND, BEATS_ID, LatestBeats(), timeout=1.0))
+        except ActorError:
+            return {}
 
     async def expected(self, node_id: str) -> dict[str, int]:
         rows = await self.store.fetchall(
@@ -63,6 +206,7 @@ class Fleet:
     async def recover(self) -> None:
         """At start-up nobody is connected: every node is offline until its agent says hello;
         nodes that hold live jobs get an actor now so their grace clock runs."""
+        await self.registry.get(BEATS_KIND, BEATS_ID)  # its flush timer runs from now
         await self.store.execute("UPDATE nodes SET status = 'offline' WHERE status <> 'offline'")
         rows = await self.store.fetchall(
             f"SELECT DISTINCT node_id FROM jobs WHERE node_id IS NOT NULL AND phase IN "
@@ -161,6 +305,9 @@ class Fleet:
     async def views(
         self, *, after: str | None = None, limit: int | None = None, org_id: str | None = None
     ) -> list[dict[str, Any]]:
+        # asked before the rows are read: a beat flushed in between is then in its row
+        # (asked after, it could be in neither)
+        beats = await self.latest_beats()
         sql = "SELECT * FROM nodes"
         clauses, params = [], []
         if after is not None:
@@ -184,12 +331,17 @@ class Fleet:
         by_node: dict[str, list[dict[str, Any]]] = {}
         for job in jobs:
             by_node.setdefault(job["node_id"], []).append(job)
-        return [node_view(r, by_node.get(r["id"], []), org_id) for r in rows]
+        return [node_view(r, by_node.get(r["id"], []), org_id, beats.get(r["id"])) for r in rows]
 
 
 def node_view(
-    row: dict[str, Any], jobs: list[dict[str, Any]], org_id: str | None
+    row: dict[str, Any],
+    jobs: list[dict[str, Any]],
+    org_id: str | None,
+    pending_beat: int | None = None,
 ) -> dict[str, Any]:
+    """The API view of a node row; ``pending_beat`` is a beat (unix ms) the heartbeat log
+    has not written yet, shown if newer than the row's."""
     facts = from_json(row["facts"])
     overrides = from_json(row["overrides"]) or {}
     gpus = facts.get("gpus", [])
@@ -210,6 +362,9 @@ def node_view(
         )
     cpu = facts.get("cpu_cores", 0)
     ram = facts.get("ram_gb", 0)
+    last_heartbeat = row["last_heartbeat"]
+    if pending_beat is not None and (last_heartbeat is None or pending_beat > last_heartbeat):
+        last_heartbeat = pending_beat
     return {
         "id": row["id"],
         "name": row["name"],
@@ -242,7 +397,7 @@ def node_view(
         "reputation": reputation_of(row),
         "reliability": round(reliability_of(row), 4),
         "active_jobs": len(jobs),
-        "last_heartbeat": iso_ms_or_none(row["last_heartbeat"]),
+        "last_heartbeat": iso_ms_or_none(last_heartbeat),
     }
 
 

@@ -7,6 +7,12 @@ connection) for ``grace`` seconds. A lost node's attempts go back to their job a
 reconnect within the grace period resumes the session: the agent lists what it still runs,
 anything the server expected but the agent lacks is lost, anything the agent runs that
 the server no longer wants is cancelled.
+
+Heartbeats: liveness reads ``last_seen`` (the trio clock) only, kept here. The wall time
+of the last beat (``nodes.last_heartbeat``) is not written per beat: it goes to
+``NodeDeps.record_beat``, the fleet's heartbeat log (``runplane/actors/fleet.py``), which
+writes all nodes' latest beats in one batch every few seconds. A status change
+(online, disconnected, offline) still writes at once, and carries the last beat with it.
 """
 
 from __future__ import annotations
@@ -78,6 +84,9 @@ class NodeDeps:
     lose_attempt: Callable[[str, int, str], Awaitable[None]]
     #: the attempts the server believes run on this node (from the jobs table)
     expected: Callable[[str], Awaitable[dict[str, int]]]
+    #: where the wall time (unix ms) of each heartbeat goes: the fleet's batching heartbeat
+    #: log (``Fleet.register`` fills it in). ``None``: one UPDATE per beat, written at once.
+    record_beat: Callable[[str, int], Awaitable[None]] | None = None
 
 
 def shape_from_row(row: dict[str, Any], reliability: float) -> NodeShape:
@@ -121,7 +130,8 @@ class NodeActor(Actor[NodeMsg]):
         self.deps = deps
         self.node_id = node_id
         self.outbox: trio.MemorySendChannel[str] | None = None
-        self.last_seen = clock.now()
+        self.last_seen = clock.now()  # liveness (monotonic): the grace clock reads this
+        self.last_beat_ms: int | None = None  # wall time of the last hello or beat
         self.attempts: dict[str, int] = {}
         self.lost = False
 
@@ -148,9 +158,14 @@ class NodeActor(Actor[NodeMsg]):
                 return None
             case Beat():
                 self.last_seen = clock.now()
-                await self.deps.store.execute(
-                    "UPDATE nodes SET last_heartbeat = ? WHERE id = ?", (now_ms(), self.node_id)
-                )
+                self.last_beat_ms = wall_ms()
+                if self.deps.record_beat is not None:
+                    await self.deps.record_beat(self.node_id, self.last_beat_ms)
+                else:
+                    await self.deps.store.execute(
+                        "UPDATE nodes SET last_heartbeat = ? WHERE id = ?",
+                        (self.last_beat_ms, self.node_id),
+                    )
                 return None
             case Deliver(order):
                 return self._deliver(order)
@@ -185,6 +200,10 @@ class NodeActor(Actor[NodeMsg]):
             self.outbox.close()  # the old session is stale: its writer ends and closes it
         self.outbox = outbox
         self.last_seen = clock.now()
+        self.last_beat_ms = wall_ms()  # the hello counts as a beat
+        if self.deps.record_beat is not None:
+            # supersedes a beat of the previous session still waiting for its batch
+            await self.deps.record_beat(self.node_id, self.last_beat_ms)
         reported = {r.job_id: r.attempt for r in hello.running}
         for job_id, attempt in list(self.attempts.items()):
             if reported.get(job_id) != attempt:
@@ -229,7 +248,20 @@ class NodeActor(Actor[NodeMsg]):
         return await self.deps.store.fetchone("SELECT * FROM nodes WHERE id = ?", (self.node_id,))
 
     async def _set_status(self, status: str) -> None:
+        """Written at once (not batched), with the last beat: after a crash the row says
+        when a disconnected or lost node was last heard from."""
+        if self.last_beat_ms is None:  # activated at start-up, never attached
+            await self.deps.store.execute(
+                "UPDATE nodes SET status = ?, updated_at = ? WHERE id = ?",
+                (status, now_ms(), self.node_id),
+            )
+            return
         await self.deps.store.execute(
-            "UPDATE nodes SET status = ?, updated_at = ? WHERE id = ?",
-            (status, now_ms(), self.node_id),
+            "UPDATE nodes SET status = ?, updated_at = ?, last_heartbeat = ? WHERE id = ?",
+            (status, now_ms(), self.last_beat_ms, self.node_id),
         )
+
+
+def wall_ms() -> int:
+    """Wall-clock unix ms of a heartbeat, from the runtime's clock (tests pin it)."""
+    return int(clock.wall() * 1000)

@@ -6,7 +6,8 @@
     ├── placement       PlacementActor: queue + fleet index, plans assignments
     └── actors          supervisor of the registry's virtual actors
         ├── job/<id>    JobActor, one per live job (terminal ones passivate)
-        └── node/<id>   NodeActor, one per connected (or recently lost) node
+        ├── node/<id>   NodeActor, one per connected (or recently lost) node
+        └── heartbeats/all  HeartbeatLog: nodes' last beats, written in batches
 
 If the root gives up (restart intensity exceeded) the error reaches the app's nursery and
 the server stops: the process supervisor (systemd, k8s) restarts it, and every actor
