@@ -138,10 +138,19 @@ class NodeActor(Actor[NodeMsg]):
     async def on_start(self) -> None:
         self.attempts = await self.deps.expected(self.node_id)
         self.last_seen = clock.now()
-        self.context.tell_after(self._tick_every(), Tick())
+        self.context.start_soon(self._watch)
 
-    def _tick_every(self) -> float:
-        return max(self.deps.grace / 3, 0.05)
+    async def _watch(self) -> None:
+        """Liveness: sleep until the grace period after the last sign of life would end,
+        and only then have the actor check (a beat meanwhile just moves the deadline). One
+        long-lived task and one wake-up per grace period, instead of a timer task per tick;
+        a silent node is lost exactly ``grace`` seconds after its last beat."""
+        while not self.lost:
+            deadline = self.last_seen + self.deps.grace
+            if clock.now() < deadline:
+                await trio.sleep_until(deadline)
+                continue
+            await self.context.ref.ask(Tick(), timeout=None)
 
     def can_passivate(self) -> bool:
         return False  # ends itself when the node is lost
@@ -175,8 +184,6 @@ class NodeActor(Actor[NodeMsg]):
                 return None
             case Tick():
                 await self._check()
-                if not self.lost:
-                    self.context.tell_after(self._tick_every(), Tick())
                 return None
             case Refresh():
                 row = await self._row()
