@@ -380,8 +380,17 @@ async def test_an_upload_cut_off_half_way_leaves_nothing(live: LiveServer) -> No
             sock.sendall(head + b"x" * 1_000_000)
 
     await trio.to_thread.run_sync(cut)
+    # The server may not have opened its temp file yet when the client is gone (it writes
+    # from a worker thread): wait for it to appear (bounded), then for it to go, and for
+    # the directory to stay empty a while.
+    for _ in range(100):
+        if list(store.tmp_dir.iterdir()):
+            break
+        await trio.sleep(0.02)
+    empty_for = 0
     for _ in range(500):  # the server notices the disconnect and drops its temp file
-        if not list(store.tmp_dir.iterdir()):
+        empty_for = 0 if list(store.tmp_dir.iterdir()) else empty_for + 1
+        if empty_for >= 10:
             break
         await trio.sleep(0.02)
     assert list(store.tmp_dir.iterdir()) == []
