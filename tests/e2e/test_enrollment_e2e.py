@@ -24,7 +24,15 @@ async def test_join_token_enrolls_with_its_tier_and_credential_is_reused(
         agent = start_agent(server.url, "trusted-box", "--join-token", token)
         node = (await wait_for(lambda: online_nodes(client), 30, "the agent"))[0]
         assert node["tier"] == "trusted"
-        credential = (agent.data_dir / "credential").read_text().strip()
+        path = agent.data_dir / "credential"
+
+        async def saved() -> bool:
+            # the server lists the node once it sent the welcome; the agent writes the
+            # credential it carries right after, in its own time
+            return path.exists() and path.read_text().strip() != ""
+
+        await wait_for(saved, 30, "the agent to save its credential")
+        credential = path.read_text().strip()
         assert credential.startswith("rpn_")
         assert (agent.data_dir / "credential").stat().st_mode & 0o077 == 0
         assert agent.terminate() == 0
