@@ -7,7 +7,7 @@ from typing import Any
 
 from quart import Blueprint, request
 
-from runplane.actors.jobs import Jobs, Submitter
+from runplane.actors.jobs import Created, Jobs, Submitter
 from runplane.auth import audit
 from runplane.http.bodies import Body, parse_body
 from runplane.http.caller import current_caller
@@ -26,15 +26,22 @@ _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 _STREAMS = ("stdout", "stderr", "system")
 
 
-def _jobs() -> Jobs:
+def jobs_service() -> Jobs:
     jobs = services().root.jobs
     assert jobs is not None
     return jobs
 
 
-async def _view(row: dict[str, Any]) -> dict[str, Any]:
-    reasons = await _jobs().wait_reasons([row])
+async def job_reply(row: dict[str, Any]) -> dict[str, Any]:
+    """The Job view of one row, with its wait reason while queued."""
+    reasons = await jobs_service().wait_reasons([row])
     return job_view(row, wait_reason=reasons.get(row["id"]))
+
+
+async def created_reply(created: Created, **extra: Any) -> tuple[dict[str, Any], int]:
+    """The 202 of a submit, rerun or run: the Job, ``extra`` and the admission notes."""
+    view = await job_reply(created.row)
+    return {**view, **extra, "clamp_notes": list(created.notes)}, 202
 
 
 def idempotency_key() -> str | None:
@@ -55,19 +62,19 @@ def idempotency_key() -> str | None:
 async def submit() -> tuple[dict[str, Any], int]:
     body = await parse_body(SubmitJobBody)
     caller = current_caller()
-    created = await _jobs().submit(
+    created = await jobs_service().submit(
         body,
         Submitter(caller.org_id, caller.subject),
         idempotency_key=idempotency_key(),
         audit=audit.job_entry("runs:submit"),
     )
-    return {**await _view(created.row), "clamp_notes": list(created.notes)}, 202
+    return await created_reply(created)
 
 
 @blueprint.get("")
-async def list_jobs() -> Any:
+async def listjobs_service() -> Any:
     async def render(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        reasons = await _jobs().wait_reasons(rows)
+        reasons = await jobs_service().wait_reasons(rows)
         return [job_view(r, wait_reason=reasons.get(r["id"])) for r in rows]
 
     return await listing(job_filter(spec_and_node=True), render)
@@ -82,12 +89,12 @@ async def _row(job_id: str) -> dict[str, Any]:
 
 @blueprint.get("/<job_id>")
 async def get_job(job_id: str) -> dict[str, Any]:
-    return await _view(await _row(job_id))
+    return await job_reply(await _row(job_id))
 
 
 @blueprint.post("/<job_id>/cancel")
 async def cancel(job_id: str) -> dict[str, Any]:
-    row, outcome = await _jobs().cancel(job_id, current_caller().read_org)
+    row, outcome = await jobs_service().cancel(job_id, current_caller().read_org)
     await audit.record_job("runs:cancel", row, cancelled=outcome.cancelled)
     return {
         **job_view(row),
@@ -110,16 +117,20 @@ async def set_priority(job_id: str) -> dict[str, Any]:
             "priority must fit in 32 bits",
             [FieldProblem("priority", "out_of_range", "a 32-bit integer")],
         )
-    row = await _jobs().set_priority(job_id, current_caller().read_org, body.priority)
-    return await _view(row)
+    row = await jobs_service().set_priority(job_id, current_caller().read_org, body.priority)
+    return await job_reply(row)
 
 
 @blueprint.post("/<job_id>/rerun")
 async def rerun(job_id: str) -> tuple[dict[str, Any], int]:
     caller = current_caller()
-    created = await _jobs().rerun(job_id, Submitter(caller.org_id, caller.subject), caller.read_org)
-    await audit.record_job("runs:submit", created.row, rerun_of=job_id)
-    return {**await _view(created.row), "clamp_notes": list(created.notes)}, 202
+    created = await jobs_service().rerun(
+        job_id,
+        Submitter(caller.org_id, caller.subject),
+        caller.read_org,
+        audit=audit.job_entry("runs:submit", rerun_of=job_id),
+    )
+    return await created_reply(created)
 
 
 @blueprint.get("/<job_id>/logs")

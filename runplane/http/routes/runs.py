@@ -11,27 +11,20 @@ from typing import Any
 
 from quart import Blueprint
 
-from runplane.actors.jobs import Jobs, Submitter
+from runplane.actors.jobs import Submitter
 from runplane.auth import audit
 from runplane.http.bodies import parse_body
 from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.listing import job_filter, listing
 from runplane.http.query import flag_arg
-from runplane.http.routes.jobs import idempotency_key
+from runplane.http.routes.jobs import created_reply, idempotency_key, job_reply, jobs_service
 from runplane.jobs import repo
-from runplane.jobs.view import job_view
 from runplane.problems import Problem, not_found
 from runplane.runs import RunSpecBody
 from runplane.runs.view import run_detail, run_row
 
 blueprint = Blueprint("runs", __name__, url_prefix="/v1/runs")
-
-
-def _jobs() -> Jobs:
-    jobs = services().root.jobs
-    assert jobs is not None
-    return jobs
 
 
 def _submitter() -> Submitter:
@@ -48,16 +41,13 @@ async def submit() -> tuple[dict[str, Any], int]:
             "embed grants are not available on this server yet; submit without ?embed=1",
         )
     body = await parse_body(RunSpecBody)
-    created = await _jobs().submit(
+    created = await jobs_service().submit(
         body,
         _submitter(),
         idempotency_key=idempotency_key(),
         audit=audit.job_entry("runs:submit"),
     )
-    row = created.row
-    reasons = await _jobs().wait_reasons([row])
-    view = job_view(row, wait_reason=reasons.get(row["id"]))
-    return {**view, "run_id": row["id"], "clamp_notes": list(created.notes)}, 202
+    return await created_reply(created, run_id=created.row["id"])
 
 
 @blueprint.get("")
@@ -71,14 +61,14 @@ async def list_runs() -> Any:
 @blueprint.post("/validate")
 async def validate() -> dict[str, Any]:
     body = await parse_body(RunSpecBody)
-    dry = await _jobs().dry_run(body, _submitter())
+    dry = await jobs_service().dry_run(body, _submitter())
     return {"stack": dry.stack, **dry.validation()}
 
 
 @blueprint.post("/resolve")
 async def resolve() -> dict[str, Any]:
     body = await parse_body(RunSpecBody)
-    dry = await _jobs().dry_run(body, _submitter())
+    dry = await jobs_service().dry_run(body, _submitter())
     return {
         "resolved": dry.run,
         "diff": dry.run["layers"],
@@ -92,5 +82,4 @@ async def get_run(run_id: str) -> dict[str, Any]:
     row = await repo.get_row(services().store, run_id, current_caller().read_org)
     if row is None:
         raise not_found("run")
-    reasons = await _jobs().wait_reasons([row])
-    return run_detail(row, job_view(row, wait_reason=reasons.get(row["id"])))
+    return run_detail(row, await job_reply(row))
