@@ -256,15 +256,11 @@ class NodeActor(Actor[NodeMsg]):
 
     async def _set_status(self, status: str) -> None:
         """Written at once (not batched), with the last beat: after a crash the row says
-        when a disconnected or lost node was last heard from."""
-        if self.last_beat_ms is None:  # activated at start-up, never attached
-            await self.deps.store.execute(
-                "UPDATE nodes SET status = ?, updated_at = ? WHERE id = ?",
-                (status, now_ms(), self.node_id),
-            )
-            return
+        when a disconnected or lost node was last heard from (a node activated at
+        start-up and never attached keeps the row's beat)."""
         await self.deps.store.execute(
-            "UPDATE nodes SET status = ?, updated_at = ?, last_heartbeat = ? WHERE id = ?",
+            "UPDATE nodes SET status = ?, updated_at = ?,"
+            " last_heartbeat = COALESCE(?, last_heartbeat) WHERE id = ?",
             (status, now_ms(), self.last_beat_ms, self.node_id),
         )
 
