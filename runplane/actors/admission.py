@@ -21,9 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from runplane.jobs import repo
 from runplane.jobs.phase import Phase
 from runplane.persistence import Store
-from runplane.policy import Caps, Clamp, PolicyDoc, ceilings, clamp, effective, repo
+from runplane.policy import Caps, Clamp, PolicyDoc, ceilings, clamp, effective
+from runplane.policy import repo as policy_repo
 from runplane.policy.clamp import Number
 from runplane.runtime import Actor, ActorRef
 
@@ -130,9 +132,6 @@ class Usage:
 # the actor ------------------------------------------------------------------------------
 
 
-_TERMINAL = tuple(p.value for p in Phase if p.terminal)
-
-
 class AdmissionActor(Actor[AdmissionMsg]):
     def __init__(self, store: Store, platform: Mapping[str, int], *, use_docs: bool = True) -> None:
         self._store = store
@@ -148,12 +147,8 @@ class AdmissionActor(Actor[AdmissionMsg]):
         self._user: Counter[tuple[str, str]] = Counter()
 
     async def on_start(self) -> None:
-        self._docs = await repo.load_all(self._store) if self._use_docs else {}
-        marks = ",".join("?" * len(_TERMINAL))
-        rows = await self._store.fetchall(
-            f"SELECT id, org_id, submitted_by, phase FROM jobs WHERE phase NOT IN ({marks})",
-            _TERMINAL,
-        )
+        self._docs = await policy_repo.load_all(self._store) if self._use_docs else {}
+        rows = await repo.live_rows(self._store, "id, org_id, submitted_by, phase")
         for row in rows:
             self._add(row["id"], row["org_id"], row["submitted_by"], Phase(row["phase"]).on_node)
         if rows:
@@ -175,7 +170,7 @@ class AdmissionActor(Actor[AdmissionMsg]):
             case GetPolicy(org_id):
                 return self._docs.get(org_id)
             case PutPolicy(doc):
-                await repo.save(self._store, doc)  # durable before it applies
+                await policy_repo.save(self._store, doc)  # durable before it applies
                 if doc.empty:
                     self._docs.pop(doc.org_id, None)
                 else:

@@ -243,11 +243,13 @@ async def count_rows(store: Store, flt: JobFilter) -> int:
     return int(row["n"]) if row else 0
 
 
-async def live_rows(store: Store) -> list[dict[str, Any]]:
+async def live_rows(store: Store, columns: str = JOB_COLUMNS) -> list[dict[str, Any]]:
+    """Every job not in a terminal phase (queued, assigned, pulling, running), oldest
+    first; ``columns`` narrows what is read."""
     terminal = tuple(p.value for p in Phase if p.terminal)
     marks = ",".join("?" * len(terminal))
     return await store.fetchall(
-        f"SELECT {JOB_COLUMNS} FROM jobs WHERE phase NOT IN ({marks}) ORDER BY id", terminal
+        f"SELECT {columns} FROM jobs WHERE phase NOT IN ({marks}) ORDER BY id", terminal
     )
 
 
