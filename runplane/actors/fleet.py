@@ -16,7 +16,7 @@ restart every node is offline until its agent says hello again anyway). Liveness
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from runplane import enrollment
@@ -162,10 +162,8 @@ class Fleet:
         self.beat_flush_sec = beat_flush_sec
 
     def register(self, deps: NodeDeps) -> None:
-        """Register the node actors (their beats go to the heartbeat log unless ``deps``
-        names another ``record_beat``) and the heartbeat log."""
-        if deps.record_beat is None:
-            deps = replace(deps, record_beat=self.record_beat)
+        """Register the node actors and the heartbeat log (``deps.record_beat`` is
+        normally :meth:`record_beat`)."""
 
         async def activate(node_id: str) -> NodeActor:
             return NodeActor(deps, node_id)

@@ -85,8 +85,8 @@ class NodeDeps:
     #: the attempts the server believes run on this node (from the jobs table)
     expected: Callable[[str], Awaitable[dict[str, int]]]
     #: where the wall time (unix ms) of each heartbeat goes: the fleet's batching heartbeat
-    #: log (``Fleet.register`` fills it in). ``None``: one UPDATE per beat, written at once.
-    record_beat: Callable[[str, int], Awaitable[None]] | None = None
+    #: log (``Fleet.record_beat``)
+    record_beat: Callable[[str, int], Awaitable[None]]
 
 
 def shape_from_row(row: dict[str, Any], reliability: float) -> NodeShape:
@@ -168,13 +168,7 @@ class NodeActor(Actor[NodeMsg]):
             case Beat():
                 self.last_seen = clock.now()
                 self.last_beat_ms = wall_ms()
-                if self.deps.record_beat is not None:
-                    await self.deps.record_beat(self.node_id, self.last_beat_ms)
-                else:
-                    await self.deps.store.execute(
-                        "UPDATE nodes SET last_heartbeat = ? WHERE id = ?",
-                        (self.last_beat_ms, self.node_id),
-                    )
+                await self.deps.record_beat(self.node_id, self.last_beat_ms)
                 return None
             case Deliver(order):
                 return self._deliver(order)
@@ -208,9 +202,8 @@ class NodeActor(Actor[NodeMsg]):
         self.outbox = outbox
         self.last_seen = clock.now()
         self.last_beat_ms = wall_ms()  # the hello counts as a beat
-        if self.deps.record_beat is not None:
-            # supersedes a beat of the previous session still waiting for its batch
-            await self.deps.record_beat(self.node_id, self.last_beat_ms)
+        # supersedes a beat of the previous session still waiting for its batch
+        await self.deps.record_beat(self.node_id, self.last_beat_ms)
         reported = {r.job_id: r.attempt for r in hello.running}
         for job_id, attempt in list(self.attempts.items()):
             if reported.get(job_id) != attempt:

@@ -158,6 +158,7 @@ class Root:
                 node_down=node_down,
                 lose_attempt=lose_attempt,
                 expected=fleet.expected,
+                record_beat=fleet.record_beat,
             )
         )
 

@@ -183,6 +183,7 @@ async def fleet_on(
             node_down=node_down,
             lose_attempt=lose_attempt,
             expected=expected,
+            record_beat=fleet.record_beat,
         )
     )
     async with trio.open_nursery() as nursery:
