@@ -92,12 +92,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "idle_cpu_share < 0.10": idle_share < 0.10,
                 "agents == 2000": welcomed >= 2000,
             },
-            "loadavg_after": common.loadavg(),
-            "elapsed_s": round(time.monotonic() - started, 1),
         }
     )
-    common.emit(result)
-    return result
+    return common.finish(result, started)
 
 
 if __name__ == "__main__":

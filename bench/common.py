@@ -352,6 +352,15 @@ def emit(result: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def finish(result: dict[str, Any], started: float) -> dict[str, Any]:
+    """A scenario's last step: stamp ``loadavg_after`` and ``elapsed_s`` (seconds since
+    ``started``, a ``time.monotonic()``), print the JSON line, return the result."""
+    result["loadavg_after"] = loadavg()
+    result["elapsed_s"] = round(time.monotonic() - started, 1)
+    emit(result)
+    return result
+
+
 def http_load(
     pid: int,
     port: int,

@@ -126,12 +126,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "every line delivered": every_line,
                 "p99_ms < 100": (delivered["latency"]["p99_ms"] or 1e9) < 100,
             },
-            "loadavg_after": common.loadavg(),
-            "elapsed_s": round(time.monotonic() - started, 1),
         }
     )
-    common.emit(result)
-    return result
+    return common.finish(result, started)
 
 
 if __name__ == "__main__":

@@ -232,12 +232,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 )
                 < 100,
             },
-            "loadavg_after": common.loadavg(),
-            "elapsed_s": round(time.monotonic() - started, 1),
         }
     )
-    common.emit(result)
-    return result
+    return common.finish(result, started)
 
 
 if __name__ == "__main__":

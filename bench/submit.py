@@ -108,12 +108,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "submit_over_healthz >= 0.6": (common.ratio(jobs_per_s, rps["healthz"]) or 0)
                 >= 0.6,
             },
-            "loadavg_after": common.loadavg(),
-            "elapsed_s": round(time.monotonic() - started, 1),
         }
     )
-    common.emit(result)
-    return result
+    return common.finish(result, started)
 
 
 if __name__ == "__main__":
