@@ -32,7 +32,7 @@ if not __package__:  # run as a file: make the repository importable
 
 from runplane.placement import (
     DEFAULT_PER_STREAM,
-    Fleet,
+    FleetIndex,
     Gpu,
     GpuRequirement,
     JobDemand,
@@ -171,7 +171,7 @@ def bench_size(size: int, decisions: int, seed: int, per_stream: int) -> dict[st
     rnd = random.Random(seed + size)
     nodes = [make_node(i, rnd) for i in range(size)]
     t0 = time.perf_counter()
-    fleet = Fleet(nodes, per_stream=per_stream)
+    fleet = FleetIndex(nodes, per_stream=per_stream)
     build_s = time.perf_counter() - t0
     jobs = job_stream(rnd, decisions)
     for _, name, kwargs in JOB_KINDS:  # warm the per-signature caches
@@ -255,7 +255,7 @@ def naive_place(job: JobDemand, pairs: list[tuple[NodeShape, NodeLoad]]) -> str 
 def quality(decisions: int, seed: int, per_stream: int) -> dict[str, object]:
     """Bounded candidates vs scoring every feasible node, at 1,000 nodes, loads moving."""
     rnd = random.Random(seed)
-    fleet = Fleet((make_node(i, rnd) for i in range(1_000)), per_stream=per_stream)
+    fleet = FleetIndex((make_node(i, rnd) for i in range(1_000)), per_stream=per_stream)
     running: deque[tuple[str, JobDemand]] = deque()
     same = 0
     ratios = []

@@ -80,8 +80,8 @@ def _positive_int(text: str) -> int:
 async def _local_agent_credential(app: Any, data_dir: Path) -> None:
     """With auth required no agent may enroll without a join token; the in-process agent is
     the server's own, so the server enrolls it directly (once) and hands it the credential."""
-    from runplane import enrollment
     from runplane.agent import credentials
+    from runplane.nodes import enrollment
 
     if credentials.load_credential(data_dir) is not None:
         return

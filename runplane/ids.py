@@ -45,6 +45,10 @@ _PREFIX_RE = re.compile(r"^[a-z][a-z0-9]*_$")
 _BODY_RE = re.compile(rf"^[{ALPHABET}]{{{ID_BODY_CHARS}}}$")
 _DECODE = {c: i for i, c in enumerate(ALPHABET)}
 
+#: ``org_`` + lowercase letters, digits, ``_`` or ``-`` (minted org ids and ``org_default``).
+ORG_ID_PATTERN = r"^org_[a-z0-9_-]{1,64}$"
+_ORG_ID_RE = re.compile(ORG_ID_PATTERN)
+
 _lock = threading.Lock()
 _last_ms = -1
 _last_random = 0
@@ -117,3 +121,8 @@ def hash_secret(secret: str) -> str:
 def secrets_equal(a: str, b: str) -> bool:
     """Constant-time equality of two strings (hashes or secrets)."""
     return hmac.compare_digest(a.encode("utf-8"), b.encode("utf-8"))
+
+
+def valid_org_id(value: str) -> bool:
+    """Whether ``value`` is an org id (``org_`` + ``[a-z0-9_-]{1,64}``)."""
+    return bool(_ORG_ID_RE.match(value))

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from runplane import enrollment
-from runplane.enrollment import EnrollmentRefused, NodeIdentity
 from runplane.ids import hash_secret
+from runplane.nodes import enrollment
+from runplane.nodes.enrollment import EnrollmentRefused, NodeIdentity
 from runplane.persistence import Store, open_store
 from runplane.settings import load_settings
 

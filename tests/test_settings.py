@@ -68,15 +68,43 @@ def test_every_setting_is_read(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
-        ({"RUNPLANE_AUTH": "maybe"}, "RUNPLANE_AUTH='maybe' is not valid: accepted: off, shadow, required"),
-        ({"RUNPLANE_MAX_CPU": "lots"}, "RUNPLANE_MAX_CPU='lots' is not valid: accepted: an integer"),
-        ({"RUNPLANE_MAX_RAM": "0"}, "RUNPLANE_MAX_RAM='0' is not valid: accepted: an integer greater than or equal to 1"),
-        ({"RUNPLANE_LOCAL_AGENT": "perhaps"}, "RUNPLANE_LOCAL_AGENT='perhaps' is not valid: accepted: 1, 0, true, false, yes, no"),
-        ({"RUNPLANE_DISABLE": "streams,bogus"}, "RUNPLANE_DISABLE='streams,bogus' is not valid: unknown area 'bogus'; accepted: " + ", ".join(AREAS)),
-        ({"RUNPLANE_DATABASE_URL": "mysql://x"}, "RUNPLANE_DATABASE_URL='mysql://x' is not valid: accepted: unset (embedded SQLite), 'memory', or 'postgresql://...'"),
-        ({"RUNPLANE_EGRESS_ALLOW": "10.0.0.0/33"}, "RUNPLANE_EGRESS_ALLOW='10.0.0.0/33' is not valid: '10.0.0.0/33' is not a valid CIDR; accepted: hosts or CIDRs, comma-separated"),
-        ({"RUNPLANE_PUBLIC_URL": "ftp://x"}, "RUNPLANE_PUBLIC_URL='ftp://x' is not valid: accepted: an origin such as 'https://runplane.example.com'"),
-        ({"RUNPLANE_STACKS_DIR": "/no/such/dir"}, "RUNPLANE_STACKS_DIR='/no/such/dir' is not valid: '/no/such/dir' is not a directory; accepted: a directory of stack manifests"),
+        (
+            {"RUNPLANE_AUTH": "maybe"},
+            "RUNPLANE_AUTH='maybe' is not valid: accepted: off, shadow, required",
+        ),
+        (
+            {"RUNPLANE_MAX_CPU": "lots"},
+            "RUNPLANE_MAX_CPU='lots' is not valid: accepted: an integer",
+        ),
+        (
+            {"RUNPLANE_MAX_RAM": "0"},
+            "RUNPLANE_MAX_RAM='0' is not valid: accepted: an integer greater than or equal to 1",
+        ),
+        (
+            {"RUNPLANE_LOCAL_AGENT": "perhaps"},
+            "RUNPLANE_LOCAL_AGENT='perhaps' is not valid: accepted: 1, 0, true, false, yes, no",
+        ),
+        (
+            {"RUNPLANE_DISABLE": "streams,bogus"},
+            "RUNPLANE_DISABLE='streams,bogus' is not valid: unknown area 'bogus'; accepted: "
+            + ", ".join(AREAS),
+        ),
+        (
+            {"RUNPLANE_DATABASE_URL": "mysql://x"},
+            "RUNPLANE_DATABASE_URL='mysql://x' is not valid: accepted: unset (embedded SQLite), 'memory', or 'postgresql://...'",
+        ),
+        (
+            {"RUNPLANE_EGRESS_ALLOW": "10.0.0.0/33"},
+            "RUNPLANE_EGRESS_ALLOW='10.0.0.0/33' is not valid: '10.0.0.0/33' is not a valid CIDR; accepted: hosts or CIDRs, comma-separated",
+        ),
+        (
+            {"RUNPLANE_PUBLIC_URL": "ftp://x"},
+            "RUNPLANE_PUBLIC_URL='ftp://x' is not valid: accepted: an origin such as 'https://runplane.example.com'",
+        ),
+        (
+            {"RUNPLANE_STACKS_DIR": "/no/such/dir"},
+            "RUNPLANE_STACKS_DIR='/no/such/dir' is not valid: '/no/such/dir' is not a directory; accepted: a directory of stack manifests",
+        ),
     ],
 )
 def test_bad_value_is_one_line_naming_setting(env: dict[str, str], expected: str) -> None:

@@ -27,7 +27,8 @@ from runplane.persistence import Store
 from runplane.policy import Caps, Clamp, PolicyDoc, ceilings, clamp, effective
 from runplane.policy import repo as policy_repo
 from runplane.policy.clamp import Number
-from runplane.runtime import Actor, ActorRef
+from runplane.policy.refusal import Refusal
+from runplane.runtime import Actor, ActorRef, Asks
 
 log = logging.getLogger("runplane.admission")
 
@@ -49,13 +50,13 @@ class Request:
 
 
 @dataclass(frozen=True, slots=True)
-class Admit:
+class Admit(Asks["Decision"]):
     request: Request
     job_id: str
 
 
 @dataclass(frozen=True, slots=True)
-class Check:
+class Check(Asks["Decision"]):
     request: Request
 
 
@@ -66,27 +67,38 @@ class Release:
 
 @dataclass(frozen=True, slots=True)
 class PhaseChanged:
+    """A job's phase changed (durably). It carries the job's org and submitter, so a live
+    job the ledger does not know (admitted by an incarnation that crashed before this
+    one recounted) is counted at its next transition."""
+
     job_id: str
     phase: str
+    org_id: str = ""
+    subject: str = ""
 
 
 @dataclass(frozen=True, slots=True)
-class GetPolicy:
+class GetPolicy(Asks["PolicyDoc | None"]):
     org_id: str
 
 
 @dataclass(frozen=True, slots=True)
-class PutPolicy:
+class PutPolicy(Asks[None]):
     doc: PolicyDoc
 
 
 @dataclass(frozen=True, slots=True)
-class GetUsage:
+class GetUsage(Asks["Usage"]):
     org_id: str
     subject: str
 
 
-AdmissionMsg = Admit | Check | Release | PhaseChanged | GetPolicy | PutPolicy | GetUsage
+@dataclass(frozen=True, slots=True)
+class Ledger(Asks["LedgerCounts"]):
+    """The ledger's counts as they are now (for tests and operators)."""
+
+
+AdmissionMsg = Admit | Check | Release | PhaseChanged | GetPolicy | PutPolicy | GetUsage | Ledger
 
 
 # replies --------------------------------------------------------------------------------
@@ -116,8 +128,16 @@ class Decision:
     caps: Caps
     concurrency: Concurrency
     reason: str = ""
-    #: 0 when allowed, 429 when over a concurrency cap
-    http_status: int = 0
+    #: why it is refused (None when allowed); the HTTP layer maps the kind to a status
+    refusal: Refusal | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerCounts:
+    live: int
+    per_org: dict[str, int]
+    on_node_per_org: dict[str, int]
+    per_user: dict[tuple[str, str], int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +174,7 @@ class AdmissionActor(Actor[AdmissionMsg]):
         if rows:
             log.info("admission ledger recounted", extra={"live_jobs": len(rows)})
 
-    async def handle(self, msg: AdmissionMsg) -> Any:
+    async def handle(self, msg: AdmissionMsg) -> object:
         match msg:
             case Admit(request, job_id):
                 decision = self._decide(request)
@@ -165,8 +185,8 @@ class AdmissionActor(Actor[AdmissionMsg]):
                 return self._decide(request)
             case Release(job_id):
                 self._remove(job_id)
-            case PhaseChanged(job_id, phase):
-                self._phase(job_id, Phase(phase))
+            case PhaseChanged(job_id, phase, org_id, subject):
+                self._phase(job_id, Phase(phase), org_id, subject)
             case GetPolicy(org_id):
                 return self._docs.get(org_id)
             case PutPolicy(doc):
@@ -184,6 +204,14 @@ class AdmissionActor(Actor[AdmissionMsg]):
                     user_inflight=self._user[(org_id, subject)],
                     caps=self._caps_for(org_id, subject, ""),
                 )
+            case Ledger():
+                return LedgerCounts(
+                    live=len(self._live),
+                    per_org=dict(self._org),
+                    on_node_per_org=dict(self._org_on_node),
+                    per_user=dict(self._user),
+                )
+        return None
 
     # -- decisions ----------------------------------------------------------------------
 
@@ -219,7 +247,7 @@ class AdmissionActor(Actor[AdmissionMsg]):
             caps=caps,
             concurrency=concurrency,
             reason=reason,
-            http_status=429 if reason else 0,
+            refusal=Refusal.QUOTA_EXCEEDED if reason else None,
         )
 
     # -- the ledger ---------------------------------------------------------------------
@@ -243,12 +271,16 @@ class AdmissionActor(Actor[AdmissionMsg]):
         if on_node:
             _decrement(self._org_on_node, org_id)
 
-    def _phase(self, job_id: str, phase: Phase) -> None:
+    def _phase(self, job_id: str, phase: Phase, org_id: str, subject: str) -> None:
         if phase.terminal:
             self._remove(job_id)
             return
         entry = self._live.get(job_id)
-        if entry is None or entry[2] == phase.on_node:
+        if entry is None:
+            if org_id:  # live work this incarnation has not counted yet
+                self._add(job_id, org_id, subject, phase.on_node)
+            return
+        if entry[2] == phase.on_node:
             return
         org_id, subject, _ = entry
         self._live[job_id] = (org_id, subject, phase.on_node)
@@ -286,18 +318,15 @@ def _over_quota(org_id: str, subject: str, c: Concurrency, caps: Caps) -> str:
 
 
 async def admit(ref: ActorRef[AdmissionMsg], request: Request, job_id: str) -> Decision:
-    decision: Decision = await ref.ask(Admit(request, job_id))
-    return decision
+    return await ref.ask(Admit(request, job_id))
 
 
 async def check(ref: ActorRef[AdmissionMsg], request: Request) -> Decision:
-    decision: Decision = await ref.ask(Check(request))
-    return decision
+    return await ref.ask(Check(request))
 
 
 async def get_policy(ref: ActorRef[AdmissionMsg], org_id: str) -> PolicyDoc | None:
-    doc: PolicyDoc | None = await ref.ask(GetPolicy(org_id))
-    return doc
+    return await ref.ask(GetPolicy(org_id))
 
 
 async def put_policy(ref: ActorRef[AdmissionMsg], doc: PolicyDoc) -> None:
@@ -305,5 +334,4 @@ async def put_policy(ref: ActorRef[AdmissionMsg], doc: PolicyDoc) -> None:
 
 
 async def usage(ref: ActorRef[AdmissionMsg], org_id: str, subject: str) -> Usage:
-    result: Usage = await ref.ask(GetUsage(org_id, subject))
-    return result
+    return await ref.ask(GetUsage(org_id, subject))

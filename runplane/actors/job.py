@@ -14,7 +14,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from runplane.agent import protocol as p
 from runplane.jobs import repo
+from runplane.jobs.events import (
+    JobEvent,
+    StoredEvent,
+    log_event,
+    metric_event,
+    phase_event,
+    ring_name,
+    system_line_event,
+)
 from runplane.jobs.phase import (
     Assigned,
     CancelRequested,
@@ -31,7 +41,7 @@ from runplane.jobs.phase import (
 )
 from runplane.jobs.phase import Event as PhaseEvent
 from runplane.persistence import Store, from_json, now_ms, to_json
-from runplane.runtime import Actor, Hub, Ring
+from runplane.runtime import Actor, ActorKind, Asks, Hub, Ring
 
 log = logging.getLogger("runplane.jobs")
 
@@ -43,7 +53,9 @@ LOG_CAP = 50_000
 
 
 @dataclass(frozen=True, slots=True)
-class Assign:
+class Assign(Asks["AssignAnswer"]):
+    """Placement hands the job to ``node_id``."""
+
     node_id: str
 
 
@@ -70,7 +82,7 @@ class AgentMetric:
 
 
 @dataclass(frozen=True, slots=True)
-class AgentFinished:
+class AgentFinished(Asks[bool]):
     node_id: str
     attempt: int
     outcome: str
@@ -87,12 +99,12 @@ class LoseAttempt:
 
 
 @dataclass(frozen=True, slots=True)
-class Cancel:
+class Cancel(Asks["CancelOutcome"]):
     pass
 
 
 @dataclass(frozen=True, slots=True)
-class SetPriority:
+class SetPriority(Asks[bool]):
     priority: int
 
 
@@ -107,6 +119,9 @@ JobMsg = (
     | SetPriority
 )
 
+#: The job actors, one per live job, addressed by job id in the registry.
+JOBS = ActorKind[JobMsg]("job")
+
 
 @dataclass(frozen=True, slots=True)
 class CancelOutcome:
@@ -114,7 +129,17 @@ class CancelOutcome:
     killed_on_node: bool
 
 
-async def _no_phase_hook(job_id: str, phase: str) -> None:
+@dataclass(frozen=True, slots=True)
+class AssignAnswer:
+    """``taken``: the job is now assigned to the node. Refused, ``on_node`` names the node
+    the job already holds (an assignment of a placement incarnation that crashed won the
+    race), so the placer counts that reservation instead of releasing it."""
+
+    taken: bool
+    on_node: str | None = None
+
+
+async def _no_phase_hook(row: dict[str, Any], phase: str) -> None:
     return None
 
 
@@ -125,7 +150,7 @@ class JobDeps:
     store: Store
     hub: Hub
     #: deliver a protocol message to a node's agent; True when handed to a live connection
-    deliver: Callable[[str, Any], Awaitable[bool]]
+    deliver: Callable[[str, p.Run | p.Cancel], Awaitable[bool]]
     #: placement hooks
     enqueue: Callable[[dict[str, Any]], Awaitable[None]]
     dequeue: Callable[[str], Awaitable[None]]
@@ -134,10 +159,10 @@ class JobDeps:
     #: the node lost (or finished) an attempt: reliability counters
     node_outcome: Callable[[str, str], Awaitable[None]]
     #: build the agent's run order for (job row, attempt)
-    run_order: Callable[[dict[str, Any], int], Any]
-    cancel_order: Callable[[str, int], Any]
+    run_order: Callable[[dict[str, Any], int], p.Run]
+    cancel_order: Callable[[str, int], p.Cancel]
     #: the job's phase changed (durably): the admission ledger counts live work by it
-    phase_changed: Callable[[str, str], Awaitable[None]] = _no_phase_hook
+    phase_changed: Callable[[dict[str, Any], str], Awaitable[None]] = _no_phase_hook
 
 
 #: Most ArtifactRefs one job records (the agent uploads at most as many outputs).
@@ -182,32 +207,6 @@ def checked_artifacts(job_id: str, items: Any) -> list[dict[str, Any]]:
     return kept
 
 
-@dataclass(slots=True)
-class JobEvent:
-    """What the job's ring carries: one stored telemetry event. ``data`` is its SSEEvent
-    JSON exactly as stored (encoded once, by the actor, for the store); ``frame`` is left
-    for the SSE route to fill once, so a thousand subscribers share one encoding."""
-
-    seq: int
-    kind: str
-    data: str
-    end: bool = False  # the terminal phase event: the stream ends after it
-    frame: bytes | None = None
-
-
-def _ring_items(events: list[tuple[Any, ...]], terminal: bool = False) -> list[JobEvent]:
-    """Ring items for stored event rows ``(job_id, seq, kind, ts, data)``; with
-    ``terminal`` the last one (the terminal phase event) ends the stream."""
-    items = [JobEvent(seq=e[1], kind=e[2], data=e[4]) for e in events]
-    if terminal and items and items[-1].kind == "phase":
-        items[-1].end = True
-    return items
-
-
-def ring_name(job_id: str) -> str:
-    return f"job/{job_id}"
-
-
 class JobActor(Actor[JobMsg]):
     def __init__(self, deps: JobDeps, row: dict[str, Any]) -> None:
         self.deps = deps
@@ -238,6 +237,9 @@ class JobActor(Actor[JobMsg]):
         return ring or self.deps.hub.ring(name, next_seq=self.seq + 1)
 
     async def on_start(self) -> None:
+        """Everything the actor holds was loaded from its row by the activation (a restart
+        after a crash loads it again): a queued job (re-)enters the queue (placement keys
+        its queue by job id, so a repeat is harmless); a terminal one closes its ring."""
         if self.state.phase is Phase.QUEUED:
             await self.deps.enqueue(self.row)
         if self.state.phase.terminal:
@@ -248,15 +250,19 @@ class JobActor(Actor[JobMsg]):
 
     # -- handling -----------------------------------------------------------------------
 
-    async def handle(self, msg: JobMsg) -> Any:
+    async def handle(self, msg: JobMsg) -> object:
         match msg:
             case Assign(node_id):
-                return await self._apply(Assigned(node_id))
+                effects = await self._apply(Assigned(node_id))
+                if effects is None:
+                    on_node = self.state.node_id if self.state.phase.on_node else None
+                    return AssignAnswer(taken=False, on_node=on_node)
+                return AssignAnswer(taken=True)
             case AgentPhase(node_id, attempt, phase):
                 if not self._from_current_node(node_id, attempt):
                     return False
                 event: PhaseEvent = Pulling(attempt) if phase == "pulling" else Running(attempt)
-                return await self._apply(event)
+                return await self._apply(event) is not None
             case AgentLogs(node_id, attempt, lines):
                 if not self._from_current_node(node_id, attempt) or self.state.phase.terminal:
                     return False
@@ -273,11 +279,11 @@ class JobActor(Actor[JobMsg]):
                 self.final_metrics.update(final_metrics)
                 self._finish_artifacts = checked_artifacts(self.id, artifacts)
                 try:
-                    return await self._apply(Finished(attempt, Phase(outcome), error))
+                    return await self._apply(Finished(attempt, Phase(outcome), error)) is not None
                 finally:
                     self._finish_artifacts = None
             case LoseAttempt(attempt, reason):
-                return await self._apply(NodeLost(attempt, reason))
+                return await self._apply(NodeLost(attempt, reason)) is not None
             case Cancel():
                 return await self._cancel()
             case SetPriority(priority):
@@ -309,20 +315,22 @@ class JobActor(Actor[JobMsg]):
         if self.state.phase.terminal:
             return CancelOutcome(cancelled=False, killed_on_node=False)
         node, attempt = self.state.node_id, self.state.attempt
-        effects = await self._apply(CancelRequested(), return_effects=True)
+        effects = await self._apply(CancelRequested()) or ()
         killed = False
         if Effect.CANCEL_ON_NODE in effects and node is not None:
             killed = await self.deps.deliver(node, self.deps.cancel_order(self.id, attempt))
         return CancelOutcome(cancelled=True, killed_on_node=killed)
 
-    async def _apply(self, event: PhaseEvent, *, return_effects: bool = False) -> Any:
+    async def _apply(self, event: PhaseEvent) -> tuple[Effect, ...] | None:
+        """Apply ``event`` to the phase machine: store the new state with its events, publish
+        them, report the phase, run the effects. None when the machine refused it."""
         before = self.state
         try:
             after, effects = transition(before, event, now_ms())
         except (InvalidTransition, StaleAttempt) as exc:
             log.warning("transition refused", extra={"job_id": self.id, "reason": str(exc)})
-            return () if return_effects else False
-        events: list[tuple[Any, ...]] = []
+            return None
+        events: list[StoredEvent] = []
         extra: dict[str, Any] = {}
         if after.phase.terminal:
             extra["final_metrics"] = to_json(self.final_metrics)
@@ -338,15 +346,7 @@ class JobActor(Actor[JobMsg]):
                 )
         if after.phase is not before.phase:
             self.seq += 1
-            payload = {
-                "kind": "phase",
-                "job_id": self.id,
-                "seq": self.seq,
-                "phase": after.phase.value,
-            }
-            if after.error:
-                payload["error"] = after.error
-            events.append((self.id, self.seq, "phase", now_ms(), to_json(payload)))
+            events.append(phase_event(self.id, self.seq, after.phase.value, now_ms(), after.error))
         if after.phase is Phase.QUEUED:
             extra["wait_reason"] = None
         await self.deps.store.transaction(
@@ -354,10 +354,9 @@ class JobActor(Actor[JobMsg]):
         )
         self.state = after
         changed_to_terminal = after.phase.terminal and after.phase is not before.phase
-        for item in _ring_items(events, terminal=changed_to_terminal):
-            self.ring.publish(item)
+        self._publish(events, terminal=changed_to_terminal)
         if after.phase is not before.phase:
-            await self.deps.phase_changed(self.id, after.phase.value)
+            await self.deps.phase_changed(self.row, after.phase.value)
         log.info(
             "job phase",
             extra={
@@ -371,7 +370,14 @@ class JobActor(Actor[JobMsg]):
         await self._effects(before, after, effects)
         if after.phase.terminal:
             self.ring.close()
-        return effects if return_effects else True
+        return effects
+
+    def _publish(self, events: list[StoredEvent], *, terminal: bool = False) -> None:
+        """Put stored ``events`` on the ring; with ``terminal`` the last one (the terminal
+        phase event) ends the stream."""
+        for i, event in enumerate(events):
+            end = terminal and i == len(events) - 1 and event.kind == "phase"
+            self.ring.publish(JobEvent.of(event, end=end))
 
     async def _effects(
         self, before: JobState, after: JobState, effects: tuple[Effect, ...]
@@ -405,32 +411,18 @@ class JobActor(Actor[JobMsg]):
     async def _lose_later(self, attempt: int, reason: str) -> None:
         await self.context.ref.tell(LoseAttempt(attempt, reason))
 
-    def _system_line(self, events: list[tuple[Any, ...]], line: str) -> None:
+    def _system_line(self, events: list[StoredEvent], line: str) -> None:
         self.seq += 1
-        payload = {
-            "kind": "log",
-            "job_id": self.id,
-            "seq": self.seq,
-            "stream": "system",
-            "line": line,
-        }
-        events.append((self.id, self.seq, "log", now_ms(), to_json(payload)))
+        events.append(system_line_event(self.id, self.seq, line, now_ms()))
 
     async def _logs(self, lines: tuple[tuple[str, str], ...]) -> None:
         room = max(0, LOG_CAP - self.log_lines)
         kept, dropped = lines[:room], len(lines) - min(room, len(lines))
-        events: list[tuple[Any, ...]] = []
+        events: list[StoredEvent] = []
         ts = now_ms()
         for stream, line in kept:
             self.seq += 1
-            payload = {
-                "kind": "log",
-                "job_id": self.id,
-                "seq": self.seq,
-                "stream": stream,
-                "line": line,
-            }
-            events.append((self.id, self.seq, "log", ts, to_json(payload)))
+            events.append(log_event(self.id, self.seq, stream, line, ts))
         first_drop = dropped and not self.log_dropped
         self.log_lines += len(kept)
         self.log_dropped += dropped
@@ -451,24 +443,15 @@ class JobActor(Actor[JobMsg]):
                 log_dropped=self.log_dropped,
             )
         )
-        for item in _ring_items(events):
-            self.ring.publish(item)
+        self._publish(events)
 
     async def _metric(self, step: int | None, values: dict[str, float]) -> None:
         self.seq += 1
-        payload: dict[str, Any] = {
-            "kind": "metric",
-            "job_id": self.id,
-            "seq": self.seq,
-            "values": values,
-        }
-        if step is not None:
-            payload["step"] = step
         self.final_metrics.update(values)
-        event = (self.id, self.seq, "metric", now_ms(), to_json(payload))
+        event = metric_event(self.id, self.seq, step, values, now_ms())
         await self.deps.store.transaction(
             repo.save_state(
                 self.id, self.state, [event], self.seq, final_metrics=to_json(self.final_metrics)
             )
         )
-        self.ring.publish(JobEvent(seq=self.seq, kind="metric", data=event[4]))
+        self._publish([event])

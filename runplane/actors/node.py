@@ -10,7 +10,7 @@ the server no longer wants is cancelled.
 
 Heartbeats: liveness reads ``last_seen`` (the trio clock) only, kept here. The wall time
 of the last beat (``nodes.last_heartbeat``) is not written per beat: it goes to
-``NodeDeps.record_beat``, the fleet's heartbeat log (``runplane/actors/fleet.py``), which
+``NodeDeps.record_beat``, the heartbeat log (``runplane/actors/heartbeats.py``), which
 writes all nodes' latest beats in one batch every few seconds. A status change
 (online, disconnected, offline) still writes at once, and carries the last beat with it.
 """
@@ -20,14 +20,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import trio
 
 from runplane.agent import protocol as p
-from runplane.persistence import Store, from_json, now_ms
-from runplane.placement import Gpu, NodeShape
-from runplane.runtime import Actor, clock
+from runplane.nodes import repo as nodes_repo
+from runplane.nodes.shape import shape_of
+from runplane.persistence import Store
+from runplane.placement import NodeShape
+from runplane.runtime import Actor, ActorKind, Asks, clock
 
 log = logging.getLogger("runplane.nodes")
 
@@ -36,7 +37,7 @@ log = logging.getLogger("runplane.nodes")
 
 
 @dataclass(frozen=True, slots=True)
-class Attach:
+class Attach(Asks[None]):
     outbox: trio.MemorySendChannel[str]
     hello: p.Hello
 
@@ -52,7 +53,9 @@ class Beat:
 
 
 @dataclass(frozen=True, slots=True)
-class Deliver:
+class Deliver(Asks[bool]):
+    """Hand ``msg`` to the node's agent: True when it went to a live session."""
+
     msg: p.Run | p.Cancel | p.FinishedAck
 
 
@@ -74,6 +77,9 @@ class Refresh:
 
 NodeMsg = Attach | Detach | Beat | Deliver | AttemptEnded | Tick | Refresh
 
+#: The node actors, one per connected (or recently lost) node, addressed by node id.
+NODES = ActorKind[NodeMsg]("node")
+
 
 @dataclass(frozen=True, slots=True)
 class NodeDeps:
@@ -89,55 +95,27 @@ class NodeDeps:
     record_beat: Callable[[str, int], Awaitable[None]]
 
 
-def shape_from_row(row: dict[str, Any], reliability: float) -> NodeShape:
-    facts = from_json(row["facts"])
-    overrides = from_json(row["overrides"]) or {}
-    cpu = facts.get("cpu_cores", 1)
-    ram = facts.get("ram_gb", 0)
-    return NodeShape(
-        id=row["id"],
-        tier=row["tier"],
-        disabled=bool(row["disabled"]),
-        cpu_cores=float(min(cpu, overrides.get("cpu_cap") or cpu)),
-        ram_gb=float(min(ram, overrides.get("ram_cap") or ram)),
-        disk_gb=float(facts.get("disk_gb", 0)),
-        gpus=tuple(
-            Gpu(
-                model=g.get("model", ""),
-                vendor=g.get("vendor", "nvidia"),
-                vram_gb=float(g.get("vram_gb", 0)),
-                cuda=g.get("cuda", ""),
-            )
-            for g in facts.get("gpus", [])
-        ),
-        arch=facts.get("arch", "x86_64"),
-        os=facts.get("os", "linux"),
-        capabilities=frozenset(facts.get("capabilities", [])),
-        max_concurrency=int(overrides.get("max_concurrency") or facts.get("max_concurrency", 1)),
-        dlperf=float(facts.get("dlperf", 0.0)),
-        reliability=reliability,
-    )
-
-
-def reliability_of(row: dict[str, Any]) -> float:
-    """Share of the attempts placed on the node that it did not lose (1.0 with none yet)."""
-    total = row.get("attempts_total") or 0
-    return 1.0 if total == 0 else max(0.0, 1.0 - (row.get("attempts_lost") or 0) / total)
-
-
 class NodeActor(Actor[NodeMsg]):
-    def __init__(self, deps: NodeDeps, node_id: str) -> None:
+    def __init__(
+        self, deps: NodeDeps, node_id: str, *, session: trio.MemorySendChannel[str] | None = None
+    ) -> None:
         self.deps = deps
         self.node_id = node_id
-        self.outbox: trio.MemorySendChannel[str] | None = None
+        #: the outbox of the node's WebSocket session; a restart after a crash resumes it
+        self.outbox: trio.MemorySendChannel[str] | None = session
         self.last_seen = clock.now()  # liveness (monotonic): the grace clock reads this
         self.last_beat_ms: int | None = None  # wall time of the last hello or beat
         self.attempts: dict[str, int] = {}
         self.lost = False
 
     async def on_start(self) -> None:
+        """Rebuild from the store: the attempts the jobs table puts on this node. A node
+        actor restarted while its agent is connected resumes the session it was given and
+        re-announces the node's capacity to placement (an upsert: no double count)."""
         self.attempts = await self.deps.expected(self.node_id)
         self.last_seen = clock.now()
+        if self.outbox is not None:
+            await self._announce()
         self.context.start_soon(self._watch)
 
     async def _watch(self) -> None:
@@ -155,10 +133,11 @@ class NodeActor(Actor[NodeMsg]):
     def can_passivate(self) -> bool:
         return False  # ends itself when the node is lost
 
-    async def handle(self, msg: NodeMsg) -> Any:
+    async def handle(self, msg: NodeMsg) -> object:
         match msg:
             case Attach(outbox, hello):
-                return await self._attach(outbox, hello)
+                await self._attach(outbox, hello)
+                return None
             case Detach(outbox):
                 if outbox is self.outbox:
                     self.outbox = None
@@ -180,9 +159,8 @@ class NodeActor(Actor[NodeMsg]):
                 await self._check()
                 return None
             case Refresh():
-                row = await self._row()
-                if row is not None and self.outbox is not None:
-                    await self.deps.node_up(shape_from_row(row, reliability_of(row)))
+                if self.outbox is not None:
+                    await self._announce()
                 return None
 
     def _deliver(self, order: p.Run | p.Cancel | p.FinishedAck) -> bool:
@@ -215,9 +193,7 @@ class NodeActor(Actor[NodeMsg]):
             if self.attempts.get(job_id) != attempt:
                 self._deliver(p.Cancel(job_id=job_id, attempt=attempt))
         await self._set_status("online")
-        row = await self._row()
-        assert row is not None
-        await self.deps.node_up(shape_from_row(row, reliability_of(row)))
+        await self._announce()
         log.info(
             "node attached",
             extra={"node_id": self.node_id, "resumed": sorted(self.attempts)},
@@ -237,25 +213,26 @@ class NodeActor(Actor[NodeMsg]):
         self.lost = True
         reason = f"node {self.node_id} lost: no heartbeat for {silent:.0f} s"
         log.warning("node lost", extra={"node_id": self.node_id, "jobs": sorted(self.attempts)})
-        await self.deps.node_down(self.node_id)
+        # offline in the store first: a placement rebuilding meanwhile leaves it out, or
+        # has it removed by the NodeDown that follows
         await self._set_status("offline")
+        await self.deps.node_down(self.node_id)
         for job_id, attempt in list(self.attempts.items()):
             await self.deps.lose_attempt(job_id, attempt, reason)
         self.attempts.clear()
         self.context.stop()
 
-    async def _row(self) -> dict[str, Any] | None:
-        return await self.deps.store.fetchone("SELECT * FROM nodes WHERE id = ?", (self.node_id,))
+    async def _announce(self) -> None:
+        """Tell placement the node's shape (facts and overrides from its row)."""
+        row = await nodes_repo.get(self.deps.store, self.node_id)
+        if row is not None:
+            await self.deps.node_up(shape_of(row))
 
     async def _set_status(self, status: str) -> None:
         """Written at once (not batched), with the last beat: after a crash the row says
         when a disconnected or lost node was last heard from (a node activated at
         start-up and never attached keeps the row's beat)."""
-        await self.deps.store.execute(
-            "UPDATE nodes SET status = ?, updated_at = ?,"
-            " last_heartbeat = COALESCE(?, last_heartbeat) WHERE id = ?",
-            (status, now_ms(), self.last_beat_ms, self.node_id),
-        )
+        await nodes_repo.set_status(self.deps.store, self.node_id, status, self.last_beat_ms)
 
 
 def wall_ms() -> int:

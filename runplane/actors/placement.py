@@ -14,28 +14,21 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from runplane.persistence import from_json
-from runplane.placement import DemandError, Fleet, JobDemand, NodeLoad, NodeShape, plan
-from runplane.runtime import Actor, clock
+from runplane.jobs import repo as jobs_repo
+from runplane.jobs.demand import demand_of
+from runplane.jobs.phase import Phase
+from runplane.nodes import repo as nodes_repo
+from runplane.nodes.shape import shape_of
+from runplane.persistence import Store
+from runplane.placement import DemandError, FleetIndex, JobDemand, NodeLoad, NodeShape, plan
+from runplane.runtime import Actor, Asks, clock
 
 log = logging.getLogger("runplane.placement")
 
 #: Plan at least this often (seconds) while messages keep arriving.
 MAX_PLAN_DELAY = 0.05
 NO_NODES = "no node is connected; start one with `runplane agent --server URL`"
-
-
-def demand_from_row(row: dict[str, Any]) -> JobDemand:
-    spec = from_json(row["spec"]) if isinstance(row["spec"], str) else row["spec"]
-    return JobDemand.from_spec(
-        job_id=row["id"],
-        priority=row["priority"],
-        created_at=row["id"],  # ids sort by creation time
-        limits=spec.get("limits") or {},
-        requires=spec.get("requires") or {},
-        weights=spec.get("weights") or {},
-        weights_preset=spec.get("weights_preset"),
-    )
+_PLACEMENT_COLUMNS = "id, priority, spec, phase, node_id"
 
 
 # messages -------------------------------------------------------------------------------
@@ -49,13 +42,6 @@ class Enqueue:
 @dataclass(frozen=True, slots=True)
 class Dequeue:
     job_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class Restore:
-    """A job already on a node (server restart): count its reservation."""
-
-    row: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,17 +66,41 @@ class NodeDown:
 
 
 @dataclass(frozen=True, slots=True)
-class WaitReasons:
+class WaitReasons(Asks[dict[str, str]]):
+    """The wait reason of each of ``job_ids`` that is queued here."""
+
     job_ids: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class Loads:
+class Loads(Asks[dict[str, NodeLoad]]):
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class Queued(Asks[dict[str, JobDemand]]):
+    """The queue as it is now (job id -> demand): for tests and operators."""
+
+
+@dataclass(frozen=True, slots=True)
+class _HeldOn:
+    """An assignment refused because the job already holds ``node_id`` (sent to self)."""
+
+    job_id: str
+    node_id: str
+
+
 PlacementMsg = (
-    Enqueue | Dequeue | Restore | Release | Reprioritize | NodeUp | NodeDown | WaitReasons | Loads
+    Enqueue
+    | Dequeue
+    | Release
+    | Reprioritize
+    | NodeUp
+    | NodeDown
+    | WaitReasons
+    | Loads
+    | Queued
+    | _HeldOn
 )
 
 
@@ -103,25 +113,55 @@ class PlacementStats:
     nodes: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Handover:
+    """What became of an assignment: ``taken`` by the job, or refused; a refused job that
+    already holds a node names it (``on_node``)."""
+
+    taken: bool
+    on_node: str | None = None
+
+
 @dataclass
 class PlacementActor(Actor[PlacementMsg]):
-    #: hand a job to its actor: True if it took the assignment
-    assign: Callable[[str, str], Awaitable[bool]]
-    fleet: Fleet = field(default_factory=Fleet)
+    #: where the queue and the fleet are rebuilt from on (re)start
+    store: Store
+    #: hand a job to its actor
+    assign: Callable[[str, str], Awaitable[Handover]]
+    fleet: FleetIndex = field(default_factory=FleetIndex)
     queue: dict[str, JobDemand] = field(default_factory=dict)
     placed: dict[str, tuple[str, JobDemand]] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
     stats: PlacementStats = field(default_factory=PlacementStats)
     dirty: bool = False
     last_plan: float = 0.0
-    #: set on a restart: refill the queue and fleet from the store and the node actors
-    rebuild: Callable[[], Awaitable[None]] | None = None
 
     async def on_start(self) -> None:
-        if self.rebuild is not None:
-            self.context.start_soon(self.rebuild)
+        """Rebuild from the store, as after a server restart: queued jobs form the queue,
+        jobs on nodes hold their reservations, and every node that is not offline is in
+        the fleet with that load. Messages sent meanwhile wait in the mailbox (which
+        outlives a crash) and apply on top: each is idempotent against this state."""
+        rows = await jobs_repo.live_rows(self.store, _PLACEMENT_COLUMNS)
+        for row in rows:
+            phase = Phase(row["phase"])
+            if phase is Phase.QUEUED:
+                self._enqueue(row)
+            elif phase.on_node and row["node_id"]:
+                try:
+                    self.placed[row["id"]] = (row["node_id"], demand_of(row))
+                except DemandError:
+                    log.warning("job on a node has an unreadable spec", extra={"job_id": row["id"]})
+        for node_id in await nodes_repo.connected_ids(self.store):
+            node = await nodes_repo.get(self.store, node_id)
+            if node is not None:
+                self._node_up(shape_of(node))
+        self.dirty = True
+        log.info(
+            "placement rebuilt from the store",
+            extra={"queued": len(self.queue), "placed": len(self.placed), "nodes": len(self.fleet)},
+        )
 
-    async def handle(self, msg: PlacementMsg) -> Any:
+    async def handle(self, msg: PlacementMsg) -> object:
         answer = self._handle(msg)
         if self.dirty and (
             self.context.ref.statistics().depth == 0
@@ -130,23 +170,45 @@ class PlacementActor(Actor[PlacementMsg]):
             self._plan()
         return answer
 
-    def _handle(self, msg: PlacementMsg) -> Any:
+    def _enqueue(self, row: dict[str, Any]) -> None:
+        if row["id"] in self.placed:  # an old Enqueue of a job placed meanwhile
+            return
+        try:
+            self.queue[row["id"]] = demand_of(row)
+        except DemandError as exc:  # validated at submit; a stored bad row waits
+            self.reasons[row["id"]] = f"cannot be placed: {exc}"
+            return
+        self.dirty = True
+
+    def _node_up(self, shape: NodeShape) -> None:
+        load = NodeLoad()
+        for node_id, demand in self.placed.values():
+            if node_id == shape.id:
+                load = load.plus(demand.cpu, demand.ram, demand.gpus)
+        self.fleet.upsert(shape, load)
+        self.dirty = True
+
+    def _handle(self, msg: PlacementMsg) -> object:
         match msg:
             case Enqueue(row):
-                try:
-                    self.queue[row["id"]] = demand_from_row(row)
-                except DemandError as exc:  # validated at submit; a stored bad row waits
-                    self.reasons[row["id"]] = f"cannot be placed: {exc}"
-                    return None
-                self.dirty = True
+                self._enqueue(row)
             case Dequeue(job_id):
                 self.queue.pop(job_id, None)
                 self.reasons.pop(job_id, None)
-            case Restore(row):
-                demand = demand_from_row(row)
-                self.placed[row["id"]] = (row["node_id"], demand)
-                if row["node_id"] in self.fleet:
-                    self.fleet.reserve(row["node_id"], demand)
+            case _HeldOn(job_id, node_id):
+                demand = self.queue.pop(job_id, None)
+                self.reasons.pop(job_id, None)
+                held = self.placed.get(job_id)
+                if held is not None and held[0] == node_id:
+                    return None
+                if held is not None and held[0] in self.fleet:
+                    self.fleet.release(held[0], held[1])
+                    demand = held[1]
+                if demand is not None:
+                    self.placed[job_id] = (node_id, demand)
+                    if node_id in self.fleet:
+                        self.fleet.reserve(node_id, demand)
+                self.dirty = True
             case Release(job_id):
                 self.queue.pop(job_id, None)
                 self.reasons.pop(job_id, None)
@@ -160,19 +222,16 @@ class PlacementActor(Actor[PlacementMsg]):
                     self.queue[job_id] = replace(demand, priority=priority)
                     self.dirty = True
             case NodeUp(shape):
-                load = NodeLoad()
-                for node_id, demand in self.placed.values():
-                    if node_id == shape.id:
-                        load = load.plus(demand.cpu, demand.ram, demand.gpus)
-                self.fleet.upsert(shape, load)
-                self.dirty = True
+                self._node_up(shape)
             case NodeDown(node_id):
                 self.fleet.remove(node_id)
                 self.dirty = True
             case WaitReasons(job_ids):
                 return {j: self.reasons[j] for j in job_ids if j in self.reasons}
             case Loads():
-                return {node_id: self.fleet.load(node_id) for node_id, _ in _ids(self.fleet)}
+                return {shape.id: self.fleet.load(shape.id) for shape, _ in self.fleet}
+            case Queued():
+                return dict(self.queue)
         return None
 
     def _plan(self) -> None:
@@ -200,13 +259,13 @@ class PlacementActor(Actor[PlacementMsg]):
 
     async def _hand_over(self, job_id: str, node_id: str) -> None:
         try:
-            taken = await self.assign(job_id, node_id)
+            answer = await self.assign(job_id, node_id)
         except Exception:
             log.exception("assignment failed", extra={"job_id": job_id, "node_id": node_id})
-            taken = False
-        if not taken:
+            answer = Handover(taken=False)
+        if answer.taken:
+            return
+        if answer.on_node is not None:  # it holds another node: count that one instead
+            await self.context.ref.tell(_HeldOn(job_id, answer.on_node))
+        else:
             await self.context.ref.tell(Release(job_id))
-
-
-def _ids(fleet: Fleet) -> list[tuple[str, NodeShape]]:
-    return [(shape.id, shape) for shape, _ in fleet]

@@ -23,13 +23,16 @@ import trio
 from runplane.actors import placement as pl
 from runplane.actors.admission import AdmissionActor, AdmissionMsg, PhaseChanged
 from runplane.actors.channels import ChannelMsg, ChannelTargets
-from runplane.actors.fleet import Fleet
-from runplane.actors.job import Assign, JobDeps, LoseAttempt
-from runplane.actors.jobs import JOB_KIND, Jobs, cancel_order, run_order
+from runplane.actors.job import JOBS, Assign, JobDeps, LoseAttempt
 from runplane.actors.node import NodeDeps
+from runplane.jobs.orders import cancel_order, run_order
+from runplane.nodes import repo as nodes_repo
 from runplane.persistence import Store
+from runplane.placement import NodeShape
 from runplane.policy import platform_caps
 from runplane.runtime import ActorRef, ChildSpec, Hub, Registry, Supervisor
+from runplane.services.fleet import Fleet
+from runplane.services.jobs import Jobs
 from runplane.settings import Settings
 from runplane.stacks import Catalog
 
@@ -65,38 +68,32 @@ class Root:
                     ),
                     mailbox_capacity=4096,
                 ),
-                ChildSpec("placement", self._new_placement, mailbox_capacity=4096),
+                ChildSpec(
+                    "placement",
+                    lambda: pl.PlacementActor(store=store, assign=self._assign),
+                    mailbox_capacity=4096,
+                ),
                 ChildSpec("actors", lambda: self.actors),
             ],
             intensity=5,
             period=10.0,
             name="root",
         )
-        self._placement_starts = 0
-        self.jobs: Jobs | None = None
-        self.fleet: Fleet | None = None
+        self.fleet = Fleet(settings, store, self.registry)
         self._catalog = catalog
+        self._jobs: Jobs | None = None
 
-    def _new_placement(self) -> pl.PlacementActor:
-        self._placement_starts += 1
-        actor = pl.PlacementActor(assign=self._assign)
-        if self._placement_starts > 1:  # a restart: rebuild the queue and fleet
-            actor.rebuild = self._rebuild_placement
-        return actor
-
-    async def _assign(self, job_id: str, node_id: str) -> bool:
-        return bool(await self.registry.ask(JOB_KIND, job_id, Assign(node_id)))
-
-    async def _rebuild_placement(self) -> None:
-        assert self.jobs is not None and self.fleet is not None
-        await self.jobs.recover()
-        await self.fleet.refresh_all()
+    async def _assign(self, job_id: str, node_id: str) -> pl.Handover:
+        answer = await self.registry.ask(JOBS, job_id, Assign(node_id))
+        return pl.Handover(answer.taken, answer.on_node)
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        # nobody is connected yet: every node is offline until its agent says hello (the
+        # placement actor reads the fleet from these rows as it starts)
+        await nodes_repo.mark_all_offline(self.store)
         async with trio.open_nursery() as nursery:
             await nursery.start(self.supervisor.run)
             self._wire()
-            assert self.jobs is not None and self.fleet is not None
             await self.fleet.recover()
             await self.jobs.recover()
             task_status.started()
@@ -104,15 +101,16 @@ class Root:
     def _wire(self) -> None:
         placement = self.placement
         registry = self.registry
-        self.fleet = Fleet(self.settings, self.store, registry, placement)
         admission = self.admission
-        self.jobs = Jobs(self.store, self._catalog, registry, placement, admission)
         fleet = self.fleet
+        self._jobs = Jobs(self.store, self._catalog, registry, placement, admission, self.hub)
 
         # Job actors send these on every transition: tell_now queues without a scheduling
         # point (a yield per transition had tripled the paced submit-to-running latency).
-        async def phase_changed(job_id: str, phase: str) -> None:
-            await admission.tell_now(PhaseChanged(job_id, phase))
+        async def phase_changed(row: dict[str, Any], phase: str) -> None:
+            await admission.tell_now(
+                PhaseChanged(row["id"], phase, row["org_id"], row["submitted_by"])
+            )
 
         async def enqueue(row: dict[str, Any]) -> None:
             await placement.tell(pl.Enqueue(row))
@@ -126,16 +124,16 @@ class Root:
         async def reprioritize(job_id: str, priority: int) -> None:
             await placement.tell(pl.Reprioritize(job_id, priority))
 
-        async def node_up(shape: Any) -> None:
+        async def node_up(shape: NodeShape) -> None:
             await placement.tell(pl.NodeUp(shape))
 
         async def node_down(node_id: str) -> None:
             await placement.tell(pl.NodeDown(node_id))
 
         async def lose_attempt(job_id: str, attempt: int, reason: str) -> None:
-            await registry.tell(JOB_KIND, job_id, LoseAttempt(attempt, reason))
+            await registry.tell(JOBS, job_id, LoseAttempt(attempt, reason))
 
-        self.jobs.register(
+        self._jobs.register(
             JobDeps(
                 store=self.store,
                 hub=self.hub,
@@ -161,6 +159,13 @@ class Root:
                 record_beat=fleet.record_beat,
             )
         )
+
+    @property
+    def jobs(self) -> Jobs:
+        """The jobs service (once the tree runs)."""
+        if self._jobs is None:
+            raise RuntimeError("the actor tree is not running yet")
+        return self._jobs
 
     async def stop(self) -> None:
         await self.supervisor.stop()

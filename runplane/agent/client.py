@@ -3,9 +3,11 @@
 :class:`Agent` connects to ``ws(s)://<server>/v1/nodes/connect``, says ``hello`` (credential
 or join token, facts, the jobs it holds), heartbeats, runs the ``run`` messages it gets with
 :func:`runplane.agent.executor.run_job` and reports what they do. The connection may drop
-at any time: jobs keep running, their reports wait in the :class:`Outbox` (bounded), and
-the agent reconnects with exponential backoff. ``job_finished`` messages are kept (also on
-disk) until the server acknowledges them. See ``docs/agent.md``.
+at any time: jobs keep running, their reports wait in the
+:class:`~runplane.agent.outbox.Outbox` (bounded), and the agent reconnects with exponential
+backoff (:mod:`runplane.agent.backoff`). ``job_finished`` messages are kept (also on disk,
+:mod:`runplane.agent.finish_store`) until the server acknowledges them. See
+``docs/agent.md``.
 
 The same class runs as its own process (``runplane agent``, see :mod:`runplane.agent.main`)
 and inside the server's nursery as the local agent.
@@ -15,18 +17,15 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import logging
 import math
 import os
 import random
-import re
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import trio
@@ -35,6 +34,8 @@ from pydantic import ValidationError
 
 from runplane import __version__
 from runplane.agent import credentials
+from runplane.agent.backoff import BACKOFF_MAX_SEC, BACKOFF_MIN_SEC, Backoff
+from runplane.agent.errors import AgentError, AgentRefused, AgentReplaced, DataDirBusy
 from runplane.agent.executor import (
     Event,
     ExecSpec,
@@ -45,6 +46,8 @@ from runplane.agent.executor import (
     run_job,
 )
 from runplane.agent.facts import collect_facts
+from runplane.agent.finish_store import FinishStore
+from runplane.agent.outbox import JobKey, Outbox, Queued, check_job_ref, job_key
 from runplane.agent.outputs import collect_outputs
 from runplane.agent.protocol import (
     CLOSE_DISABLED,
@@ -74,9 +77,6 @@ log = logging.getLogger("runplane.agent")
 
 CONNECT_PATH = "/v1/nodes/connect"
 
-#: Reconnect delays: the n-th retry waits a random time in [d/2, d], d = min(MAX, MIN * 2**n).
-BACKOFF_MIN_SEC = 0.5
-BACKOFF_MAX_SEC = 30.0
 CONNECT_TIMEOUT_SEC = 10.0
 WELCOME_TIMEOUT_SEC = 10.0
 DISCONNECT_TIMEOUT_SEC = 2.0
@@ -87,45 +87,10 @@ PING_TIMEOUT_MIN_SEC = 10.0
 ACK_RESEND_SEC = 30.0
 #: After the jobs of a stopping agent ended, how long it waits for their finish to be acked.
 STOP_FLUSH_SEC = 5.0
-#: Per job, reports waiting to be sent are bounded: beyond this many log lines + metric
-#: points, or this many bytes of log text, the oldest are dropped (and a system line says so).
-MAX_BUFFERED_UNITS = 10_000
-MAX_BUFFERED_BYTES = 8 * 1024 * 1024
 #: While connected, a job's reporting waits (back-pressure) once this many are queued.
 HIGH_WATER_UNITS = 2_000
-#: One ``job_logs`` frame carries at most this much log text (bigger batches are split).
-MAX_FRAME_TEXT = 512 * 1024
 #: Largest frame accepted from the server (a ``run`` may carry inline files).
 MAX_INCOMING_MESSAGE = 64 * 1024 * 1024
-
-JobKey: TypeAlias = tuple[str, int]
-Queued: TypeAlias = JobPhase | JobLogs | JobMetric | JobFinished
-
-_JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class AgentError(Exception):
-    """The agent cannot go on; ``str(exc)`` is one line for a human."""
-
-
-class AgentRefused(AgentError):
-    """The server closed the connection with a code that retrying cannot fix."""
-
-    def __init__(self, code: int | None, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = reason
-
-
-class AgentReplaced(AgentRefused):
-    """Another agent connected as this node (close 4409); this one stopped."""
-
-
-class DataDirBusy(AgentError):
-    """Another agent already runs with this data dir."""
 
 
 class _ProtocolViolation(Exception):
@@ -153,32 +118,6 @@ def connect_url(server_url: str) -> str:
     return urlunsplit((scheme, parts.netloc, path, "", ""))
 
 
-class Backoff:
-    """Exponential backoff with jitter: retry n waits uniform(d/2, d), d = min(max, min*2**n)."""
-
-    def __init__(
-        self,
-        minimum: float = BACKOFF_MIN_SEC,
-        maximum: float = BACKOFF_MAX_SEC,
-        rng: random.Random | None = None,
-    ) -> None:
-        self.minimum = minimum
-        self.maximum = maximum
-        self.attempts = 0
-        self._rng = rng or random.Random()
-
-    def ceiling(self, attempt: int) -> float:
-        return min(self.maximum, self.minimum * 2.0 ** min(attempt, 62))
-
-    def next_delay(self) -> float:
-        ceiling = self.ceiling(self.attempts)
-        self.attempts += 1
-        return self._rng.uniform(ceiling / 2, ceiling)
-
-    def reset(self) -> None:
-        self.attempts = 0
-
-
 class _Changed:
     """Wake everyone waiting for *some* state change (they re-check their own condition)."""
 
@@ -191,324 +130,6 @@ class _Changed:
 
     async def wait(self) -> None:
         await self._event.wait()
-
-
-def check_job_ref(job_id: str, attempt: int) -> str | None:
-    """Why a job id/attempt cannot name a workdir (``None`` when it can)."""
-    if not _JOB_ID_RE.fullmatch(job_id):
-        return f"invalid job id {job_id[:140]!r}: expected letters, digits, '_', '-', '.'"
-    if attempt < 1:
-        return f"invalid attempt {attempt}: must be >= 1"
-    return None
-
-
-def _key(msg: Queued | Run | Cancel | FinishedAck | RunningJob) -> JobKey:
-    return (msg.job_id, msg.attempt)
-
-
-# --------------------------------------------------------------------------- the outbox
-
-
-@dataclass(slots=True)
-class _Entry:
-    seq: int
-    msg: Queued
-    lines: int = 0  # droppable log lines
-    nbytes: int = 0
-    metric: bool = False
-
-
-@dataclass(slots=True)
-class _Queue:
-    entries: deque[_Entry] = field(default_factory=deque)
-    lines: int = 0
-    metrics: int = 0
-    nbytes: int = 0
-    dropped_lines: int = 0
-    dropped_metrics: int = 0
-
-    @property
-    def units(self) -> int:
-        return self.lines + self.metrics
-
-    def add(self, entry: _Entry) -> None:
-        self.entries.append(entry)
-        self._count(entry, 1)
-
-    def remove_at(self, index: int) -> _Entry:
-        entry = self.entries[index]
-        del self.entries[index]
-        self._count(entry, -1)
-        return entry
-
-    def _count(self, entry: _Entry, sign: int) -> None:
-        self.lines += sign * entry.lines
-        self.nbytes += sign * entry.nbytes
-        self.metrics += sign * int(entry.metric)
-
-
-@dataclass(slots=True)
-class _Unacked:
-    msg: JobFinished
-    sent_at: float | None = None  # None: waiting in the queue (or in flight), not sent yet
-
-
-@dataclass(slots=True)
-class _Inflight:
-    key: JobKey
-    entry: _Entry
-    messages: list[Queued]
-
-
-def _split_lines(lines: Sequence[tuple[Any, str]], limit: int) -> Iterator[list[tuple[Any, str]]]:
-    chunk: list[tuple[Any, str]] = []
-    size = 0
-    for line in lines:
-        n = len(line[1])
-        if chunk and size + n > limit:
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(line)
-        size += n
-    if chunk:
-        yield chunk
-
-
-def dropped_note(lines: int, metrics: int) -> str:
-    what = []
-    if lines:
-        what.append(f"{lines} log line{'s' * (lines != 1)}")
-    if metrics:
-        what.append(f"{metrics} metric point{'s' * (metrics != 1)}")
-    return (
-        f"agent dropped {' and '.join(what)} of this job: too much output buffered "
-        "while disconnected from the server"
-    )
-
-
-class Outbox:
-    """Reports waiting to be sent, per job in order, and finishes waiting for an ack.
-
-    Pure bookkeeping, no I/O: the agent's sender takes :meth:`head`, sends it, calls
-    :meth:`sent`. A job's queue holds at most ``max_units`` log lines + metric points and
-    ``max_bytes`` of log text; beyond that the oldest are dropped and the next report of
-    that job sent is preceded by a ``system`` line saying how many. Phases and finishes are
-    never dropped. Jobs are interleaved in the order their reports were made.
-    """
-
-    def __init__(
-        self,
-        max_units: int | None = None,
-        max_bytes: int | None = None,
-        frame_text: int | None = None,
-    ) -> None:
-        self.max_units = MAX_BUFFERED_UNITS if max_units is None else max_units
-        self.max_bytes = MAX_BUFFERED_BYTES if max_bytes is None else max_bytes
-        self.frame_text = MAX_FRAME_TEXT if frame_text is None else frame_text
-        self._queues: dict[JobKey, _Queue] = {}
-        self._unacked: dict[JobKey, _Unacked] = {}
-        self._inflight: _Inflight | None = None
-        self._seq = 0
-        self.dropped_lines = 0
-        self.dropped_metrics = 0
-
-    # -- adding
-
-    def _entry(self, msg: Queued, **kw: Any) -> _Entry:
-        self._seq += 1
-        return _Entry(self._seq, msg, **kw)
-
-    def put(self, msg: Queued) -> None:
-        key = _key(msg)
-        queue = self._queues.setdefault(key, _Queue())
-        if isinstance(msg, JobLogs):
-            if not msg.lines:
-                return
-            chunks = list(_split_lines(msg.lines, self.frame_text))
-            for chunk in chunks:
-                part = msg if len(chunks) == 1 else msg.model_copy(update={"lines": chunk})
-                nbytes = sum(len(text) for _, text in chunk)
-                queue.add(self._entry(part, lines=len(chunk), nbytes=nbytes))
-            self._trim(queue)
-        elif isinstance(msg, JobMetric):
-            queue.add(self._entry(msg, metric=True))
-            self._trim(queue)
-        else:
-            if isinstance(msg, JobFinished):
-                self._unacked[key] = _Unacked(msg)
-            queue.add(self._entry(msg))
-
-    def _trim(self, queue: _Queue) -> None:
-        while queue.units > self.max_units or queue.nbytes > self.max_bytes:
-            index = next((i for i, e in enumerate(queue.entries) if e.lines or e.metric), None)
-            if index is None:
-                return
-            entry = queue.entries[index]
-            if entry.metric:
-                queue.remove_at(index)
-                queue.dropped_metrics += 1
-                self.dropped_metrics += 1
-                continue
-            assert isinstance(entry.msg, JobLogs)
-            lines = entry.msg.lines
-            n = freed = 0
-            while n < len(lines) and (
-                queue.units - n > self.max_units or queue.nbytes - freed > self.max_bytes
-            ):
-                freed += len(lines[n][1])
-                n += 1
-            queue.remove_at(index)
-            if n < len(lines):
-                rest = _Entry(
-                    entry.seq,
-                    entry.msg.model_copy(update={"lines": lines[n:]}),
-                    lines=len(lines) - n,
-                    nbytes=entry.nbytes - freed,
-                )
-                queue.entries.insert(index, rest)
-                queue.lines += rest.lines
-                queue.nbytes += rest.nbytes
-            queue.dropped_lines += n
-            self.dropped_lines += n
-
-    # -- sending
-
-    def head(self) -> tuple[JobKey, list[Queued]] | None:
-        """The next message(s) to send: the oldest report (with a drop note before it).
-
-        The same messages are returned until :meth:`sent` (a send cut by a lost connection
-        is retried first on the next one).
-        """
-        if self._inflight is not None:
-            return self._inflight.key, self._inflight.messages
-        best: tuple[int, JobKey] | None = None
-        for key, queue in self._queues.items():
-            if queue.entries and (best is None or queue.entries[0].seq < best[0]):
-                best = (queue.entries[0].seq, key)
-        if best is None:
-            return None
-        key = best[1]
-        queue = self._queues[key]
-        entry = queue.remove_at(0)
-        messages: list[Queued] = []
-        if not isinstance(entry.msg, JobPhase) and (queue.dropped_lines or queue.dropped_metrics):
-            note = dropped_note(queue.dropped_lines, queue.dropped_metrics)
-            messages.append(JobLogs(job_id=key[0], attempt=key[1], lines=[("system", note)]))
-            queue.dropped_lines = queue.dropped_metrics = 0
-        messages.append(entry.msg)
-        self._inflight = _Inflight(key, entry, messages)
-        return key, messages
-
-    def sent(self, now: float) -> None:
-        """The messages of the last :meth:`head` went out."""
-        inflight, self._inflight = self._inflight, None
-        if inflight is None:
-            return
-        if isinstance(inflight.entry.msg, JobFinished):
-            unacked = self._unacked.get(inflight.key)
-            if unacked is not None:
-                unacked.sent_at = now
-        queue = self._queues.get(inflight.key)
-        if queue is not None and not queue.entries:
-            del self._queues[inflight.key]
-
-    # -- acknowledgements
-
-    def ack(self, key: JobKey) -> bool:
-        """The server has the finish of ``key``: forget it (and any copy waiting to be resent)."""
-        if self._unacked.pop(key, None) is None:
-            return False
-        queue = self._queues.get(key)
-        if queue is not None:
-            for i in reversed(range(len(queue.entries))):
-                if isinstance(queue.entries[i].msg, JobFinished):
-                    queue.remove_at(i)
-            if not queue.entries:
-                del self._queues[key]
-        inflight = self._inflight
-        if (
-            inflight is not None
-            and inflight.key == key
-            and isinstance(inflight.entry.msg, JobFinished)
-        ):
-            self._inflight = None
-        return True
-
-    def requeue_unacked(self, sent_before: float | None = None) -> int:
-        """Queue again the finishes sent but not acked (only those sent before ``sent_before``)."""
-        count = 0
-        for key, unacked in self._unacked.items():
-            if unacked.sent_at is None:
-                continue
-            if sent_before is not None and unacked.sent_at > sent_before:
-                continue
-            unacked.sent_at = None
-            self._queues.setdefault(key, _Queue()).add(self._entry(unacked.msg))
-            count += 1
-        return count
-
-    # -- looking
-
-    def units(self, key: JobKey) -> int:
-        queue = self._queues.get(key)
-        return queue.units if queue is not None else 0
-
-    def is_unacked(self, key: JobKey) -> bool:
-        return key in self._unacked
-
-    def unacked(self) -> list[JobKey]:
-        return list(self._unacked)
-
-    def pending(self) -> int:
-        """Messages waiting to be sent (drop notes not counted)."""
-        return sum(len(q.entries) for q in self._queues.values()) + (self._inflight is not None)
-
-    def empty(self) -> bool:
-        return self.pending() == 0
-
-
-class _FinishStore:
-    """Unacknowledged ``job_finished`` messages on disk, so an agent restart resends them."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-
-    def _path(self, key: JobKey) -> Path:
-        digest = hashlib.sha256(f"{key[0]}\n{key[1]}".encode()).hexdigest()[:40]
-        return self.directory / f"{digest}.json"
-
-    def save(self, msg: JobFinished) -> None:
-        try:
-            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            path = self._path(_key(msg))
-            tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_text(encode(msg), encoding="utf-8")
-            os.replace(tmp, path)
-        except OSError as exc:
-            log.warning("cannot keep job_finished on disk", extra={"error": str(exc)})
-
-    def delete(self, key: JobKey) -> None:
-        with contextlib.suppress(OSError):
-            self._path(key).unlink()
-
-    def load(self) -> list[JobFinished]:
-        found: list[JobFinished] = []
-        try:
-            paths = sorted(self.directory.glob("*.json"), key=lambda p: p.stat().st_mtime)
-        except OSError:
-            return found
-        for path in paths:
-            try:
-                msg = JobFinished.model_validate_json(path.read_bytes())
-            except (OSError, ValidationError) as exc:
-                log.warning(
-                    "dropped unreadable outbox file", extra={"path": str(path), "error": str(exc)}
-                )
-                with contextlib.suppress(OSError):
-                    path.unlink()
-                continue
-            found.append(msg)
-        return found
 
 
 # --------------------------------------------------------------------------- the agent
@@ -606,7 +227,7 @@ class Agent:
         self._node_id: str | None = credentials.load_node_id(self.data_dir)
         self._credential: str | None = None
         self._outbox = Outbox()
-        self._store = _FinishStore(self.data_dir / "outbox")
+        self._store = FinishStore(self.data_dir / "outbox")
         self._jobs: dict[JobKey, _Job] = {}
         self._jobs_nursery: trio.Nursery | None = None
         self._changed = _Changed()
@@ -1046,7 +667,7 @@ class Agent:
     # -- server messages
 
     def _on_run(self, msg: Run) -> None:
-        key = _key(msg)
+        key = job_key(msg)
         fields = {"job_id": msg.job_id, "attempt": msg.attempt}
         if self._stop.is_set() or self._jobs_nursery is None:
             log.warning("run ignored: the agent is stopping", extra=fields)
@@ -1060,7 +681,9 @@ class Agent:
         problem = check_job_ref(msg.job_id, msg.attempt)
         if problem is not None:
             log.warning("run refused", extra={**fields, "error": problem})
-            self._finish(JobFinished(**fields, outcome="failed", error=problem))
+            self._finish(
+                JobFinished(job_id=msg.job_id, attempt=msg.attempt, outcome="failed", error=problem)
+            )
             return
         limit = self._facts.max_concurrency if self._facts is not None else 1
         if len(self._jobs) >= limit:
@@ -1076,7 +699,7 @@ class Agent:
 
     def _on_cancel(self, msg: Cancel) -> None:
         fields = {"job_id": msg.job_id, "attempt": msg.attempt}
-        job = self._jobs.get(_key(msg))
+        job = self._jobs.get(job_key(msg))
         if job is None:
             log.info("cancel ignored: attempt not running", extra=fields)
             return
@@ -1084,7 +707,7 @@ class Agent:
         job.cancel.set()
 
     def _on_ack(self, msg: FinishedAck) -> None:
-        key = _key(msg)
+        key = job_key(msg)
         if self._outbox.ack(key):
             self._store.delete(key)
             self._changed.notify()
@@ -1110,11 +733,20 @@ class Agent:
             job.pids.add(event.pid)
             if not job.running_sent:
                 job.running_sent = True
-                await self._emit(job, JobPhase(**ids, phase="running"))
+                await self._emit(
+                    job, JobPhase(job_id=job.job_id, attempt=job.attempt, phase="running")
+                )
         elif isinstance(event, LogLines):
-            await self._emit(job, JobLogs(**ids, lines=list(event.lines)))
+            await self._emit(
+                job, JobLogs(job_id=job.job_id, attempt=job.attempt, lines=list(event.lines))
+            )
         elif isinstance(event, Metric):
-            await self._emit(job, JobMetric(**ids, step=event.step, values=event.values))
+            await self._emit(
+                job,
+                JobMetric(
+                    job_id=job.job_id, attempt=job.attempt, step=event.step, values=event.values
+                ),
+            )
         elif isinstance(event, Finished):
             job.finished = True
             log.info(
@@ -1129,7 +761,8 @@ class Agent:
             )
             self._finish(
                 JobFinished(
-                    **ids,
+                    job_id=job.job_id,
+                    attempt=job.attempt,
                     outcome=event.outcome,
                     exit_code=event.exit_code,
                     error=event.error,
@@ -1217,7 +850,7 @@ class Agent:
         ids = {"job_id": job.job_id, "attempt": job.attempt}
         log.info("job started", extra={**ids, "workdir": str(job.workdir)})
         try:
-            await self._emit(job, JobPhase(**ids, phase="pulling"))
+            await self._emit(job, JobPhase(job_id=job.job_id, attempt=job.attempt, phase="pulling"))
             failed = await self._prepare(job, spec)
             if failed is not None:
                 await self._on_event(job, failed)
@@ -1245,7 +878,14 @@ class Agent:
             log.exception("job failed inside the agent", extra=ids)
             if not job.finished:
                 job.finished = True
-                self._finish(JobFinished(**ids, outcome="failed", error=f"agent error: {exc}"))
+                self._finish(
+                    JobFinished(
+                        job_id=job.job_id,
+                        attempt=job.attempt,
+                        outcome="failed",
+                        error=f"agent error: {exc}",
+                    )
+                )
         finally:
             del self._jobs[job.key]
             self._changed.notify()

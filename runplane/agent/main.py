@@ -22,7 +22,8 @@ from pathlib import Path
 
 import trio
 
-from runplane.agent.client import Agent, AgentError
+from runplane.agent.client import Agent
+from runplane.agent.errors import AgentError
 
 log = logging.getLogger("runplane.agent")
 

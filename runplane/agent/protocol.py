@@ -186,8 +186,8 @@ class FinishedAck(_Msg):
 ServerMsg = Welcome | Run | Cancel | FinishedAck
 ServerMessage = Annotated[ServerMsg, Field(discriminator="type")]
 
-_agent_adapter: TypeAdapter[Any] = TypeAdapter(AgentMessage)
-_server_adapter: TypeAdapter[Any] = TypeAdapter(ServerMessage)
+_agent_adapter: TypeAdapter[AgentMsg] = TypeAdapter(AgentMessage)
+_server_adapter: TypeAdapter[ServerMsg] = TypeAdapter(ServerMessage)
 
 
 def decode_agent(text: str | bytes) -> AgentMsg:

@@ -1,6 +1,8 @@
 """The audit trail: append-only rows of who did what to which resource, from where.
 
-Call sites are one line, after the action succeeded::
+Functions over a store with the acting principal passed in (``By``); routes call them
+through ``runplane/http/audit.py``, which fills ``By`` from the current request, in one
+line after the action succeeded::
 
     await audit.record("tokens:mint", "token", view.id, org_id=view.org_id, after=view)
     await audit.record_job("runs:cancel", row)
@@ -8,7 +10,7 @@ Call sites are one line, after the action succeeded::
 A job submit writes its row inside the job's insert transaction instead
 (``jobs.submit(..., audit=audit.job_entry("runs:submit"))``).
 
-The actor (type and id) and the client ip come from the current request; the org is the
+The org is the
 resource's (``org_id``, else looked up for known resource types, else the actor's). The
 ``after`` snapshot is scrubbed of anything secret (:func:`scrub`). Rows are only ever
 inserted: there is no update or delete path. Without a database (``memory``) nothing is
@@ -24,14 +26,12 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
-from quart import has_request_context, request
 
-from runplane.auth.hook import current_principal
 from runplane.auth.principal import Principal
-from runplane.http.context import services
 from runplane.ids import new_id
 from runplane.persistence import Row, Store, from_json, now_ms, to_json
 from runplane.timefmt import iso_ms
@@ -84,15 +84,12 @@ def actor_of(principal: Principal) -> tuple[str, str]:
     return principal.kind, principal.subject
 
 
-def _context() -> tuple[Store | None, Principal, str | None]:
-    """The store, the principal and the client ip of the current request."""
-    principal = current_principal()
-    ip = request.remote_addr if has_request_context() else None
-    try:
-        store: Store | None = services().store
-    except (KeyError, RuntimeError):
-        store = None
-    return store, principal, ip
+@dataclass(frozen=True, slots=True)
+class By:
+    """Who acted, from where: the request's principal and client ip."""
+
+    principal: Principal
+    ip: str | None = None
 
 
 _INSERT = (
@@ -149,6 +146,8 @@ async def append(
 
 
 async def record(
+    store: Store,
+    by: By,
     action: str,
     resource_type: str,
     resource_id: str,
@@ -156,10 +155,10 @@ async def record(
     org_id: str | None = None,
     after: Any = None,
 ) -> None:
-    """Record an action of the current request's principal. Never fails the request: the
-    action already happened, so a failed audit write is logged (error) instead."""
-    store, principal, ip = _context()
-    if store is None or not store.supports_identity:
+    """Record an action of ``by``. Never fails the caller: the action already happened,
+    so a failed audit write is logged (error) instead."""
+    principal, ip = by.principal, by.ip
+    if not store.supports_identity:
         return
     try:
         if org_id is None and resource_type in _ORG_OF:
@@ -188,18 +187,21 @@ def job_snapshot(row: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
     return {**{k: row.get(k) for k in keep}, **extra}
 
 
-async def record_job(action: str, row: Mapping[str, Any], **extra: Any) -> None:
+async def record_job(
+    store: Store, by: By, action: str, row: Mapping[str, Any], **extra: Any
+) -> None:
     """``record`` for a job row (``runs:submit``, ``runs:cancel``, ...)."""
-    await record(action, "job", row["id"], org_id=row["org_id"], after=job_snapshot(row, **extra))
+    after = job_snapshot(row, **extra)
+    await record(store, by, action, "job", row["id"], org_id=row["org_id"], after=after)
 
 
-def job_entry(action: str, **extra: Any) -> Entry | None:
-    """The current request's audit row for a job about to be created, written in the job's
-    own insert transaction (no job without its row, and no second write per submit); None
+def job_entry(store: Store, by: By, action: str, **extra: Any) -> Entry | None:
+    """The audit row of ``by`` for a job about to be created, written in the job's own
+    insert transaction (no job without its row, and no second write per submit); None
     without a database."""
-    store, principal, ip = _context()
-    if store is None or not store.supports_identity:
+    if not store.supports_identity:
         return None
+    principal, ip = by.principal, by.ip
 
     def entry(row: Mapping[str, Any]) -> tuple[str, tuple[Any, ...]]:
         after = job_snapshot(row, **extra)

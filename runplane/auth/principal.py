@@ -1,6 +1,6 @@
 """Who is calling: the :class:`Principal` every request is resolved to.
 
-Routes never look at credentials: the auth hook (``runplane/auth/hook.py``) resolves the
+Routes never look at credentials: the auth hook (``runplane/http/auth_hook.py``) resolves the
 bearer to a Principal once per request, and ``runplane.http.caller.current_caller()`` turns
 it into what tenancy needs (where creations land, which org reads are narrowed to).
 """

@@ -2,7 +2,7 @@
 
 Keyed by (method, URL rule) exactly as Quart registers it (``request.url_rule.rule``);
 ``HEAD`` uses the ``GET`` rule and the automatic ``OPTIONS`` answer is public. WebSocket
-routes use the method ``"WEBSOCKET"``. The auth hook (``runplane/auth/hook.py``) enforces
+routes use the method ``"WEBSOCKET"``. The auth hook (``runplane/http/auth_hook.py``) enforces
 the table before any route runs; ``tests/http/test_route_matrix.py`` fails when a
 registered route has no rule here. **Adding a route? Add its rule to RULES below, and a
 case with the spec's tier to CASES in tests/http/test_route_matrix.py.**

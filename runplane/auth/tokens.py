@@ -20,8 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from runplane.auth.principal import InvalidCredential, Principal
 from runplane.auth.roles import ALL, ROLE_NAMES, bundle, normalize_scopes
-from runplane.enrollment import valid_org_id
-from runplane.ids import hash_secret, new_id, new_secret, secrets_equal
+from runplane.ids import hash_secret, new_id, new_secret, secrets_equal, valid_org_id
 from runplane.persistence import Row, Store, from_json, now_ms, to_json
 from runplane.persistence.revocable import newest_first, revoke
 from runplane.timefmt import iso_ms

@@ -17,10 +17,11 @@ from werkzeug.exceptions import HTTPException
 
 from runplane.actors.root import HEARTBEAT_SEC, Root
 from runplane.artifacts import open_artifact_store
-from runplane.auth.hook import install as install_auth
+from runplane.http.auth_hook import install as install_auth
 from runplane.http.context import Services
 from runplane.http.middleware import RequestLogMiddleware
-from runplane.http.problems import Problem, problem_response
+from runplane.http.problems import problem_response
+from runplane.http.refusals import refusal_problem
 from runplane.http.routes import (
     admin,
     agents,
@@ -39,6 +40,9 @@ from runplane.http.routes import (
     stacks,
 )
 from runplane.persistence import Store, open_store
+from runplane.policy.refusal import AdmissionRefused
+from runplane.problems import Problem
+from runplane.runtime import AskTimeout, MailboxFull
 from runplane.settings import Settings, ensure_secret_key
 from runplane.stacks import load_catalog
 
@@ -73,6 +77,27 @@ async def _on_problem(exc: Problem) -> Any:
         request_id=_request_id(),
         errors=exc.errors,
         headers=exc.headers,
+    )
+
+
+async def _on_refused(exc: AdmissionRefused) -> Any:
+    return await _on_problem(refusal_problem(exc))
+
+
+#: Seconds a client should wait before retrying a request the server was too busy for.
+OVERLOAD_RETRY_AFTER_SEC = 1
+
+
+async def _on_overload(exc: MailboxFull | AskTimeout) -> Any:
+    """An actor's mailbox was full, or it did not answer in time: the server is busy, not
+    broken. 503 with Retry-After, so clients back off and retry."""
+    log.warning("overloaded", extra={"error": str(exc), "kind": type(exc).__name__})
+    return problem_response(
+        503,
+        "overloaded",
+        "the server is busy right now; retry after the Retry-After delay",
+        request_id=_request_id(),
+        headers={"Retry-After": str(OVERLOAD_RETRY_AFTER_SEC)},
     )
 
 
@@ -121,6 +146,9 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = MAX_JSON_BODY
     app.config["PROPAGATE_EXCEPTIONS"] = False
     app.register_error_handler(Problem, _on_problem)
+    app.register_error_handler(AdmissionRefused, _on_refused)
+    app.register_error_handler(MailboxFull, _on_overload)
+    app.register_error_handler(AskTimeout, _on_overload)
     app.register_error_handler(HTTPException, _on_http_exception)
     app.register_error_handler(Exception, _on_unexpected)
     app.register_blueprint(health.blueprint)

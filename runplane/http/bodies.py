@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 from quart import request
 
-from runplane.http.problems import FieldProblem, Problem
+from runplane.problems import FieldProblem, Problem
 
 B = TypeVar("B", bound=BaseModel)
 

@@ -1,6 +1,6 @@
 """Who is calling, as far as tenancy goes: the one place routes ask.
 
-The auth layer (``runplane/auth/hook.py``) resolves every request to a principal before the
+The auth layer (``runplane/http/auth_hook.py``) resolves every request to a principal before the
 route runs; :func:`current_caller` gives routes its tenancy view:
 
 - ``org_id``: where what the caller creates lands (its token's or session's org; the
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from runplane.auth.hook import current_principal
 from runplane.auth.principal import DEFAULT_ORG, Principal
+from runplane.http.auth_hook import current_principal
 
 __all__ = ["DEFAULT_ORG", "Caller", "current_caller"]
 

@@ -1,4 +1,4 @@
-"""Credential checks routes may repeat on top of the auth layer (``runplane/auth/hook.py``,
+"""Credential checks routes may repeat on top of the auth layer (``runplane/http/auth_hook.py``,
 which enforces the route rule table before any route runs).
 
 ``require_admin`` re-checks that the request's principal is the operator admin token (the
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from quart import request
 
-from runplane.auth.hook import current_principal
+from runplane.http.auth_hook import current_principal
 from runplane.http.context import services
-from runplane.http.problems import Problem
+from runplane.problems import Problem
 
 
 def bearer_token() -> str | None:

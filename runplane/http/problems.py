@@ -12,9 +12,9 @@ from typing import Any
 
 from quart import Response
 
-from runplane.problems import FieldProblem, Problem, not_found
+from runplane.problems import FieldProblem
 
-__all__ = ["FieldProblem", "Problem", "not_found", "problem_body", "problem_response"]
+__all__ = ["problem_body", "problem_response"]
 
 PROBLEM_TYPE_BASE = "https://runplane.dev/problems/"
 CONTENT_TYPE = "application/problem+json"

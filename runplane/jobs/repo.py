@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from runplane.jobs.events import StoredEvent, phase_event, system_line_event
 from runplane.jobs.phase import JobState, Phase
 from runplane.persistence import Store, Tx, now_ms, to_json
 from runplane.problems import Problem
@@ -39,16 +40,6 @@ class NewJob:
     notes: tuple[str, ...] = ()
     #: a statement written in the insert's transaction for the new row (its audit row)
     also: Callable[[dict[str, Any]], tuple[str, Sequence[Any]]] | None = None
-
-
-def phase_event(job_id: str, seq: int, phase: str, ts: int) -> tuple[Any, ...]:
-    data = {"kind": "phase", "job_id": job_id, "seq": seq, "phase": phase}
-    return (job_id, seq, "phase", ts, to_json(data))
-
-
-def system_line_event(job_id: str, seq: int, line: str, ts: int) -> tuple[Any, ...]:
-    data = {"kind": "log", "job_id": job_id, "seq": seq, "stream": "system", "line": line}
-    return (job_id, seq, "log", ts, to_json(data))
 
 
 def check_idempotent(job: NewJob, prior: dict[str, Any] | None, now: int) -> str | None:
@@ -254,7 +245,7 @@ async def live_rows(store: Store, columns: str = JOB_COLUMNS) -> list[dict[str, 
 
 
 def save_state(
-    job_id: str, state: JobState, events: Sequence[tuple[Any, ...]], seq: int, **extra: Any
+    job_id: str, state: JobState, events: Sequence[StoredEvent], seq: int, **extra: Any
 ) -> Any:
     """A transaction function writing the job's state and new events together."""
     sets = [
@@ -295,7 +286,7 @@ def save_state(
 
 async def events_after(
     store: Store, job_id: str, after_seq: int, *, limit: int = 5000, kinds: Sequence[str] = ()
-) -> list[dict[str, Any]]:
+) -> list[StoredEvent]:
     sql = "SELECT seq, kind, ts, data FROM job_events WHERE job_id = ? AND seq > ?"
     params: list[Any] = [job_id, after_seq]
     if kinds:
@@ -303,4 +294,5 @@ async def events_after(
         params.extend(kinds)
     sql += " ORDER BY seq LIMIT ?"
     params.append(limit)
-    return await store.fetchall(sql, params)
+    rows = await store.fetchall(sql, params)
+    return [StoredEvent(job_id, r["seq"], r["kind"], r["ts"], r["data"]) for r in rows]

@@ -1,7 +1,7 @@
 """Placement engine: feasibility filters, scorers, a fleet index and a planner.
 
 Pure functions and data structures: no I/O, no clock, no trio. The placement actor owns a
-:class:`Fleet`, keeps it current (``upsert``, ``remove``, ``update_load``) and calls
+:class:`FleetIndex`, keeps it current (``upsert``, ``remove``, ``update_load``) and calls
 :func:`place` or :func:`plan`; it applies the returned assignments itself. See
 ``docs/placement.md``.
 """
@@ -38,11 +38,11 @@ from .filters import (
     feasible,
     first_rejection,
 )
-from .fleet import (
+from .index import (
     DEFAULT_PER_STREAM,
     SCORER_STREAMS,
     STREAM_BUDGET,
-    Fleet,
+    FleetIndex,
     FleetStatistics,
     streams_for,
 )
@@ -120,7 +120,7 @@ __all__ = [
     "DemandError",
     "DemandProblem",
     "Filter",
-    "Fleet",
+    "FleetIndex",
     "FleetStatistics",
     "Gpu",
     "GpuRequirement",

@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 
 from .explain import EMPTY_FLEET, Placement, Unplaced, unplaced
 from .filters import FILTERS, first_rejection
-from .fleet import (
+from .index import (
     DEFAULT_PER_STREAM,
     ITEMS,
     RANGED_STREAMS,
     STREAM_BUDGET,
     STREAM_LISTS,
-    Fleet,
+    FleetIndex,
     entry,
     streams_for,
 )
@@ -65,7 +65,7 @@ def _best(job: JobDemand, candidates: Iterable[tuple[NodeShape, NodeLoad]]) -> P
     return Placement(best[1], best[0], best[2], considered)
 
 
-def place(job: JobDemand, fleet: Fleet, *, explain: bool = True) -> Placement | Unplaced:
+def place(job: JobDemand, fleet: FleetIndex, *, explain: bool = True) -> Placement | Unplaced:
     """Decide where ``job`` goes on ``fleet`` now (the fleet is not changed).
 
     The best of the index's candidates by score (ties: lowest node id), or why it waits.
@@ -76,7 +76,7 @@ def place(job: JobDemand, fleet: Fleet, *, explain: bool = True) -> Placement | 
     return fleet.unplaced(job, explain=explain)
 
 
-def plan(queue: Iterable[JobDemand], fleet: Fleet, *, explain: bool = True) -> Plan:
+def plan(queue: Iterable[JobDemand], fleet: FleetIndex, *, explain: bool = True) -> Plan:
     """Place a queue in :func:`queue_order`, each assignment's reservation counted against
     the jobs after it (on a working copy: ``fleet`` is not changed).
 
@@ -118,7 +118,7 @@ _FITS = tuple(f for f in FILTERS if f.name not in _ELIGIBILITY)
 
 def stream_key(stream: str, job: JobDemand) -> Callable[[NodeShape, NodeLoad], tuple[object, ...]]:
     """The order a candidate stream visits nodes in (smallest key first): the index's
-    sorted-list item (:data:`~runplane.placement.fleet.ITEMS`); for ``gpu_fit``, the
+    sorted-list item (:data:`~runplane.placement.index.ITEMS`); for ``gpu_fit``, the
     ``fit`` item behind the node's ``gpu_fit`` score, best first."""
     if stream == "gpu_fit":
         fit = ITEMS["fit"]

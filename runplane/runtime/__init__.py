@@ -3,7 +3,7 @@
 It knows nothing of jobs, HTTP or storage; see ``docs/runtime.md``.
 """
 
-from .actor import DEFAULT_ASK_TIMEOUT, Actor, ActorContext, ActorRef
+from .actor import DEFAULT_ASK_TIMEOUT, Actor, ActorContext, ActorRef, Asks
 from .broadcast import (
     Cursor,
     Hub,
@@ -26,7 +26,7 @@ from .errors import (
     SupervisorEscalated,
 )
 from .mailbox import MailboxStatistics
-from .registry import Kind, Registry, RegistryStatistics
+from .registry import ActorKind, Kind, Registry, RegistryStatistics
 from .reply import Reply
 from .supervisor import ChildSpec, Restart, Supervisor, SupervisorStatistics
 
@@ -37,8 +37,10 @@ __all__ = [
     "ActorCrashed",
     "ActorError",
     "ActorGone",
+    "ActorKind",
     "ActorRef",
     "AskTimeout",
+    "Asks",
     "ChildSpec",
     "Cursor",
     "Hub",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 import trio
 
@@ -15,6 +15,16 @@ from .mailbox import Envelope, Mailbox, MailboxStatistics
 from .reply import Reply
 
 M = TypeVar("M")
+R = TypeVar("R")
+
+
+class Asks(Generic[R]):
+    """Base of a request message whose answer is an ``R``: ``await ref.ask(msg)`` is then
+    typed ``R`` (``class Cancel(Asks[CancelOutcome])``). Messages that are only told, or
+    asked without a typed answer, need no base."""
+
+    __slots__ = ()
+
 
 DEFAULT_ASK_TIMEOUT = 5.0
 """Seconds an ``ask`` waits by default (OTP's ``gen_server:call`` default)."""
@@ -70,9 +80,15 @@ class ActorRef(Generic[M]):
         except MailboxFull:
             await self._mailbox.put(Envelope(msg))
 
+    @overload
+    async def ask(self, msg: Asks[R], *, timeout: float | None = ...) -> R: ...  # noqa: ASYNC109
+
+    @overload
+    async def ask(self, msg: M, *, timeout: float | None = ...) -> Any: ...  # noqa: ASYNC109
+
     async def ask(
         self,
-        msg: M,
+        msg: Any,
         *,
         # ASYNC109: the timeout is part of the request (OTP's call/3); its expiry is an
         # AskTimeout that also abandons the reply slot, not a bare Cancelled.
@@ -87,9 +103,20 @@ class ActorRef(Generic[M]):
         """
         return await self._ask(msg, timeout, wait_for_room=True)
 
+    @overload
     async def try_ask(
         self,
-        msg: M,
+        msg: Asks[R],
+        *,
+        timeout: float | None = ...,  # noqa: ASYNC109
+    ) -> R: ...
+
+    @overload
+    async def try_ask(self, msg: M, *, timeout: float | None = ...) -> Any: ...  # noqa: ASYNC109
+
+    async def try_ask(
+        self,
+        msg: Any,
         *,
         timeout: float | None = DEFAULT_ASK_TIMEOUT,  # noqa: ASYNC109 (see ask)
     ) -> Any:
@@ -99,7 +126,7 @@ class ActorRef(Generic[M]):
         """
         return await self._ask(msg, timeout, wait_for_room=False)
 
-    async def _ask(self, msg: M, limit: float | None, *, wait_for_room: bool) -> Any:
+    async def _ask(self, msg: Any, limit: float | None, *, wait_for_room: bool) -> Any:
         reply = Reply()
         envelope = Envelope(msg, reply)
         deadline = math.inf if limit is None else clock.now() + limit

@@ -3,6 +3,10 @@
 After Orleans grains: callers never create or destroy these actors, they
 ``get`` them. An actor idle for its kind's idle timeout stops in order (its
 ``on_stop`` persists), so a million finished jobs cost rows, not tasks.
+
+Kinds are typed keys: ``JOBS = ActorKind[JobMsg]("job")``, so ``registry.get(JOBS, id)``
+is an ``ActorRef[JobMsg]`` and ``registry.ask(JOBS, id, msg)`` types ``msg`` and (for an
+``Asks[R]`` message) the answer.
 """
 
 from __future__ import annotations
@@ -10,15 +14,26 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 import trio
 
-from .actor import DEFAULT_ASK_TIMEOUT, Actor, ActorRef
+from .actor import DEFAULT_ASK_TIMEOUT, Actor, ActorRef, Asks
 from .errors import MailboxClosed
 from .supervisor import ChildSpec, Restart, Supervisor
 
+M = TypeVar("M")
+R = TypeVar("R")
+
 Activate = Callable[[str], Awaitable[Actor[Any]]]
+
+
+@dataclass(frozen=True)  # no slots: ``ActorKind[JobMsg]("job")`` sets ``__orig_class__``
+class ActorKind(Generic[M]):
+    """The typed name of a kind of virtual actor; ``M`` is the union of its messages."""
+
+    name: str
+
 
 _RETRIES = 2  # extra tries of tell/ask when they race a passivation
 
@@ -69,8 +84,8 @@ class Registry:
 
     def register(
         self,
-        kind: str,
-        activate: Activate,
+        kind: ActorKind[M],
+        activate: Callable[[str], Awaitable[Actor[M]]],
         *,
         idle_timeout: float | None = 300.0,
         restart: Restart = Restart.TRANSIENT,
@@ -80,26 +95,26 @@ class Registry:
         """Register ``kind``: ``await activate(id)`` builds its actor (loading state
         from the store); ``idle_timeout`` seconds without a message passivate it
         (``None``: never)."""
-        if kind in self._kinds:
-            raise ValueError(f"kind {kind!r} is already registered")
+        if kind.name in self._kinds:
+            raise ValueError(f"kind {kind.name!r} is already registered")
         if restart is Restart.PERMANENT:
             # a passivated actor must stay down until the next get
             raise ValueError("registry actors are TRANSIENT or TEMPORARY, not PERMANENT")
-        self._kinds[kind] = Kind(
-            kind, activate, idle_timeout, restart, mailbox_capacity, shutdown_timeout
+        self._kinds[kind.name] = Kind(
+            kind.name, activate, idle_timeout, restart, mailbox_capacity, shutdown_timeout
         )
 
-    async def get(self, kind: str, id: str) -> ActorRef[Any]:
+    async def get(self, kind: ActorKind[M], id: str) -> ActorRef[M]:
         """The ref of ``(kind, id)``, activating it if needed.
 
         Concurrent gets of one id activate it once. A get during passivation
         waits until the old activation has finished (saved), then activates
         anew. Raises what the activation function raised (e.g. not found).
         """
-        spec = self._kinds.get(kind)
+        spec = self._kinds.get(kind.name)
         if spec is None:
-            raise LookupError(f"unknown actor kind {kind!r}")
-        key = (kind, id)
+            raise LookupError(f"unknown actor kind {kind.name!r}")
+        key = (kind.name, id)
         while True:
             entry = self._entries.get(key)
             if entry is None:
@@ -116,7 +131,7 @@ class Registry:
             if self._entries.get(key) is entry:
                 del self._entries[key]
 
-    async def tell(self, kind: str, id: str, msg: Any) -> None:
+    async def tell(self, kind: ActorKind[M], id: str, msg: M) -> None:
         """``get`` then ``tell``; again if it was passivated in between."""
         for _ in range(_RETRIES):
             ref = await self.get(kind, id)
@@ -124,9 +139,29 @@ class Registry:
                 return await ref.tell(msg)
         await (await self.get(kind, id)).tell(msg)
 
+    @overload
     async def ask(
         self,
-        kind: str,
+        kind: ActorKind[M],
+        id: str,
+        msg: Asks[R],
+        *,
+        timeout: float | None = ...,  # noqa: ASYNC109
+    ) -> R: ...
+
+    @overload
+    async def ask(
+        self,
+        kind: ActorKind[M],
+        id: str,
+        msg: M,
+        *,
+        timeout: float | None = ...,  # noqa: ASYNC109
+    ) -> Any: ...
+
+    async def ask(
+        self,
+        kind: ActorKind[Any],
         id: str,
         msg: Any,
         *,
@@ -139,18 +174,18 @@ class Registry:
                 return await ref.ask(msg, timeout=timeout)
         return await (await self.get(kind, id)).ask(msg, timeout=timeout)
 
-    def active(self, kind: str, id: str) -> bool:
+    def active(self, kind: ActorKind[Any], id: str) -> bool:
         """Whether ``(kind, id)`` has a live (not passivating) activation."""
-        entry = self._entries.get((kind, id))
+        entry = self._entries.get((kind.name, id))
         return entry is not None and entry.ref is not None and not entry.ref.closed
 
-    async def passivate(self, kind: str, id: str) -> None:
+    async def passivate(self, kind: ActorKind[Any], id: str) -> None:
         """Passivate ``(kind, id)`` now (orderly stop, ``on_stop`` persists), if active."""
-        entry = self._entries.get((kind, id))
+        entry = self._entries.get((kind.name, id))
         if entry is None or entry.ref is None:
             return
         with suppress(KeyError):  # it ended meanwhile
-            await self._supervisor.stop_child((kind, id))
+            await self._supervisor.stop_child((kind.name, id))
 
     def statistics(self) -> RegistryStatistics:
         return RegistryStatistics(

@@ -31,6 +31,7 @@ from runplane.jobs.spec import SubmitJobBody, resolve
 from runplane.persistence import Store, now_ms, open_store
 from runplane.policy import PolicyDoc, empty_doc
 from runplane.policy import repo as policy_repo
+from runplane.policy.refusal import Refusal
 from runplane.runtime import ActorRef, ChildSpec, Supervisor
 from runplane.stacks import load_catalog
 
@@ -85,7 +86,7 @@ def req(subject: str = "u", org_id: str = "o", project: str = "") -> Request:
 def refused(decision: Decision, *fragments: str) -> bool:
     return (
         not decision.allowed
-        and decision.http_status == 429
+        and decision.refusal is Refusal.QUOTA_EXCEEDED
         and all(f in decision.reason for f in fragments)
     )
 
@@ -106,7 +107,7 @@ async def test_fifty_racing_admits_take_exactly_ten_slots(mem: Store) -> None:
         allowed = [d for d in decisions.values() if d.allowed]
         denied = [d for d in decisions.values() if not d.allowed]
         assert (len(allowed), len(denied)) == (10, 40)
-        assert all(d.http_status == 0 and d.reason == "" for d in allowed)
+        assert all(d.refusal is None and d.reason == "" for d in allowed)
         # serialized: each admitted one saw the ones before it
         assert sorted(d.concurrency.org_inflight for d in allowed) == list(range(10))
         for d in denied:

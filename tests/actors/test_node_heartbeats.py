@@ -14,17 +14,18 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import trio
 
-from runplane.actors.fleet import BEATS_ID, BEATS_KIND, Fleet, FlushBeats
-from runplane.actors.node import Beat, Detach, NodeDeps
+from runplane.actors.heartbeats import FlushBeats
+from runplane.actors.node import NODES, Beat, Detach, NodeDeps
 from runplane.agent import protocol as p
-from runplane.enrollment import NodeIdentity
+from runplane.nodes.enrollment import NodeIdentity
 from runplane.persistence import Params, Row, Store, StoreStatistics, Tx, to_json
-from runplane.runtime import ActorRef, Registry, Supervisor, clock
+from runplane.runtime import Registry, Supervisor, clock
+from runplane.services.fleet import BEATS_ID, HEARTBEATS, Fleet
 from runplane.settings import load_settings
 from runplane.timefmt import iso_ms_or_none
 
@@ -79,10 +80,21 @@ class RecordingStore(Store):
         assert sql.startswith("SELECT * FROM nodes"), sql
         return {
             "id": params[0],
+            "org_id": "org_test",
+            "name": params[0],
             "tier": "community",
             "disabled": 0,
             "facts": to_json({"cpu_cores": 2, "ram_gb": 4}),
             "overrides": "{}",
+            "agent_version": "0",
+            "channel": "stable",
+            "status": "online",
+            "attempts_total": 0,
+            "attempts_lost": 0,
+            "attempts_ok": 0,
+            "last_heartbeat": None,
+            "created_at": 0,
+            "updated_at": 0,
         }
 
     async def fetchall(self, sql: str, params: Params = ()) -> list[Row]:
@@ -157,7 +169,7 @@ async def fleet_on(
     sup = Supervisor(name="actors", intensity=1000, period=1.0)
     registry = Registry(sup)
     settings = load_settings({"RUNPLANE_DATA_DIR": str(tmp_path / "data")})
-    fleet = Fleet(settings, store, registry, cast(ActorRef[Any], None), beat_flush_sec=flush)
+    fleet = Fleet(settings, store, registry, beat_flush_sec=flush)
     h = Harness(fleet, registry, sup)
 
     async def node_up(shape: Any) -> None:
@@ -188,7 +200,7 @@ async def fleet_on(
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(sup.run)
-        await registry.get(BEATS_KIND, BEATS_ID)  # as Fleet.recover: the flush timer starts
+        await registry.get(HEARTBEATS, BEATS_ID)  # as Fleet.recover: the flush timer starts
         try:
             yield h
         finally:
@@ -312,14 +324,14 @@ async def test_node_loss_after_three_missed_beats_keeps_its_timing(
             await a.ask(Beat((("job_1", 1),)))
         await trio.sleep_until(beats[-1] + GRACE - 0.1)  # silent for just under 15 s
         assert h.down == [] and h.lost == []
-        assert h.registry.active("node", "node_a")
+        assert h.registry.active(NODES, "node_a")
 
         await trio.sleep_until(beats[-1] + GRACE + HEARTBEAT)
         # lost when 15 s of silence are over: 57.5 + 15 = 72.5
         assert h.down == [(72.5, "node_a")]
         assert h.lost == [(72.5, "job_1", 1)]
         assert recording.statuses("node_a")[-1] == (72.5, "offline", wall_ms(beats[-1]))
-        assert not h.registry.active("node", "node_a")
+        assert not h.registry.active(NODES, "node_a")
         # the beats were written in batches, one per interval at most (none per beat)
         assert recording.beat_updates() == []
         assert len(recording.batches()) <= 60 / HEARTBEAT + 1
@@ -369,7 +381,7 @@ async def test_views_overlay_pending_beats_and_the_rows_get_them(
             assert rows["node_a"] == WALL0 * 1000  # not written yet ...
             assert views["node_a"] == iso_ms_or_none((WALL0 + 1) * 1000)  # ... but shown
 
-            written = await h.registry.ask(BEATS_KIND, BEATS_ID, FlushBeats())
+            written = await h.registry.ask(HEARTBEATS, BEATS_ID, FlushBeats())
             assert written == 2  # node_b's hello was pending too
             rows = {r["id"]: r["last_heartbeat"] for r in await raw_rows(store)}
             assert rows == {"node_a": (WALL0 + 1) * 1000, "node_b": WALL0 * 1000}

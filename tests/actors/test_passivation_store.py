@@ -8,12 +8,15 @@ from dataclasses import dataclass
 import trio
 
 from runplane.persistence import Store
-from runplane.runtime import Actor, Registry, Supervisor
+from runplane.runtime import Actor, ActorKind, Registry, Supervisor
 
 
 @dataclass(frozen=True, slots=True)
 class Add:
     n: int
+
+
+COUNTER = ActorKind[Add]("counter")
 
 
 class Counter(Actor[Add]):
@@ -42,19 +45,19 @@ async def test_passivated_actor_resumes_from_store(store: Store, autojump_clock:
 
     sup = Supervisor(name="test")
     registry = Registry(sup)
-    registry.register("counter", activate, idle_timeout=30.0)
+    registry.register(COUNTER, activate, idle_timeout=30.0)
     async with trio.open_nursery() as nursery:
         await nursery.start(sup.run)
-        assert await registry.ask("counter", "a", Add(2)) == 2
-        assert await registry.ask("counter", "a", Add(3)) == 5
+        assert await registry.ask(COUNTER, "a", Add(2)) == 2
+        assert await registry.ask(COUNTER, "a", Add(3)) == 5
         await trio.sleep(31)  # idle past the timeout: passivated
         # on_stop's write is in flight; the registry exposes only the counter
         while registry.statistics().passivations < 1:  # noqa: ASYNC110
             await trio.sleep(0.01)
-        assert not registry.active("counter", "a")
+        assert not registry.active(COUNTER, "a")
         row = await store.fetchone("SELECT value FROM meta WHERE key = ?", ("counter/a",))
         assert row is not None and row["value"] == "5"
-        assert await registry.ask("counter", "a", Add(1)) == 6  # re-activated from the row
+        assert await registry.ask(COUNTER, "a", Add(1)) == 6  # re-activated from the row
         assert activations == ["a", "a"]
         stats = registry.statistics()
         assert (stats.activations, stats.passivations) == (2, 1)

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from runplane.actors.job import checked_artifacts
-from runplane.actors.jobs import run_order
+from runplane.jobs.orders import run_order
 from runplane.jobs.spec import Mount, OutputSpecBody, SubmitJobBody, resolve
 from runplane.stacks import load_catalog
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runplane.auth.hook import decide
+from runplane.auth.access import decide
 from runplane.auth.principal import ADMIN, NO_ORG, Principal, anonymous
 from runplane.auth.roles import ROLES, SCOPES, normalize_scopes, role_catalog
 from runplane.auth.rules import RULES, UNLISTED, Rule, rule_for, scope

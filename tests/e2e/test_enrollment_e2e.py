@@ -47,7 +47,7 @@ async def test_join_token_enrolls_with_its_tier_and_credential_is_reused(
 async def test_revoked_credential_is_refused_with_one_line(
     server: LiveServer, start_agent: StartAgent, tmp_path: Path
 ) -> None:
-    from runplane import enrollment
+    from runplane.nodes import enrollment
 
     agent = start_agent(server.url, "doomed")
     async with server.client() as client:

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from runplane import enrollment
 from runplane.http.app import create_app
 from runplane.http.context import services
+from runplane.nodes import enrollment
 from runplane.settings import Settings
 
 from .conftest import ADMIN

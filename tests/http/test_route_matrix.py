@@ -27,10 +27,10 @@ import pytest
 from quart_trio import QuartTrio
 from werkzeug.datastructures import FileStorage
 
-from runplane import enrollment
 from runplane.auth import identity, tokens
 from runplane.auth.rules import methods_of, rule_for
 from runplane.http.app import create_app
+from runplane.nodes import enrollment
 from tests.auth.support import (
     ADMIN_H,
     MANAGERS,

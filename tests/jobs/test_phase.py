@@ -79,9 +79,7 @@ def test_invalid_transitions_are_refused(state: JobState, event: object) -> None
         transition(state, event, now_ms=1000)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(
-    "event", [Pulling(1), Running(1), Finished(1, S), NodeLost(1)]
-)
+@pytest.mark.parametrize("event", [Pulling(1), Running(1), Finished(1, S), NodeLost(1)])
 def test_report_from_old_attempt_is_fenced(event: object) -> None:
     state = st(R, attempt=2, attempts=1)
     with pytest.raises(StaleAttempt):

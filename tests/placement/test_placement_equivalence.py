@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runplane.placement import (
-    Fleet,
+    FleetIndex,
     Gpu,
     GpuRequirement,
     JobDemand,
@@ -24,7 +24,7 @@ from runplane.placement import (
     reference_plan,
     reference_stream_takes,
 )
-from runplane.placement.fleet import STREAM_BUDGET
+from runplane.placement.index import STREAM_BUDGET
 
 A = Gpu("A", "nvidia", 24, "12.2")
 B = Gpu("B", "nvidia", 80, "12.10")
@@ -163,7 +163,7 @@ def unique(pairs: list[tuple[NodeShape, NodeLoad]]) -> dict[str, tuple[NodeShape
 
 
 def assert_same_candidates(
-    indexed: Fleet,
+    indexed: FleetIndex,
     job: JobDemand,
     by_id: dict[str, tuple[NodeShape, NodeLoad]],
     per_stream: int,
@@ -198,7 +198,7 @@ def test_place_matches_brute_force(
     fleet: list[tuple[NodeShape, NodeLoad]], job: JobDemand, per_stream: int, walk: str
 ) -> None:
     by_id = unique(fleet)
-    indexed = Fleet(by_id.values(), per_stream=per_stream, walk=walk)  # type: ignore[arg-type]
+    indexed = FleetIndex(by_id.values(), per_stream=per_stream, walk=walk)  # type: ignore[arg-type]
     assert_same_candidates(indexed, job, by_id, per_stream, STREAM_BUDGET)
     expected = reference_place(job, by_id.values(), per_stream=per_stream)
     assert place(job, indexed) == expected
@@ -221,7 +221,7 @@ def test_bounded_candidates_on_larger_fleets_match_brute_force(
 ) -> None:
     """Many feasible nodes per job: the per-stream bound, budgets and fallbacks all bite."""
     by_id = unique(fleet)
-    indexed = Fleet(
+    indexed = FleetIndex(
         by_id.values(),
         per_stream=per_stream,
         walk=walk,  # type: ignore[arg-type]
@@ -249,7 +249,7 @@ def test_gpu_eligibility_matches_brute_force(
 ) -> None:
     """GPU jobs on GPU fleets: shape thresholds, free-GPU shelves, mixed-GPU nodes."""
     by_id = unique(fleet)
-    indexed = Fleet(
+    indexed = FleetIndex(
         by_id.values(),
         per_stream=per_stream,
         walk=walk,  # type: ignore[arg-type]
@@ -266,7 +266,7 @@ def test_exhaustive_candidates_score_every_feasible_node(
     fleet: list[tuple[NodeShape, NodeLoad]], job: JobDemand
 ) -> None:
     by_id = unique(fleet)
-    indexed = Fleet(by_id.values(), per_stream=100)
+    indexed = FleetIndex(by_id.values(), per_stream=100)
     assert place(job, indexed) == reference_place(job, by_id.values(), per_stream=100)
 
 
@@ -292,7 +292,7 @@ def operations(draw: st.DrawFn) -> list[Op]:
 def test_index_maintenance_matches_brute_force(
     ops: list[Op], job: JobDemand, per_stream: int
 ) -> None:
-    indexed = Fleet(per_stream=per_stream)
+    indexed = FleetIndex(per_stream=per_stream)
     model: dict[str, tuple[NodeShape, NodeLoad]] = {}
     for kind, arg in ops:
         if kind == "upsert":
@@ -329,7 +329,7 @@ def test_plan_matches_brute_force(
     fleet: list[tuple[NodeShape, NodeLoad]], queue: tuple[JobDemand, ...], per_stream: int
 ) -> None:
     by_id = unique(fleet)
-    indexed = Fleet(by_id.values(), per_stream=per_stream)
+    indexed = FleetIndex(by_id.values(), per_stream=per_stream)
     before = sorted(indexed, key=lambda p: p[0].id)
     got = plan(queue, indexed)
     want = reference_plan(queue, by_id, per_stream=per_stream)

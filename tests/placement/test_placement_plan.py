@@ -15,7 +15,7 @@ from runplane.placement import (
     NO_GPU,
     SLOTS_FULL,
     Assignment,
-    Fleet,
+    FleetIndex,
     Gpu,
     GpuRequirement,
     JobDemand,
@@ -66,7 +66,7 @@ def test_queue_order_is_priority_then_age(jobs: list[JobDemand], order: list[str
 
 
 def test_two_jobs_for_the_last_slot_only_the_first_in_order_gets_it() -> None:
-    fleet = Fleet([(n("only", max_concurrency=2), NodeLoad(active_jobs=1))])
+    fleet = FleetIndex([(n("only", max_concurrency=2), NodeLoad(active_jobs=1))])
     result = plan([j("low", priority=10), j("high", priority=500)], fleet)
     assert [a.job_id for a in result.assignments] == ["high"]
     waiting = result.waiting["low"]
@@ -78,7 +78,7 @@ def test_two_jobs_for_the_last_slot_only_the_first_in_order_gets_it() -> None:
 
 
 def test_two_jobs_for_the_last_gpu_same_priority_oldest_wins() -> None:
-    fleet = Fleet([(n("g", gpus=(RTX, RTX)), NodeLoad(used_gpu=1))])
+    fleet = FleetIndex([(n("g", gpus=(RTX, RTX)), NodeLoad(used_gpu=1))])
     queue = [j("young", gpu_count=1, created_at=20), j("old", gpu_count=1, created_at=10)]
     result = plan(queue, fleet)
     assert result.assignments == [Assignment("old", "g", result.assignments[0].score, 1, 2, 1)]
@@ -87,14 +87,14 @@ def test_two_jobs_for_the_last_gpu_same_priority_oldest_wins() -> None:
 
 
 def test_plan_counts_cpu_and_ram_of_earlier_assignments() -> None:
-    fleet = Fleet([n("a", cpu_cores=8, max_concurrency=10)])
+    fleet = FleetIndex([n("a", cpu_cores=8, max_concurrency=10)])
     result = plan([j(f"j{i}", cpu_cores=3, created_at=i) for i in range(3)], fleet)
     assert [a.job_id for a in result.assignments] == ["j0", "j1"]
     assert result.waiting["j2"].counts == {CPU_FREE: 1}
 
 
 def test_plan_does_not_touch_the_given_fleet() -> None:
-    fleet = Fleet([n("a"), n("b", gpus=(RTX,))])
+    fleet = FleetIndex([n("a"), n("b", gpus=(RTX,))])
     before = sorted(fleet, key=lambda p: p[0].id)
     result = plan([j(f"j{i}") for i in range(5)], fleet)
     assert len(result.assignments) == 5
@@ -106,14 +106,14 @@ def test_plan_does_not_touch_the_given_fleet() -> None:
 
 
 def test_plan_backfills_smaller_jobs_behind_a_waiting_big_one() -> None:
-    fleet = Fleet([(n("a", cpu_cores=8), NodeLoad(used_cpu=4))])
+    fleet = FleetIndex([(n("a", cpu_cores=8), NodeLoad(used_cpu=4))])
     result = plan([j("big", cpu_cores=8, priority=200), j("small", cpu_cores=2)], fleet)
     assert [a.job_id for a in result.assignments] == ["small"]
     assert result.waiting["big"].counts == {CPU_FREE: 1}
 
 
 def test_identical_waiting_jobs_share_one_outcome() -> None:
-    fleet = Fleet([(n("a"), NodeLoad(active_jobs=4))])
+    fleet = FleetIndex([(n("a"), NodeLoad(active_jobs=4))])
     result = plan([j(f"j{i}", created_at=i) for i in range(50)], fleet)
     assert not result.assignments
     outcomes = {id(o) for o in result.waiting.values()}
@@ -121,13 +121,13 @@ def test_identical_waiting_jobs_share_one_outcome() -> None:
 
 
 def test_disabled_node_is_skipped_even_when_it_would_win() -> None:
-    fleet = Fleet([n("best", disabled=True, reliability=1.0), n("ok", reliability=0.2)])
+    fleet = FleetIndex([n("best", disabled=True, reliability=1.0), n("ok", reliability=0.2)])
     result = place(j("x", weights={"reliability": 1}), fleet)
     assert isinstance(result, Placement) and result.node_id == "ok"
 
 
 def test_only_disabled_nodes_is_a_static_wait() -> None:
-    result = place(j("x"), Fleet([n("a", disabled=True), n("b", disabled=True)]))
+    result = place(j("x"), FleetIndex([n("a", disabled=True), n("b", disabled=True)]))
     assert isinstance(result, Unplaced)
     assert result.static
     assert result.counts == {DISABLED: 2}
@@ -135,7 +135,7 @@ def test_only_disabled_nodes_is_a_static_wait() -> None:
 
 
 def test_unplaceable_reason_names_the_requirement() -> None:
-    fleet = Fleet(
+    fleet = FleetIndex(
         [n(f"small{i}", gpus=(SMALL,)) for i in range(40)]
         + [n(f"arm{i}", arch="arm64") for i in range(3)]
     )
@@ -149,7 +149,9 @@ def test_unplaceable_reason_names_the_requirement() -> None:
 
 
 def test_unplaceable_reason_lists_several_requirements() -> None:
-    fleet = Fleet([n(f"g{i}", gpus=(SMALL,)) for i in range(40)] + [n(f"x{i}") for i in range(12)])
+    fleet = FleetIndex(
+        [n(f"g{i}", gpus=(SMALL,)) for i in range(40)] + [n(f"x{i}") for i in range(12)]
+    )
     job = JobDemand(
         "x", gpu_count=1, requires=Requires(arch=("arm64",), gpu=GpuRequirement(min_vram_gb=24))
     )
@@ -168,7 +170,7 @@ def test_unplaceable_reason_lists_several_requirements() -> None:
 
 
 def test_static_versus_momentary() -> None:
-    fleet = Fleet(
+    fleet = FleetIndex(
         [(n(f"busy{i}", gpus=(RTX, RTX)), NodeLoad(used_gpu=2)) for i in range(3)]
         + [n(f"one{i}", gpus=(RTX,)) for i in range(2)]
     )
@@ -194,9 +196,9 @@ def test_static_versus_momentary() -> None:
 
 
 def test_empty_fleet() -> None:
-    result = place(j("x"), Fleet())
+    result = place(j("x"), FleetIndex())
     assert result == Unplaced("no nodes in the fleet", True, {}, 0)
-    assert plan([j("x")], Fleet()).waiting["x"].static
+    assert plan([j("x")], FleetIndex()).waiting["x"].static
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import pytest
 
 from runplane.placement import (
     SCORERS,
-    Fleet,
+    FleetIndex,
     Gpu,
     GpuRequirement,
     JobDemand,
@@ -96,14 +96,14 @@ CASES: list[tuple[Fleetish, JobDemand, str, str]] = [
 
 @pytest.mark.parametrize(("fleet", "job", "expected", "why"), CASES)
 def test_expected_node_is_picked(fleet: Fleetish, job: JobDemand, expected: str, why: str) -> None:
-    result = place(job, Fleet(fleet))
+    result = place(job, FleetIndex(fleet))
     assert isinstance(result, Placement), why
     assert result.node_id == expected, why
     assert result == reference_place(job, fleet)
 
 
 def test_interactive_and_batch_disagree_on_the_same_fleet() -> None:
-    fleet = Fleet(CPU_FLEET)
+    fleet = FleetIndex(CPU_FLEET)
     interactive = place(JobDemand("i", weights_preset="interactive"), fleet)
     batch = place(JobDemand("b", weights_preset="batch"), fleet)
     assert isinstance(interactive, Placement) and isinstance(batch, Placement)
@@ -190,7 +190,7 @@ def test_scores_stay_in_unit_range_even_when_overcommitted() -> None:
 def test_all_zero_weights_still_place_by_fit() -> None:
     job = JobDemand("z", weights={"binpack": 0, "gpu_fit": 0, "reliability": 0})
     assert job.active_weights == ()
-    result = place(job, Fleet(CPU_FLEET))
+    result = place(job, FleetIndex(CPU_FLEET))
     assert isinstance(result, Placement)
     assert result.score == 0.0
     assert result.node_id == "busy"  # least free CPU that fits, then id

@@ -286,9 +286,7 @@ class HelperCrashes(Actor[Get]):
 
 async def test_helper_task_crash_crashes_the_actor(autojump_clock: trio.abc.Clock) -> None:
     async with running(Supervisor()) as sup:
-        ref = await sup.start_child(
-            ChildSpec("h", HelperCrashes, restart=Restart.TEMPORARY)
-        )
+        ref = await sup.start_child(ChildSpec("h", HelperCrashes, restart=Restart.TEMPORARY))
         with pytest.raises(ActorCrashed) as caught:
             await ref.ask(Get(), timeout=60)
         assert isinstance(caught.value.__cause__, Boom)

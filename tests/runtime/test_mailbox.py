@@ -18,7 +18,11 @@ async def test_bounds_and_statistics() -> None:
         mailbox.put_nowait(Envelope("c"))
     stats = mailbox.statistics()
     assert (stats.depth, stats.capacity, stats.sent, stats.refused, stats.closed) == (
-        2, 2, 2, 1, False,
+        2,
+        2,
+        2,
+        1,
+        False,
     )
     envelope = await mailbox.get()
     assert envelope is not None and envelope.msg == "a"

@@ -7,9 +7,12 @@ from typing import Any
 import pytest
 import trio
 
-from runplane.runtime import ActorCrashed, ActorRef, Registry, Restart, Supervisor
+from runplane.runtime import ActorCrashed, ActorKind, ActorRef, Registry, Restart, Supervisor
 
-from .support import Add, Counter, Crash, Get, running
+from .support import Add, Counter, CounterMsg, Crash, Get, running
+
+COUNTER = ActorKind[CounterMsg]("counter")
+JOB = ActorKind[CounterMsg]("job")
 
 
 class Store:
@@ -32,11 +35,11 @@ async def test_concurrent_gets_activate_once(autojump_clock: trio.abc.Clock) -> 
     store = Store()
     async with running(Supervisor()) as sup:
         registry = Registry(sup)
-        registry.register("counter", store.activate)
+        registry.register(COUNTER, store.activate)
         refs: list[ActorRef[Any]] = []
 
         async def get() -> None:
-            refs.append(await registry.get("counter", "c1"))
+            refs.append(await registry.get(COUNTER, "c1"))
 
         async with trio.open_nursery() as nursery:
             for _ in range(20):
@@ -45,7 +48,7 @@ async def test_concurrent_gets_activate_once(autojump_clock: trio.abc.Clock) -> 
         assert len(refs) == 20 and all(ref == refs[0] for ref in refs)
         assert registry.statistics().activations == 1
         assert registry.statistics().active == 1
-        assert await registry.get("counter", "c2") != refs[0]
+        assert await registry.get(COUNTER, "c2") != refs[0]
         assert store.loads == ["c1", "c2"]
 
 
@@ -55,21 +58,21 @@ async def test_passivation_after_idle_then_reactivation_keeps_state(
     store = Store()
     async with running(Supervisor()) as sup:
         registry = Registry(sup)
-        registry.register("counter", store.activate, idle_timeout=60)
-        ref = await registry.get("counter", "job-1")
+        registry.register(COUNTER, store.activate, idle_timeout=60)
+        ref = await registry.get(COUNTER, "job-1")
         assert await ref.ask(Add(5)) == 5
         store.rows["job-1"] = -1  # only what on_stop saves must count from here on
         await trio.sleep(59)
-        assert registry.active("counter", "job-1")
+        assert registry.active(COUNTER, "job-1")
         await trio.sleep(2)
-        assert not registry.active("counter", "job-1")
+        assert not registry.active(COUNTER, "job-1")
         assert ref.terminated
         assert store.rows["job-1"] == 5  # saved by on_stop when passivated
         assert sup.children() == []  # a row, not a task
         assert registry.statistics().active == 0
         assert registry.statistics().passivations == 1
 
-        again = await registry.get("counter", "job-1")
+        again = await registry.get(COUNTER, "job-1")
         assert again != ref
         assert await again.ask(Add(1)) == 6
         assert store.loads == ["job-1", "job-1"]
@@ -80,12 +83,12 @@ async def test_messages_keep_an_actor_active(autojump_clock: trio.abc.Clock) -> 
     store = Store()
     async with running(Supervisor()) as sup:
         registry = Registry(sup)
-        registry.register("counter", store.activate, idle_timeout=10)
-        ref = await registry.get("counter", "busy")
+        registry.register(COUNTER, store.activate, idle_timeout=10)
+        ref = await registry.get(COUNTER, "busy")
         for _ in range(10):
             await trio.sleep(9)
             await ref.tell(Add(1))
-        assert registry.active("counter", "busy")
+        assert registry.active(COUNTER, "busy")
         assert store.loads == ["busy"]
 
 
@@ -102,13 +105,13 @@ async def test_get_during_passivation_waits_for_the_save(autojump_clock: trio.ab
 
     async with running(Supervisor()) as sup:
         registry = Registry(sup)
-        registry.register("counter", activate, idle_timeout=10)
-        ref = await registry.get("counter", "j")
+        registry.register(COUNTER, activate, idle_timeout=10)
+        ref = await registry.get(COUNTER, "j")
         await ref.tell(Add(7))
         rows["j"] = 0  # a stale row until the passivation saves
         await trio.sleep(11)  # idle at 10, saving until 13
         assert ref.closed and not ref.terminated
-        again = await registry.get("counter", "j")
+        again = await registry.get(COUNTER, "j")
         assert trio.current_time() == pytest.approx(13)
         assert await again.ask(Get()) == 7
 
@@ -117,11 +120,11 @@ async def test_registry_ask_rides_over_a_passivation(autojump_clock: trio.abc.Cl
     store = Store()
     async with running(Supervisor()) as sup:
         registry = Registry(sup)
-        registry.register("counter", store.activate, idle_timeout=5)
-        assert await registry.ask("counter", "r", Add(1)) == 1
+        registry.register(COUNTER, store.activate, idle_timeout=5)
+        assert await registry.ask(COUNTER, "r", Add(1)) == 1
         await trio.sleep(10)
-        await registry.tell("counter", "r", Add(1))
-        assert await registry.ask("counter", "r", Get()) == 2
+        await registry.tell(COUNTER, "r", Add(1))
+        assert await registry.ask(COUNTER, "r", Get()) == 2
         assert registry.statistics().passivations == 1
 
 
@@ -131,14 +134,14 @@ async def test_crash_restarts_from_the_activation_function(
     store = Store()
     async with running(Supervisor()) as sup:
         registry = Registry(sup)
-        registry.register("counter", store.activate)
-        ref = await registry.get("counter", "k")
+        registry.register(COUNTER, store.activate)
+        ref = await registry.get(COUNTER, "k")
         await ref.ask(Add(2))
         with pytest.raises(ActorCrashed):
             await ref.ask(Crash())
         assert await ref.ask(Add(1)) == 3  # restarted, state reloaded from the store
         assert store.loads == ["k", "k"]
-        assert await registry.get("counter", "k") == ref
+        assert await registry.get(COUNTER, "k") == ref
 
 
 async def test_temporary_kind_crash_forgets_the_activation(
@@ -147,29 +150,31 @@ async def test_temporary_kind_crash_forgets_the_activation(
     store = Store()
     async with running(Supervisor()) as sup:
         registry = Registry(sup)
-        registry.register("counter", store.activate, restart=Restart.TEMPORARY)
-        ref = await registry.get("counter", "t")
+        registry.register(COUNTER, store.activate, restart=Restart.TEMPORARY)
+        ref = await registry.get(COUNTER, "t")
         with pytest.raises(ActorCrashed):
             await ref.ask(Crash())
         await ref.wait_terminated()
         assert registry.statistics().crashes == 1
-        assert await registry.get("counter", "t") != ref
+        assert await registry.get(COUNTER, "t") != ref
 
 
 async def test_activation_errors_and_unknown_kinds(autojump_clock: trio.abc.Clock) -> None:
     store = Store()
     async with running(Supervisor()) as sup:
         registry = Registry(sup)
-        registry.register("counter", store.activate)
+        registry.register(COUNTER, store.activate)
         with pytest.raises(LookupError, match="unknown actor kind"):
-            await registry.get("nope", "x")
+            await registry.get(ActorKind[CounterMsg]("nope"), "x")
         with pytest.raises(KeyError, match="missing-1"):
-            await registry.get("counter", "missing-1")
+            await registry.get(COUNTER, "missing-1")
         assert registry.statistics().active == 0
         with pytest.raises(ValueError, match="already registered"):
-            registry.register("counter", store.activate)
+            registry.register(COUNTER, store.activate)
         with pytest.raises(ValueError, match="PERMANENT"):
-            registry.register("other", store.activate, restart=Restart.PERMANENT)
+            registry.register(
+                ActorKind[CounterMsg]("other"), store.activate, restart=Restart.PERMANENT
+            )
 
 
 async def test_can_passivate_false_keeps_the_actor(autojump_clock: trio.abc.Clock) -> None:
@@ -184,14 +189,14 @@ async def test_can_passivate_false_keeps_the_actor(autojump_clock: trio.abc.Cloc
 
     async with running(Supervisor()) as sup:
         registry = Registry(sup)
-        registry.register("job", activate, idle_timeout=10)
-        ref = await registry.get("job", "j")
+        registry.register(JOB, activate, idle_timeout=10)
+        ref = await registry.get(JOB, "j")
         await ref.tell(Add(1))
         await trio.sleep(100)
-        assert registry.active("job", "j")
+        assert registry.active(JOB, "j")
         await ref.tell(Add(2))  # now "terminal"
         await trio.sleep(11)
-        assert not registry.active("job", "j")
+        assert not registry.active(JOB, "j")
         assert rows["j"] == 3
 
 
@@ -199,10 +204,10 @@ async def test_explicit_passivate(autojump_clock: trio.abc.Clock) -> None:
     store = Store()
     async with running(Supervisor()) as sup:
         registry = Registry(sup)
-        registry.register("counter", store.activate, idle_timeout=None)
-        ref = await registry.get("counter", "p")
+        registry.register(COUNTER, store.activate, idle_timeout=None)
+        ref = await registry.get(COUNTER, "p")
         await ref.tell(Add(4))
-        await registry.passivate("counter", "p")
+        await registry.passivate(COUNTER, "p")
         assert ref.terminated and store.rows["p"] == 4
-        await registry.passivate("counter", "p")  # no-op when not active
+        await registry.passivate(COUNTER, "p")  # no-op when not active
         assert registry.statistics().passivations == 1

@@ -170,7 +170,9 @@ async def test_parent_sees_escalation_as_a_child_crash(autojump_clock: trio.abc.
         return Supervisor([ChildSpec("c", lambda: CrashEvery(1))], intensity=0, name="inner")
 
     parent = Supervisor(
-        [ChildSpec("inner", make_inner, shutdown_timeout=30)], intensity=1, period=60,
+        [ChildSpec("inner", make_inner, shutdown_timeout=30)],
+        intensity=1,
+        period=60,
         name="parent",
     )
     with pytest.raises(SupervisorEscalated) as caught:
@@ -254,9 +256,7 @@ async def test_dynamic_children_stop_together_on_shutdown(
     log: list[str] = []
     async with running(Supervisor()) as sup:
         for i in range(50):
-            await sup.start_child(
-                ChildSpec(f"job-{i}", lambda i=i: SlowStop(f"job-{i}", log, 2))
-            )
+            await sup.start_child(ChildSpec(f"job-{i}", lambda i=i: SlowStop(f"job-{i}", log, 2)))
         t0 = trio.current_time()
     assert len(log) == 50
     assert trio.current_time() - t0 == pytest.approx(2)  # concurrently, not 50 x 2s

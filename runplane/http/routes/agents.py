@@ -8,21 +8,25 @@ session with 4400 and a reason; an unknown credential 4401; an old protocol 4426
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from typing import Any
 
 import trio
 from pydantic import ValidationError
 from quart import Blueprint, websocket
 
-from runplane.actors.fleet import ConnectRefused, Fleet
-from runplane.actors.job import AgentFinished, AgentLogs, AgentMetric, AgentPhase
-from runplane.actors.jobs import JOB_KIND
-from runplane.actors.node import AttemptEnded, Beat, Detach
+from runplane.actors.job import (
+    JOBS,
+    AgentFinished,
+    AgentLogs,
+    AgentMetric,
+    AgentPhase,
+    JobMsg,
+)
+from runplane.actors.node import AttemptEnded, Beat, NodeMsg
 from runplane.agent import protocol as p
 from runplane.http.context import services
-from runplane.runtime import ActorGone, MailboxClosed
+from runplane.nodes.connect import ConnectRefused
+from runplane.runtime import ActorGone, ActorRef, MailboxClosed, Registry
 
 blueprint = Blueprint("agents", __name__)
 log = logging.getLogger("runplane.nodes")
@@ -38,8 +42,7 @@ async def _close(code: int, reason: str) -> None:
 @blueprint.websocket("/v1/nodes/connect")
 async def connect() -> None:
     svc = services()
-    fleet: Fleet | None = svc.root.fleet
-    assert fleet is not None
+    fleet = svc.root.fleet
     await websocket.accept()
     with trio.move_on_after(HELLO_TIMEOUT) as waited:
         first = await websocket.receive()
@@ -87,12 +90,14 @@ async def connect() -> None:
                     return
                 await _dispatch(node_id, node, send, msg)
     finally:
-        with trio.CancelScope(shield=True), contextlib.suppress(ActorGone, MailboxClosed):
-            await node.tell(Detach(send))
+        with trio.CancelScope(shield=True):
+            await fleet.detach(node, node_id, send)
         log.info("agent disconnected", extra={"node_id": node_id})
 
 
-async def _dispatch(node_id: str, node: Any, outbox: Any, msg: Any) -> None:
+async def _dispatch(
+    node_id: str, node: ActorRef[NodeMsg], outbox: trio.MemorySendChannel[str], msg: p.AgentMsg
+) -> None:
     registry = services().root.registry
     match msg:
         case p.Heartbeat(running=running):
@@ -121,7 +126,7 @@ async def _dispatch(node_id: str, node: Any, outbox: Any, msg: Any) -> None:
             pass  # a second hello is meaningless; ignore it
 
 
-async def _to_job(registry: Any, job_id: str, msg: Any, *, wait: bool = False) -> bool:
+async def _to_job(registry: Registry, job_id: str, msg: JobMsg, *, wait: bool = False) -> bool:
     """Forward to the job's actor; False when it could not take the message (stopping or
     crashed), so a finish is not acknowledged and the agent sends it again. Unknown jobs
     (an agent reporting a job this server never had) are ignored: the agent gets a cancel
@@ -129,9 +134,9 @@ async def _to_job(registry: Any, job_id: str, msg: Any, *, wait: bool = False) -
     try:
         if wait:
             # no timeout: a finish must be recorded; a busy job actor only slows this session
-            await registry.ask(JOB_KIND, job_id, msg, timeout=None)
+            await registry.ask(JOBS, job_id, msg, timeout=None)
         else:
-            await registry.tell(JOB_KIND, job_id, msg)
+            await registry.tell(JOBS, job_id, msg)
     except LookupError:
         log.warning("report for unknown job ignored", extra={"job_id": job_id})
     except (ActorGone, MailboxClosed):

@@ -12,7 +12,7 @@ from typing import Any
 from quart import Blueprint
 
 from runplane.auth import audit
-from runplane.auth.hook import current_principal
+from runplane.http.auth_hook import current_principal
 from runplane.http.context import services
 from runplane.http.query import int_arg, str_arg
 

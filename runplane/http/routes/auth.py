@@ -11,22 +11,23 @@ from typing import Annotated, Any, Literal
 from pydantic import StringConstraints
 from quart import Blueprint, Response, request
 
-from runplane import enrollment
-from runplane.auth import audit, identity, tokens
-from runplane.auth.hook import current_principal
+from runplane.auth import identity, tokens
 from runplane.auth.principal import DEFAULT_ORG, InvalidCredential
 from runplane.auth.roles import ROLE_NAMES, normalize_scopes, role_catalog
+from runplane.http import audit
+from runplane.http.auth_hook import current_principal
 from runplane.http.bodies import Body, parse_body
 from runplane.http.context import services
 from runplane.http.guards import bearer_token
-from runplane.http.problems import FieldProblem, Problem, not_found
+from runplane.ids import ORG_ID_PATTERN
+from runplane.problems import FieldProblem, Problem, not_found
 
 blueprint = Blueprint("auth", __name__)
 
 #: Answers that carry a secret: no cache may keep them.
 NO_STORE = {"Cache-Control": "no-store"}
 
-OrgId = Annotated[str, StringConstraints(pattern=enrollment.ORG_ID_PATTERN)]
+OrgId = Annotated[str, StringConstraints(pattern=ORG_ID_PATTERN)]
 Subject = Annotated[
     str, StringConstraints(strip_whitespace=True, min_length=1, max_length=tokens.SUBJECT_MAX)
 ]

@@ -7,8 +7,7 @@ from typing import Any
 
 from quart import Blueprint, request
 
-from runplane.actors.jobs import Created, Jobs, Submitter
-from runplane.auth import audit
+from runplane.http import audit
 from runplane.http.bodies import Body, parse_body
 from runplane.http.caller import current_caller
 from runplane.http.context import services
@@ -19,6 +18,7 @@ from runplane.jobs.spec import SubmitJobBody
 from runplane.jobs.view import job_view
 from runplane.persistence import from_json
 from runplane.problems import FieldProblem, Problem, not_found
+from runplane.services.jobs import Created, Jobs, Submitter
 
 blueprint = Blueprint("jobs", __name__, url_prefix="/v1/jobs")
 
@@ -27,9 +27,7 @@ _STREAMS = ("stdout", "stderr", "system")
 
 
 def jobs_service() -> Jobs:
-    jobs = services().root.jobs
-    assert jobs is not None
-    return jobs
+    return services().root.jobs
 
 
 async def job_reply(row: dict[str, Any]) -> dict[str, Any]:
@@ -144,9 +142,9 @@ async def logs(job_id: str) -> dict[str, Any]:
     )
     out_logs, out_metrics, last = [], [], since
     for event in events:
-        data = from_json(event["data"])
-        last = event["seq"]
-        if event["kind"] == "log":
+        data = from_json(event.data)
+        last = event.seq
+        if event.kind == "log":
             if stream is None or data["stream"] == stream:
                 out_logs.append({"stream": data["stream"], "line": data["line"]})
         else:

@@ -7,16 +7,17 @@ from typing import Annotated, Any
 from pydantic import StringConstraints
 from quart import Blueprint, request
 
-from runplane import enrollment
-from runplane.auth import audit
+from runplane.http import audit
 from runplane.http.bodies import Body, parse_body
 from runplane.http.context import services
 from runplane.http.guards import require_admin, require_area
-from runplane.http.problems import FieldProblem, Problem, not_found
+from runplane.ids import ORG_ID_PATTERN, valid_org_id
+from runplane.nodes import enrollment
+from runplane.problems import FieldProblem, Problem, not_found
 
 blueprint = Blueprint("join_tokens", __name__, url_prefix="/v1/nodes/join-tokens")
 
-OrgId = Annotated[str, StringConstraints(pattern=enrollment.ORG_ID_PATTERN)]
+OrgId = Annotated[str, StringConstraints(pattern=ORG_ID_PATTERN)]
 Label = Annotated[str, StringConstraints(strip_whitespace=True, max_length=enrollment.LABEL_MAX)]
 
 #: The mint answer carries a secret: no cache may keep it.
@@ -73,7 +74,7 @@ async def mint() -> tuple[dict[str, Any], int, dict[str, str]]:
 async def list_tokens() -> list[dict[str, Any]]:
     require_admin()
     org_id = request.args.get("org_id") or None
-    if org_id is not None and not enrollment.valid_org_id(org_id):
+    if org_id is not None and not valid_org_id(org_id):
         message = f"org_id {org_id!r} is not an org id (org_ + [a-z0-9_-], at most 64)"
         raise Problem(400, "invalid_query", message, [FieldProblem("org_id", "invalid", message)])
     views = await enrollment.list_join_tokens(services().store, org_id)

@@ -13,7 +13,7 @@ from typing import Any
 from quart import Blueprint
 
 from runplane.actors import admission as adm
-from runplane.auth.hook import current_principal
+from runplane.http.auth_hook import current_principal
 from runplane.http.context import services
 
 blueprint = Blueprint("me", __name__, url_prefix="/v1/me")

@@ -19,7 +19,6 @@ PAGE_DEFAULT, PAGE_MAX = 50, 200
 @blueprint.get("")
 async def list_nodes() -> Any:
     fleet = services().root.fleet
-    assert fleet is not None
     org = current_caller().read_org
     cursor = request.args.get("cursor")
     if not (flag_arg("paginate") or cursor):

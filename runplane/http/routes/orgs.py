@@ -12,12 +12,14 @@ from typing import Annotated, Any
 from pydantic import StringConstraints
 from quart import Blueprint, Response
 
-from runplane.auth import audit, identity
-from runplane.auth.hook import current_principal, org_role
+from runplane.auth import identity
+from runplane.auth.access import org_role
 from runplane.auth.roles import RoleName
+from runplane.http import audit
+from runplane.http.auth_hook import current_principal
 from runplane.http.bodies import Body, parse_body
 from runplane.http.context import services
-from runplane.http.problems import not_found
+from runplane.problems import not_found
 
 blueprint = Blueprint("orgs", __name__, url_prefix="/v1/orgs")
 
@@ -50,7 +52,7 @@ async def list_orgs() -> list[dict[str, Any]]:
 async def _granter(org_id: str) -> str:
     """The caller's standing in ``org_id`` (the auth layer already required owner/admin
     there, or the admin token): what the role rules of identity.py check against."""
-    standing = await org_role(current_principal(), org_id)
+    standing = await org_role(services().store, current_principal(), org_id)
     if standing is None:  # not reached behind the auth layer; same 404 as an unknown org
         raise not_found("org")
     return standing

@@ -16,13 +16,14 @@ from pydantic import Field, StringConstraints
 from quart import Blueprint, request
 
 from runplane.actors import admission as adm
-from runplane.auth import audit
-from runplane.auth.hook import current_principal
+from runplane.http import audit
+from runplane.http.auth_hook import current_principal
 from runplane.http.bodies import Body, parse_body
 from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.guards import require_area
 from runplane.http.query import choice_arg, int_arg, number_arg, str_arg
+from runplane.http.refusals import refusal_status
 from runplane.jobs.spec import stack_issues
 from runplane.persistence import now_ms
 from runplane.policy import (
@@ -200,7 +201,7 @@ async def _preflight(
         "clamped": clamped,
         "clamp_notes": list(decision.clamp.notes),
         "reason": stack_error or decision.reason,
-        "http_status": stack_status or decision.http_status,
+        "http_status": stack_status or refusal_status(decision.refusal),
         "stack_error": stack_error,
         "concurrency": decision.concurrency.as_dict(),
     }

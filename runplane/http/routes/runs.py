@@ -11,8 +11,7 @@ from typing import Any
 
 from quart import Blueprint
 
-from runplane.actors.jobs import Submitter
-from runplane.auth import audit
+from runplane.http import audit
 from runplane.http.bodies import parse_body
 from runplane.http.caller import current_caller
 from runplane.http.context import services
@@ -23,6 +22,7 @@ from runplane.jobs import repo
 from runplane.problems import Problem, not_found
 from runplane.runs import RunSpecBody
 from runplane.runs.view import run_detail, run_row
+from runplane.services.jobs import Submitter
 
 blueprint = Blueprint("runs", __name__, url_prefix="/v1/runs")
 

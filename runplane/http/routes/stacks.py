@@ -12,7 +12,7 @@ from typing import Any
 from quart import Blueprint, Response, request
 
 from runplane.http.context import services
-from runplane.http.problems import FieldProblem, Problem
+from runplane.problems import FieldProblem, Problem
 from runplane.stacks import UnknownViewError, parse_view, stack_view, stacks_view
 
 blueprint = Blueprint("stacks", __name__, url_prefix="/v1/stacks")

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from runplane.placement import (
-    Fleet,
+    FleetIndex,
     FleetStatistics,
     Gpu,
     JobDemand,
@@ -28,7 +28,7 @@ def n(node_id: str, **kw: Any) -> NodeShape:
 
 
 def test_upsert_adds_replaces_and_keeps_load() -> None:
-    fleet = Fleet()
+    fleet = FleetIndex()
     fleet.upsert(n("a"), NodeLoad(used_cpu=2))
     assert len(fleet) == 1 and "a" in fleet
     fleet.upsert(n("a", cpu_cores=16))  # re-registered with a new shape, no load given
@@ -39,7 +39,7 @@ def test_upsert_adds_replaces_and_keeps_load() -> None:
 
 
 def test_remove_and_unknown_ids() -> None:
-    fleet = Fleet([n("a"), n("b")])
+    fleet = FleetIndex([n("a"), n("b")])
     assert fleet.remove("a") is True
     assert fleet.remove("a") is False
     assert [node.id for node, _ in fleet] == ["b"]
@@ -48,7 +48,7 @@ def test_remove_and_unknown_ids() -> None:
 
 
 def test_update_load_moves_nodes_between_free_and_full() -> None:
-    fleet = Fleet([n("a", max_concurrency=1)])
+    fleet = FleetIndex([n("a", max_concurrency=1)])
     job = JobDemand("j")
     assert isinstance(place(job, fleet), Placement)
     fleet.update_load("a", NodeLoad(active_jobs=1))
@@ -59,7 +59,7 @@ def test_update_load_moves_nodes_between_free_and_full() -> None:
 
 
 def test_disabling_and_enabling_a_node() -> None:
-    fleet = Fleet([n("a")])
+    fleet = FleetIndex([n("a")])
     fleet.upsert(n("a", disabled=True))
     assert isinstance(place(JobDemand("j"), fleet), Unplaced)
     fleet.upsert(n("a"))
@@ -67,7 +67,7 @@ def test_disabling_and_enabling_a_node() -> None:
 
 
 def test_reserve_and_release() -> None:
-    fleet = Fleet([n("a", gpus=(RTX,))])
+    fleet = FleetIndex([n("a", gpus=(RTX,))])
     job = JobDemand("j", cpu_cores=2, ram_gb=4, gpu_count=1)
     assert fleet.reserve("a", job) == NodeLoad(2, 4, 1, 1)
     assert fleet.release("a", job) == NodeLoad()
@@ -75,7 +75,7 @@ def test_reserve_and_release() -> None:
 
 
 def test_copy_is_independent_both_ways() -> None:
-    fleet = Fleet([n(f"n{i}") for i in range(600)])  # several list blocks
+    fleet = FleetIndex([n(f"n{i}") for i in range(600)])  # several list blocks
     copy = fleet.copy()
     copy.reserve("n1", JobDemand("j", cpu_cores=8))
     fleet.reserve("n2", JobDemand("j", cpu_cores=8))
@@ -90,7 +90,7 @@ def test_copy_is_independent_both_ways() -> None:
 
 
 def test_statistics() -> None:
-    fleet = Fleet(
+    fleet = FleetIndex(
         [
             n("a"),
             n("b"),
@@ -108,13 +108,13 @@ def test_statistics() -> None:
 
 def test_bad_settings_are_refused() -> None:
     with pytest.raises(ValueError):
-        Fleet(per_stream=0)
+        FleetIndex(per_stream=0)
     with pytest.raises(ValueError):
-        Fleet(stream_budget=-1)
+        FleetIndex(stream_budget=-1)
 
 
 def test_stream_takes_explain_a_decision() -> None:
-    fleet = Fleet([n(f"n{i}", reliability=i / 10) for i in range(10)], per_stream=2)
+    fleet = FleetIndex([n(f"n{i}", reliability=i / 10) for i in range(10)], per_stream=2)
     takes = fleet.stream_takes(JobDemand("j", weights_preset="interactive"))
     assert list(takes) == ["fit", "roomy", "empty", "dlperf", "reliable"]
     assert takes["reliable"] == ["n9", "n8"]

@@ -1,12 +1,7 @@
-"""The auth layer: one ``before_request`` (and ``before_websocket``) hook in front of every
-route. It resolves the caller's credential to a :class:`Principal`, applies the route's
-rule from :mod:`runplane.auth.rules` under the deployment's mode, and leaves the principal
-in ``g`` for :func:`current_principal` (and so ``current_caller()``).
-
-Credentials, all as ``Authorization: Bearer <secret>`` (``?token=`` only where the rule
-allows it): the operator admin token, an access token ``rpt_...``, a login session
-``rps_...`` (database only). A login session may name another org of its user with the
-``X-Runplane-Org`` header.
+"""Access decisions, free of HTTP: who a presented secret is (:func:`resolve`), a
+principal's standing in an org (:func:`org_role`), and whether a route's rule lets it
+through under the deployment's auth mode (:func:`decide`). The Quart hook that applies
+them to every request is ``runplane/http/auth_hook.py``.
 
 Modes (``RUNPLANE_AUTH``):
 
@@ -21,25 +16,18 @@ Modes (``RUNPLANE_AUTH``):
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-
-from quart import Quart, g, has_request_context, has_websocket_context, request, websocket
-from werkzeug.datastructures import Headers
 
 from runplane.auth import identity, tokens
 from runplane.auth.principal import ADMIN, InvalidCredential, Principal, anonymous
 from runplane.auth.roles import MANAGER_ROLES
-from runplane.auth.rules import UNLISTED, WEBSOCKET, Rule, rule_for
-from runplane.http.context import services
+from runplane.auth.rules import Rule
 from runplane.ids import secrets_equal
+from runplane.persistence import Store
 from runplane.problems import Problem, not_found
+from runplane.settings import Settings
 
-log = logging.getLogger("runplane.auth")
-
-ORG_HEADER = "X-Runplane-Org"
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
-_unlisted_seen: set[str] = set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,22 +117,22 @@ def decide(
     raise AssertionError(f"unknown requirement {need!r}")
 
 
-async def resolve(secret: str | None, *, org_id: str | None = None) -> Principal:
+async def resolve(
+    settings: Settings, store: Store, secret: str | None, *, org_id: str | None = None
+) -> Principal:
     """The principal a presented secret stands for (anonymous for None).
     InvalidCredential when it identifies nobody."""
-    svc = services()
-    settings = svc.settings
     if secret is None:
         return anonymous(sees_all=settings.auth != "required")
     admin = settings.admin_token
     if admin is not None and secrets_equal(secret, admin.get_secret_value()):
         return ADMIN
     if secret.startswith(tokens.TOKEN_PREFIX):
-        return await tokens.verify_token(svc.store, secret)
+        return await tokens.verify_token(store, secret)
     if secret.startswith(identity.SESSION_PREFIX):
-        if not svc.store.supports_identity:
+        if not store.supports_identity:
             raise InvalidCredential("session tokens need a database (identity is off)")
-        return await identity.verify_session(svc.store, secret, org_id=org_id)
+        return await identity.verify_session(store, secret, org_id=org_id)
     if secret.startswith(identity.LOGIN_TOKEN_PREFIX):
         raise InvalidCredential(
             "a login token is not a bearer: exchange it at POST /v1/auth/token first"
@@ -152,125 +140,14 @@ async def resolve(secret: str | None, *, org_id: str | None = None) -> Principal
     raise InvalidCredential("not a token this server issued")
 
 
-async def org_role(principal: Principal, org_id: str) -> str | None:
+async def org_role(store: Store, principal: Principal, org_id: str) -> str | None:
     """The principal's standing in ``org_id``: ``identity.SUPERUSER`` for the admin token,
     a login session's user's role there (live), an access token's role in its own org
     (``"none"`` for a token without a role); None outside the org."""
     if principal.superuser:
         return identity.SUPERUSER
     if principal.credential == "session":
-        return await identity.member_role(services().store, org_id, principal.subject)
+        return await identity.member_role(store, org_id, principal.subject)
     if principal.authenticated and principal.org_id == org_id:
         return principal.role or "none"  # in the org, without a role: 403, not 404
     return None
-
-
-def _bearer(headers: Headers) -> str | None:
-    value = headers.get("Authorization", "")
-    scheme, _, token = value.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        return None
-    return str(token.strip())
-
-
-def _route_name(method: str, rule: str) -> str:
-    return f"{method} {rule}"
-
-
-async def _authenticate(*, is_websocket: bool) -> None:
-    req = websocket if is_websocket else request
-    url_rule = req.url_rule
-    if url_rule is None:  # no route matched: let routing answer 404/405
-        g.principal = anonymous(sees_all=services().settings.auth != "required")
-        return
-    method = WEBSOCKET if is_websocket else request.method
-    if (
-        not is_websocket
-        and method == "OPTIONS"
-        and getattr(url_rule, "provide_automatic_options", False)
-    ):
-        g.principal = anonymous(sees_all=True)
-        return
-    route = _route_name(method, url_rule.rule)
-    rule = rule_for(method, url_rule.rule, websocket=is_websocket)
-    svc = services()
-    if rule is None:  # a bug tests/http/test_route_matrix.py reports; stay strict meanwhile
-        if route not in _unlisted_seen:
-            _unlisted_seen.add(route)
-            log.error(
-                "route has no auth rule: add it to RULES in runplane/auth/rules.py",
-                extra={"route": route},
-            )
-        rule = UNLISTED
-    if rule.identity and not svc.store.supports_identity:
-        raise Problem(
-            404,
-            "identity_inactive",
-            "users, orgs and login sessions need a database; this server runs with "
-            "RUNPLANE_DATABASE_URL=memory",
-        )
-    secret = _bearer(req.headers)
-    if secret is None and rule.query_token:
-        secret = req.args.get("token") or None
-    invalid: str | None = None
-    try:
-        principal = await resolve(secret, org_id=req.headers.get(ORG_HEADER) or None)
-    except InvalidCredential as exc:
-        invalid = exc.reason
-        principal = anonymous(sees_all=svc.settings.auth != "required")
-    g.principal = principal
-    mode = svc.settings.auth
-    standing = None
-    if rule.need == "org_manage" and principal.authenticated:
-        standing = await org_role(principal, str((req.view_args or {}).get("org_id", "")))
-    admin_configured = svc.settings.admin_token is not None
-
-    def under(as_mode: str) -> Denial | None:
-        return decide(
-            rule,
-            principal,
-            mode=as_mode,
-            invalid=invalid,
-            admin_configured=admin_configured,
-            org_role=standing,
-        )
-
-    denial = under("off" if mode == "shadow" else mode)
-    if denial is not None:
-        raise denial.problem()
-    if mode == "shadow":
-        would = under("required")
-        if would is not None:
-            log.warning(
-                "auth shadow: required mode would refuse this request",
-                extra={
-                    "route": route,
-                    "path": req.path,
-                    "principal": principal.describe(),
-                    "reason": would.detail,
-                    "status": would.status,
-                },
-            )
-
-
-async def authenticate_request() -> None:
-    await _authenticate(is_websocket=False)
-
-
-async def authenticate_websocket() -> None:
-    await _authenticate(is_websocket=True)
-
-
-def current_principal() -> Principal:
-    """The principal of the current request (the anonymous open-deploy caller outside a
-    request, or before the hook ran)."""
-    if (has_request_context() or has_websocket_context()) and "principal" in g:
-        principal: Principal = g.principal
-        return principal
-    return anonymous(sees_all=True)
-
-
-def install(app: Quart) -> None:
-    """Put the auth layer in front of every route of ``app``."""
-    app.before_request(authenticate_request)
-    app.before_websocket(authenticate_websocket)

@@ -280,7 +280,7 @@ class FleetStatistics:
     shelves: int
 
 
-class Fleet:
+class FleetIndex:
     """The indexed fleet: node shapes and loads. Pure data structure; no I/O, no clock.
 
     ``per_stream``: fitting nodes each candidate stream contributes; ``stream_budget``:
@@ -347,9 +347,9 @@ class Fleet:
             shelves=sum(len(s) for s in self._shelves.values()),
         )
 
-    def copy(self) -> Fleet:
+    def copy(self) -> FleetIndex:
         """An independent working copy (entries are immutable and shared)."""
-        other = Fleet.__new__(Fleet)
+        other = FleetIndex.__new__(FleetIndex)
         other.per_stream = self.per_stream
         other.stream_budget = self.stream_budget
         other.walk = self.walk

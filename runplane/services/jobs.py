@@ -2,7 +2,8 @@
 
 Submission plans the body (``runplane/runs/resolve.py``: config layers folded, stack and
 config checked), passes the admission gate (``runplane/actors/admission.py``: limits
-clamped to the caller's ceilings, a quota slot reserved or 429), writes the job row (with
+clamped to the caller's ceilings, a quota slot reserved, or ``AdmissionRefused`` which the
+HTTP layer answers with 429), writes the job row (with
 its Idempotency-Key and ResolvedRun) durably, then activates the job actor, which hands
 the job to placement. Control messages
 (cancel, priority) go to the job's actor through the registry; reads come from the store,
@@ -11,7 +12,7 @@ which every transition reaches before it is announced.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -20,32 +21,28 @@ import trio
 from runplane import runs
 from runplane.actors import admission as adm
 from runplane.actors import placement as pl
-from runplane.actors.job import Cancel, CancelOutcome, JobActor, JobDeps, SetPriority
-from runplane.agent import protocol as p
+from runplane.actors.job import JOBS, Cancel, CancelOutcome, JobActor, JobDeps, SetPriority
 from runplane.ids import new_id
 from runplane.jobs import repo
+from runplane.jobs.events import JobEvent
+from runplane.jobs.follow import JobEventSource, follow
 from runplane.jobs.phase import Phase
 from runplane.jobs.spec import (
-    SETUP_KEY,
     ResolvedJob,
     SubmitJobBody,
     body_hash,
     build,
-    execution_env,
     finish,
-    inline_path,
-    mount_relpath,
-    output_glob,
     raise_issues,
 )
 from runplane.persistence import Store, from_json
 from runplane.placement import DemandError, JobDemand
 from runplane.policy import LIMIT_KEYS
+from runplane.policy.refusal import AdmissionRefused
 from runplane.problems import FieldProblem, Problem, not_found
-from runplane.runtime import ActorRef, Registry
+from runplane.runtime import ActorRef, Hub, Registry
 from runplane.stacks import Catalog
 
-JOB_KIND = "job"
 #: A statement for the new job's row, written in its insert transaction (the audit row).
 InTx = Callable[[dict[str, Any]], tuple[str, Sequence[Any]]]
 #: A terminal job actor idle this long is passivated (its state is all in the store).
@@ -56,50 +53,6 @@ JOB_IDLE_SEC = 30.0
 class Submitter:
     org_id: str
     subject: str = ""
-
-
-def _mount_order(mount: dict[str, Any]) -> p.MountSpec:
-    inline = mount["type"] == "inline"
-    return p.MountSpec(
-        type=mount["type"],
-        path=inline_path(mount["path"]) if inline else mount_relpath(mount["path"]),
-        ref=mount.get("ref") or "",
-        mode=mount.get("mode") or "rw",
-    )
-
-
-def run_order(row: dict[str, Any], attempt: int) -> p.Run:
-    """The agent's run order: command, environment, and the mounts it prepares while the job
-    is ``pulling`` (inline code included, so ``inline_files`` stays empty) and the output
-    globs it uploads after the command ends."""
-    spec = from_json(row["spec"]) if isinstance(row["spec"], str) else row["spec"]
-    timeout = (spec.get("limits") or {}).get("timeout_sec") or None
-    workspace = spec.get("workspace")
-    inputs = [m for m in spec.get("inputs") or [] if m]
-    return p.Run(
-        job_id=row["id"],
-        attempt=attempt,
-        spec=p.RunSpec(
-            command=spec["command"],
-            env=execution_env(row["id"], spec),
-            setup=(spec.get("env") or {}).get(SETUP_KEY) or None,
-            timeout_sec=timeout,
-            workspace=_mount_order(workspace) if workspace else None,
-            inputs=[_mount_order(m) for m in inputs],
-            outputs=[
-                p.OutputGlob(
-                    artifact=o["artifact"],
-                    glob=output_glob(o["glob"]),
-                    optional=bool(o.get("optional")),
-                )
-                for o in spec.get("outputs") or []
-            ],
-        ),
-    )
-
-
-def cancel_order(job_id: str, attempt: int) -> p.Cancel:
-    return p.Cancel(job_id=job_id, attempt=attempt)
 
 
 def _check_placeable(resolved: ResolvedJob) -> None:
@@ -157,10 +110,12 @@ class Jobs:
         store: Store,
         catalog: Catalog,
         registry: Registry,
-        placement: ActorRef[Any],
+        placement: ActorRef[pl.PlacementMsg],
         admission: ActorRef[adm.AdmissionMsg],
+        hub: Hub,
     ) -> None:
         self.store = store
+        self.hub = hub
         self.catalog = catalog
         self.registry = registry
         self.placement = placement
@@ -175,16 +130,14 @@ class Jobs:
                 raise LookupError(f"job {job_id} has no row")
             return JobActor(deps, row)
 
-        self.registry.register(JOB_KIND, activate, idle_timeout=JOB_IDLE_SEC, mailbox_capacity=256)
+        self.registry.register(JOBS, activate, idle_timeout=JOB_IDLE_SEC, mailbox_capacity=256)
 
     async def recover(self) -> int:
-        """At start-up: re-activate every live job (queued ones re-enter placement; jobs on
-        nodes wait for their node to come back within the grace period)."""
-        rows = await repo.live_rows(self.store)
+        """At start-up: re-activate every live job, so its actor takes agent reports and
+        control messages at once (placement rebuilt its queue and reservations itself)."""
+        rows = await repo.live_rows(self.store, "id")
         for row in rows:
-            if Phase(row["phase"]).on_node:
-                await self.placement.tell(pl.Restore(row))
-            await self.registry.get(JOB_KIND, row["id"])
+            await self.registry.get(JOBS, row["id"])
         return len(rows)
 
     async def submit(
@@ -303,8 +256,8 @@ class Jobs:
             who.org_id, who.subject, project, {k: spec["limits"].get(k) for k in LIMIT_KEYS}
         )
         decision = await adm.admit(self.admission, request, new.id)
-        if not decision.allowed:
-            raise Problem(429, "quota_exceeded", decision.reason)
+        if decision.refusal is not None:
+            raise AdmissionRefused(decision.refusal, decision.reason)
         try:
             resolved = finish(
                 spec,
@@ -330,7 +283,7 @@ class Jobs:
             return await self._replay(inserted)
         self._fresh[new.id] = inserted
         try:
-            await self.registry.get(JOB_KIND, new.id)  # activation enqueues it
+            await self.registry.get(JOBS, new.id)  # activation enqueues it
         finally:
             del self._fresh[new.id]
         return Created(inserted, decision.clamp.notes)
@@ -340,7 +293,7 @@ class Jobs:
             await self.admission.tell(adm.Release(job_id))
 
     async def _replay(self, job_id: str) -> Created:
-        await self.registry.get(JOB_KIND, job_id)
+        await self.registry.get(JOBS, job_id)
         row = await repo.get_row(self.store, job_id, None)
         assert row is not None
         return Created(row)
@@ -349,24 +302,32 @@ class Jobs:
         row = await self._visible(job_id, org_id)
         if Phase(row["phase"]).terminal:
             return row, CancelOutcome(cancelled=False, killed_on_node=False)
-        outcome: CancelOutcome = await self.registry.ask(JOB_KIND, job_id, Cancel())
+        outcome = await self.registry.ask(JOBS, job_id, Cancel())
         fresh = await repo.get_row(self.store, job_id, None)
         assert fresh is not None
         return fresh, outcome
 
     async def set_priority(self, job_id: str, org_id: str | None, priority: int) -> dict[str, Any]:
         await self._visible(job_id, org_id)
-        await self.registry.ask(JOB_KIND, job_id, SetPriority(priority))
+        await self.registry.ask(JOBS, job_id, SetPriority(priority))
         fresh = await repo.get_row(self.store, job_id, None)
         assert fresh is not None
         return fresh
+
+    def follow(self, job_id: str, since: int) -> AsyncIterator[list[JobEvent]]:
+        """The job's telemetry after ``since``: history, then live, ending after its
+        terminal phase event (``runplane/jobs/follow.py``)."""
+
+        async def activate() -> object:
+            return await self.registry.get(JOBS, job_id)
+
+        return follow(JobEventSource(self.store, self.hub, job_id, activate), since)
 
     async def wait_reasons(self, rows: list[dict[str, Any]]) -> dict[str, str]:
         queued = tuple(r["id"] for r in rows if r["phase"] == Phase.QUEUED.value)
         if not queued:
             return {}
-        reasons: dict[str, str] = await self.placement.ask(pl.WaitReasons(queued))
-        return reasons
+        return await self.placement.ask(pl.WaitReasons(queued))
 
     async def _visible(self, job_id: str, org_id: str | None) -> dict[str, Any]:
         row = await repo.get_row(self.store, job_id, org_id)

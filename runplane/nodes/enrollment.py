@@ -15,18 +15,23 @@ Async functions over a :class:`~runplane.persistence.Store` (tables of migration
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runplane.ids import hash_secret, new_id, new_secret, secrets_equal
+from runplane.ids import (
+    hash_secret,
+    new_id,
+    new_secret,
+    secrets_equal,
+    valid_org_id,
+)
 from runplane.persistence import Row, Store, Tx, now_ms
 from runplane.persistence.revocable import newest_first, revoke
 from runplane.settings import Settings
 from runplane.timefmt import iso_ms
 
-log = logging.getLogger("runplane.enrollment")
+log = logging.getLogger("runplane.nodes.enrollment")
 
 TIERS: tuple[str, ...] = ("community", "partner", "trusted")
 DEFAULT_TIER = "community"
@@ -38,9 +43,6 @@ JOIN_TOKEN_PREFIX = "rpj_"
 NODE_ID_PREFIX = "node_"
 NODE_CREDENTIAL_PREFIX = "rpn_"
 
-#: ``org_`` + lowercase letters, digits, ``_`` or ``-`` (minted org ids and ``org_default``).
-ORG_ID_PATTERN = r"^org_[a-z0-9_-]{1,64}$"
-_ORG_ID_RE = re.compile(ORG_ID_PATTERN)
 
 MINT_NOTE = (
     "Store this join token now: it is shown only once and cannot be recovered (only its "
@@ -117,10 +119,6 @@ def coerce_tier(value: object) -> str:
     if isinstance(value, str) and value.strip().lower() in TIERS:
         return value.strip().lower()
     return DEFAULT_TIER
-
-
-def valid_org_id(value: str) -> bool:
-    return bool(_ORG_ID_RE.match(value))
 
 
 def open_enrollment_allowed(settings: Settings) -> bool:

@@ -1,0 +1,312 @@
+"""The node agent's outbox: job reports waiting to be sent, and finishes waiting for an ack.
+
+:class:`Outbox` is pure bookkeeping (no I/O): per job attempt (:data:`JobKey`) a bounded
+queue of ``job_phase``/``job_logs``/``job_metric``/``job_finished`` messages, dropping the
+oldest log lines and metric points beyond the buffer limits (``MAX_BUFFERED_UNITS``,
+``MAX_BUFFERED_BYTES``) with a note (:func:`dropped_note`), splitting big log batches into
+frames (``MAX_FRAME_TEXT``), and keeping each ``job_finished`` until the server acknowledges
+it. :func:`check_job_ref` says whether a job id/attempt may name a workdir.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+from runplane.agent.protocol import (
+    Cancel,
+    FinishedAck,
+    JobFinished,
+    JobLogs,
+    JobMetric,
+    JobPhase,
+    Run,
+    RunningJob,
+)
+
+#: Per job, reports waiting to be sent are bounded: beyond this many log lines + metric
+#: points, or this many bytes of log text, the oldest are dropped (and a system line says so).
+MAX_BUFFERED_UNITS = 10_000
+MAX_BUFFERED_BYTES = 8 * 1024 * 1024
+#: One ``job_logs`` frame carries at most this much log text (bigger batches are split).
+MAX_FRAME_TEXT = 512 * 1024
+
+JobKey: TypeAlias = tuple[str, int]
+Queued: TypeAlias = JobPhase | JobLogs | JobMetric | JobFinished
+
+_JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
+
+
+def check_job_ref(job_id: str, attempt: int) -> str | None:
+    """Why a job id/attempt cannot name a workdir (``None`` when it can)."""
+    if not _JOB_ID_RE.fullmatch(job_id):
+        return f"invalid job id {job_id[:140]!r}: expected letters, digits, '_', '-', '.'"
+    if attempt < 1:
+        return f"invalid attempt {attempt}: must be >= 1"
+    return None
+
+
+def job_key(msg: Queued | Run | Cancel | FinishedAck | RunningJob) -> JobKey:
+    """The job attempt a message is about: ``(job_id, attempt)``."""
+    return (msg.job_id, msg.attempt)
+
+
+@dataclass(slots=True)
+class _Entry:
+    seq: int
+    msg: Queued
+    lines: int = 0  # droppable log lines
+    nbytes: int = 0
+    metric: bool = False
+
+
+@dataclass(slots=True)
+class _Queue:
+    entries: deque[_Entry] = field(default_factory=deque)
+    lines: int = 0
+    metrics: int = 0
+    nbytes: int = 0
+    dropped_lines: int = 0
+    dropped_metrics: int = 0
+
+    @property
+    def units(self) -> int:
+        return self.lines + self.metrics
+
+    def add(self, entry: _Entry) -> None:
+        self.entries.append(entry)
+        self._count(entry, 1)
+
+    def remove_at(self, index: int) -> _Entry:
+        entry = self.entries[index]
+        del self.entries[index]
+        self._count(entry, -1)
+        return entry
+
+    def _count(self, entry: _Entry, sign: int) -> None:
+        self.lines += sign * entry.lines
+        self.nbytes += sign * entry.nbytes
+        self.metrics += sign * int(entry.metric)
+
+
+@dataclass(slots=True)
+class _Unacked:
+    msg: JobFinished
+    sent_at: float | None = None  # None: waiting in the queue (or in flight), not sent yet
+
+
+@dataclass(slots=True)
+class _Inflight:
+    key: JobKey
+    entry: _Entry
+    messages: list[Queued]
+
+
+def _split_lines(lines: Sequence[tuple[Any, str]], limit: int) -> Iterator[list[tuple[Any, str]]]:
+    chunk: list[tuple[Any, str]] = []
+    size = 0
+    for line in lines:
+        n = len(line[1])
+        if chunk and size + n > limit:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(line)
+        size += n
+    if chunk:
+        yield chunk
+
+
+def dropped_note(lines: int, metrics: int) -> str:
+    what = []
+    if lines:
+        what.append(f"{lines} log line{'s' * (lines != 1)}")
+    if metrics:
+        what.append(f"{metrics} metric point{'s' * (metrics != 1)}")
+    return (
+        f"agent dropped {' and '.join(what)} of this job: too much output buffered "
+        "while disconnected from the server"
+    )
+
+
+class Outbox:
+    """Reports waiting to be sent, per job in order, and finishes waiting for an ack.
+
+    Pure bookkeeping, no I/O: the agent's sender takes :meth:`head`, sends it, calls
+    :meth:`sent`. A job's queue holds at most ``max_units`` log lines + metric points and
+    ``max_bytes`` of log text; beyond that the oldest are dropped and the next report of
+    that job sent is preceded by a ``system`` line saying how many. Phases and finishes are
+    never dropped. Jobs are interleaved in the order their reports were made.
+    """
+
+    def __init__(
+        self,
+        max_units: int | None = None,
+        max_bytes: int | None = None,
+        frame_text: int | None = None,
+    ) -> None:
+        self.max_units = MAX_BUFFERED_UNITS if max_units is None else max_units
+        self.max_bytes = MAX_BUFFERED_BYTES if max_bytes is None else max_bytes
+        self.frame_text = MAX_FRAME_TEXT if frame_text is None else frame_text
+        self._queues: dict[JobKey, _Queue] = {}
+        self._unacked: dict[JobKey, _Unacked] = {}
+        self._inflight: _Inflight | None = None
+        self._seq = 0
+        self.dropped_lines = 0
+        self.dropped_metrics = 0
+
+    # -- adding
+
+    def _entry(self, msg: Queued, **kw: Any) -> _Entry:
+        self._seq += 1
+        return _Entry(self._seq, msg, **kw)
+
+    def put(self, msg: Queued) -> None:
+        key = job_key(msg)
+        queue = self._queues.setdefault(key, _Queue())
+        if isinstance(msg, JobLogs):
+            if not msg.lines:
+                return
+            chunks = list(_split_lines(msg.lines, self.frame_text))
+            for chunk in chunks:
+                part = msg if len(chunks) == 1 else msg.model_copy(update={"lines": chunk})
+                nbytes = sum(len(text) for _, text in chunk)
+                queue.add(self._entry(part, lines=len(chunk), nbytes=nbytes))
+            self._trim(queue)
+        elif isinstance(msg, JobMetric):
+            queue.add(self._entry(msg, metric=True))
+            self._trim(queue)
+        else:
+            if isinstance(msg, JobFinished):
+                self._unacked[key] = _Unacked(msg)
+            queue.add(self._entry(msg))
+
+    def _trim(self, queue: _Queue) -> None:
+        while queue.units > self.max_units or queue.nbytes > self.max_bytes:
+            index = next((i for i, e in enumerate(queue.entries) if e.lines or e.metric), None)
+            if index is None:
+                return
+            entry = queue.entries[index]
+            if entry.metric:
+                queue.remove_at(index)
+                queue.dropped_metrics += 1
+                self.dropped_metrics += 1
+                continue
+            assert isinstance(entry.msg, JobLogs)
+            lines = entry.msg.lines
+            n = freed = 0
+            while n < len(lines) and (
+                queue.units - n > self.max_units or queue.nbytes - freed > self.max_bytes
+            ):
+                freed += len(lines[n][1])
+                n += 1
+            queue.remove_at(index)
+            if n < len(lines):
+                rest = _Entry(
+                    entry.seq,
+                    entry.msg.model_copy(update={"lines": lines[n:]}),
+                    lines=len(lines) - n,
+                    nbytes=entry.nbytes - freed,
+                )
+                queue.entries.insert(index, rest)
+                queue.lines += rest.lines
+                queue.nbytes += rest.nbytes
+            queue.dropped_lines += n
+            self.dropped_lines += n
+
+    # -- sending
+
+    def head(self) -> tuple[JobKey, list[Queued]] | None:
+        """The next message(s) to send: the oldest report (with a drop note before it).
+
+        The same messages are returned until :meth:`sent` (a send cut by a lost connection
+        is retried first on the next one).
+        """
+        if self._inflight is not None:
+            return self._inflight.key, self._inflight.messages
+        best: tuple[int, JobKey] | None = None
+        for key, queue in self._queues.items():
+            if queue.entries and (best is None or queue.entries[0].seq < best[0]):
+                best = (queue.entries[0].seq, key)
+        if best is None:
+            return None
+        key = best[1]
+        queue = self._queues[key]
+        entry = queue.remove_at(0)
+        messages: list[Queued] = []
+        if not isinstance(entry.msg, JobPhase) and (queue.dropped_lines or queue.dropped_metrics):
+            note = dropped_note(queue.dropped_lines, queue.dropped_metrics)
+            messages.append(JobLogs(job_id=key[0], attempt=key[1], lines=[("system", note)]))
+            queue.dropped_lines = queue.dropped_metrics = 0
+        messages.append(entry.msg)
+        self._inflight = _Inflight(key, entry, messages)
+        return key, messages
+
+    def sent(self, now: float) -> None:
+        """The messages of the last :meth:`head` went out."""
+        inflight, self._inflight = self._inflight, None
+        if inflight is None:
+            return
+        if isinstance(inflight.entry.msg, JobFinished):
+            unacked = self._unacked.get(inflight.key)
+            if unacked is not None:
+                unacked.sent_at = now
+        queue = self._queues.get(inflight.key)
+        if queue is not None and not queue.entries:
+            del self._queues[inflight.key]
+
+    # -- acknowledgements
+
+    def ack(self, key: JobKey) -> bool:
+        """The server has the finish of ``key``: forget it (and any copy waiting to be resent)."""
+        if self._unacked.pop(key, None) is None:
+            return False
+        queue = self._queues.get(key)
+        if queue is not None:
+            for i in reversed(range(len(queue.entries))):
+                if isinstance(queue.entries[i].msg, JobFinished):
+                    queue.remove_at(i)
+            if not queue.entries:
+                del self._queues[key]
+        inflight = self._inflight
+        if (
+            inflight is not None
+            and inflight.key == key
+            and isinstance(inflight.entry.msg, JobFinished)
+        ):
+            self._inflight = None
+        return True
+
+    def requeue_unacked(self, sent_before: float | None = None) -> int:
+        """Queue again the finishes sent but not acked (only those sent before ``sent_before``)."""
+        count = 0
+        for key, unacked in self._unacked.items():
+            if unacked.sent_at is None:
+                continue
+            if sent_before is not None and unacked.sent_at > sent_before:
+                continue
+            unacked.sent_at = None
+            self._queues.setdefault(key, _Queue()).add(self._entry(unacked.msg))
+            count += 1
+        return count
+
+    # -- looking
+
+    def units(self, key: JobKey) -> int:
+        queue = self._queues.get(key)
+        return queue.units if queue is not None else 0
+
+    def is_unacked(self, key: JobKey) -> bool:
+        return key in self._unacked
+
+    def unacked(self) -> list[JobKey]:
+        return list(self._unacked)
+
+    def pending(self) -> int:
+        """Messages waiting to be sent (drop notes not counted)."""
+        return sum(len(q.entries) for q in self._queues.values()) + (self._inflight is not None)
+
+    def empty(self) -> bool:
+        return self.pending() == 0

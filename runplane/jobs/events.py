@@ -1,0 +1,84 @@
+"""A job's telemetry events: the one stored-event type, its one encoder, and ring items.
+
+Every event a job emits (a ``phase`` change, a ``log`` line, a ``metric`` point) is a row
+of ``job_events``: :class:`StoredEvent`, whose ``data`` is the SSEEvent JSON, encoded once
+here by the job actor and never again (the store keeps it, SSE and ``/logs`` send it).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from runplane.persistence import to_json
+
+from .phase import Phase
+
+#: The phases after which a job's stream ends.
+TERMINAL_PHASES = frozenset(p.value for p in Phase if p.terminal)
+
+
+class StoredEvent(NamedTuple):
+    """One row of ``job_events``; ``data`` is the event's SSEEvent JSON."""
+
+    job_id: str
+    seq: int
+    kind: str  # phase | log | metric
+    ts: int  # unix ms
+    data: str
+
+    @property
+    def ends_stream(self) -> bool:
+        """The job's terminal phase event: nothing follows it."""
+        return self.kind == "phase" and json.loads(self.data)["phase"] in TERMINAL_PHASES
+
+
+def encode(job_id: str, seq: int, kind: str, ts: int, **fields: Any) -> StoredEvent:
+    """The event ``kind`` number ``seq`` of ``job_id`` with its SSEEvent payload."""
+    payload = {"kind": kind, "job_id": job_id, "seq": seq, **fields}
+    return StoredEvent(job_id, seq, kind, ts, to_json(payload))
+
+
+def phase_event(
+    job_id: str, seq: int, phase: str, ts: int, error: str | None = None
+) -> StoredEvent:
+    if error:
+        return encode(job_id, seq, "phase", ts, phase=phase, error=error)
+    return encode(job_id, seq, "phase", ts, phase=phase)
+
+
+def log_event(job_id: str, seq: int, stream: str, line: str, ts: int) -> StoredEvent:
+    return encode(job_id, seq, "log", ts, stream=stream, line=line)
+
+
+def system_line_event(job_id: str, seq: int, line: str, ts: int) -> StoredEvent:
+    return log_event(job_id, seq, "system", line, ts)
+
+
+def metric_event(
+    job_id: str, seq: int, step: int | None, values: dict[str, float], ts: int
+) -> StoredEvent:
+    if step is None:
+        return encode(job_id, seq, "metric", ts, values=values)
+    return encode(job_id, seq, "metric", ts, values=values, step=step)
+
+
+@dataclass(slots=True)
+class JobEvent:
+    """What the job's ring carries: one stored event. ``frame`` is left for the SSE
+    follower to fill once, so a thousand subscribers share one encoding."""
+
+    seq: int
+    kind: str
+    data: str
+    end: bool = False  # the terminal phase event: the stream ends after it
+    frame: bytes | None = None
+
+    @classmethod
+    def of(cls, event: StoredEvent, *, end: bool = False) -> JobEvent:
+        return cls(seq=event.seq, kind=event.kind, data=event.data, end=end)
+
+
+def ring_name(job_id: str) -> str:
+    return f"job/{job_id}"

@@ -1,0 +1,54 @@
+"""The agent's orders for a job: what to run (``Run``) and what to stop (``Cancel``),
+built from the job's row (``runplane/agent/protocol.py`` is the wire format)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runplane.agent import protocol as p
+from runplane.jobs.spec import SETUP_KEY, execution_env, inline_path, mount_relpath, output_glob
+from runplane.persistence import from_json
+
+
+def _mount_order(mount: dict[str, Any]) -> p.MountSpec:
+    inline = mount["type"] == "inline"
+    return p.MountSpec(
+        type=mount["type"],
+        path=inline_path(mount["path"]) if inline else mount_relpath(mount["path"]),
+        ref=mount.get("ref") or "",
+        mode=mount.get("mode") or "rw",
+    )
+
+
+def run_order(row: dict[str, Any], attempt: int) -> p.Run:
+    """The agent's run order: command, environment, and the mounts it prepares while the job
+    is ``pulling`` (inline code included, so ``inline_files`` stays empty) and the output
+    globs it uploads after the command ends."""
+    spec = from_json(row["spec"]) if isinstance(row["spec"], str) else row["spec"]
+    timeout = (spec.get("limits") or {}).get("timeout_sec") or None
+    workspace = spec.get("workspace")
+    inputs = [m for m in spec.get("inputs") or [] if m]
+    return p.Run(
+        job_id=row["id"],
+        attempt=attempt,
+        spec=p.RunSpec(
+            command=spec["command"],
+            env=execution_env(row["id"], spec),
+            setup=(spec.get("env") or {}).get(SETUP_KEY) or None,
+            timeout_sec=timeout,
+            workspace=_mount_order(workspace) if workspace else None,
+            inputs=[_mount_order(m) for m in inputs],
+            outputs=[
+                p.OutputGlob(
+                    artifact=o["artifact"],
+                    glob=output_glob(o["glob"]),
+                    optional=bool(o.get("optional")),
+                )
+                for o in spec.get("outputs") or []
+            ],
+        ),
+    )
+
+
+def cancel_order(job_id: str, attempt: int) -> p.Cancel:
+    return p.Cancel(job_id=job_id, attempt=attempt)

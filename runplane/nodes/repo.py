@@ -1,0 +1,186 @@
+"""SQL for the ``nodes`` table, and the node-side reads of ``jobs``. Portable (SQLite and
+PostgreSQL). Rows come back as :class:`NodeRow`; callers are the node actor, the heartbeat
+log and the fleet service."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from runplane.jobs.phase import ON_NODE
+from runplane.persistence import Store, now_ms, to_json
+
+from .facts import NodeFacts
+
+_ON_NODE = tuple(ph.value for ph in ON_NODE)
+_ON_NODE_MARKS = ",".join("?" * len(_ON_NODE))
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    id: str
+    org_id: str
+    name: str
+    tier: str
+    facts: NodeFacts
+    disabled: bool
+    agent_version: str
+    channel: str
+    status: str  # online | disconnected | offline
+    attempts_total: int
+    attempts_lost: int
+    attempts_ok: int
+    last_heartbeat: int | None  # unix ms
+    created_at: int
+    updated_at: int
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> NodeRow:
+        return cls(
+            id=row["id"],
+            org_id=row["org_id"],
+            name=row["name"],
+            tier=row["tier"],
+            facts=NodeFacts.parse(row["facts"], row["overrides"]),
+            disabled=bool(row["disabled"]),
+            agent_version=row["agent_version"],
+            channel=row["channel"],
+            status=row["status"],
+            attempts_total=row["attempts_total"] or 0,
+            attempts_lost=row["attempts_lost"] or 0,
+            attempts_ok=row["attempts_ok"] or 0,
+            last_heartbeat=row["last_heartbeat"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Attached:
+    """What an agent's hello writes into its node's row."""
+
+    node_id: str
+    org_id: str
+    tier: str
+    name: str
+    facts: dict[str, Any]
+    agent_version: str
+    channel: str
+
+
+async def get(store: Store, node_id: str) -> NodeRow | None:
+    row = await store.fetchone("SELECT * FROM nodes WHERE id = ?", (node_id,))
+    return None if row is None else NodeRow.of(row)
+
+
+async def page(
+    store: Store, *, after: str | None = None, limit: int | None = None
+) -> list[NodeRow]:
+    sql, params = "SELECT * FROM nodes", list[Any]()
+    if after is not None:
+        sql += " WHERE id > ?"
+        params.append(after)
+    sql += " ORDER BY id"
+    if limit is not None:
+        sql += " LIMIT ?"
+        params.append(limit)
+    return [NodeRow.of(r) for r in await store.fetchall(sql, params)]
+
+
+async def upsert_attached(store: Store, node: Attached) -> None:
+    """The node is online now (insert on first enrollment; name, facts, version refreshed)."""
+    now = now_ms()
+    await store.execute(
+        "INSERT INTO nodes (id, org_id, name, tier, facts, agent_version, channel, status,"
+        " last_heartbeat, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+        " ON CONFLICT (id) DO UPDATE SET name = excluded.name, facts = excluded.facts,"
+        " agent_version = excluded.agent_version, channel = excluded.channel,"
+        " last_heartbeat = excluded.last_heartbeat, updated_at = excluded.updated_at",
+        (
+            node.node_id,
+            node.org_id,
+            node.name,
+            node.tier,
+            to_json(node.facts),
+            node.agent_version,
+            node.channel,
+            "online",
+            now,
+            now,
+            now,
+        ),
+    )
+
+
+async def set_status(store: Store, node_id: str, status: str, last_beat_ms: int | None) -> None:
+    """Written at once, with the last beat when known (a node never attached keeps its
+    row's beat)."""
+    await store.execute(
+        "UPDATE nodes SET status = ?, updated_at = ?,"
+        " last_heartbeat = COALESCE(?, last_heartbeat) WHERE id = ?",
+        (status, now_ms(), last_beat_ms, node_id),
+    )
+
+
+async def mark_all_offline(store: Store) -> None:
+    await store.execute("UPDATE nodes SET status = 'offline' WHERE status <> 'offline'")
+
+
+async def connected_ids(store: Store) -> list[str]:
+    rows = await store.fetchall("SELECT id FROM nodes WHERE status <> 'offline'")
+    return [r["id"] for r in rows]
+
+
+_OUTCOME_COLUMN = {"placed": "attempts_total", "lost": "attempts_lost", "ok": "attempts_ok"}
+
+
+async def count_outcome(store: Store, node_id: str, outcome: str) -> None:
+    """One more attempt ``placed`` on, ``lost`` with, or finished ``ok`` by the node."""
+    column = _OUTCOME_COLUMN[outcome]
+    await store.execute(f"UPDATE nodes SET {column} = {column} + 1 WHERE id = ?", (node_id,))
+
+
+_BEAT_SQL = "UPDATE nodes SET last_heartbeat = ? WHERE id = ?"
+
+
+async def write_beats(store: Store, beats: Mapping[str, int]) -> None:
+    """Every node's latest beat (node id -> unix ms) in one batch."""
+    await store.execute_many(_BEAT_SQL, [(at_ms, node_id) for node_id, at_ms in beats.items()])
+
+
+# jobs on nodes ---------------------------------------------------------------------------
+
+
+async def expected_attempts(store: Store, node_id: str) -> dict[str, int]:
+    """The attempts the server believes run on ``node_id``: job id -> attempt."""
+    rows = await store.fetchall(
+        f"SELECT id, attempt FROM jobs WHERE node_id = ? AND phase IN ({_ON_NODE_MARKS})",
+        (node_id, *_ON_NODE),
+    )
+    return {r["id"]: r["attempt"] for r in rows}
+
+
+async def nodes_with_live_jobs(store: Store) -> list[str]:
+    rows = await store.fetchall(
+        f"SELECT DISTINCT node_id FROM jobs WHERE node_id IS NOT NULL AND phase IN "
+        f"({_ON_NODE_MARKS})",
+        _ON_NODE,
+    )
+    return [r["node_id"] for r in rows]
+
+
+async def jobs_on(store: Store, node_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """The live jobs on each of ``node_ids`` (the columns a node view shows), oldest first."""
+    if not node_ids:
+        return {}
+    marks = ",".join("?" * len(node_ids))
+    rows = await store.fetchall(
+        f"SELECT id, org_id, stack, phase, node_id, priority, spec FROM jobs WHERE node_id IN"
+        f" ({marks}) AND phase IN ({_ON_NODE_MARKS}) ORDER BY id",
+        (*node_ids, *_ON_NODE),
+    )
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_node.setdefault(row["node_id"], []).append(row)
+    return by_node

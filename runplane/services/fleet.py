@@ -1,0 +1,153 @@
+"""The fleet service: what routes and the agent WebSocket call about nodes.
+
+It registers the node actors and the heartbeat log (``runplane/actors/heartbeats.py``),
+keeps each connected node's session (the outbox of its WebSocket) so a restarted node
+actor resumes it, attaches agents on hello, delivers orders to node actors and renders
+node views (``runplane/nodes/view.py``) with the beats not yet written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+import trio
+
+from runplane.actors.heartbeats import (
+    BEAT_FLUSH_SEC,
+    Beaten,
+    BeatMsg,
+    HeartbeatLog,
+    LatestBeats,
+)
+from runplane.actors.node import NODES, Attach, Deliver, Detach, NodeActor, NodeDeps, NodeMsg
+from runplane.agent import protocol as p
+from runplane.nodes import repo as nodes_repo
+from runplane.nodes.connect import identify
+from runplane.nodes.enrollment import NodeIdentity
+from runplane.nodes.view import node_view
+from runplane.persistence import Store
+from runplane.runtime import ActorError, ActorGone, ActorKind, ActorRef, MailboxClosed, Registry
+from runplane.settings import Settings
+
+log = logging.getLogger("runplane.nodes")
+
+#: The heartbeat log: one registry actor of its own kind (under the ``actors`` supervisor,
+#: beside the node actors), activated by ``Fleet.recover`` or the first beat.
+HEARTBEATS = ActorKind[BeatMsg]("heartbeats")
+BEATS_ID = "all"
+
+Outbox = trio.MemorySendChannel[str]
+
+
+class Fleet:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        registry: Registry,
+        *,
+        beat_flush_sec: float = BEAT_FLUSH_SEC,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.registry = registry
+        self.beat_flush_sec = beat_flush_sec
+        #: node id -> the outbox of its current WebSocket session: a node actor restarted
+        #: after a crash picks its session up from here (the socket outlives the actor)
+        self.sessions: dict[str, Outbox] = {}
+
+    def register(self, deps: NodeDeps) -> None:
+        """Register the node actors and the heartbeat log (``deps.record_beat`` is
+        normally :meth:`record_beat`)."""
+
+        async def activate(node_id: str) -> NodeActor:
+            return NodeActor(deps, node_id, session=self.sessions.get(node_id))
+
+        async def activate_log(_: str) -> HeartbeatLog:
+            return HeartbeatLog(self.store, self.beat_flush_sec)
+
+        self.registry.register(NODES, activate, idle_timeout=None, mailbox_capacity=1024)
+        self.registry.register(HEARTBEATS, activate_log, idle_timeout=None, mailbox_capacity=4096)
+
+    async def record_beat(self, node_id: str, at_ms: int) -> None:
+        """Hand a beat to the heartbeat log: no write, and no scheduling point while its
+        mailbox has room. Dropped while the server stops (the log has flushed by then)."""
+        try:
+            ref = await self.registry.get(HEARTBEATS, BEATS_ID)
+            await ref.tell_now(Beaten(node_id, at_ms))
+        except ActorError:
+            pass
+
+    async def latest_beats(self) -> dict[str, int]:
+        """The beats the heartbeat log has not written yet (node id -> unix ms); empty if
+        it is not running or does not answer within a second (the rows' values then)."""
+        if not self.registry.active(HEARTBEATS, BEATS_ID):
+            return {}
+        try:
+            return await self.registry.ask(HEARTBEATS, BEATS_ID, LatestBeats(), timeout=1.0)
+        except ActorError:
+            return {}
+
+    async def expected(self, node_id: str) -> dict[str, int]:
+        return await nodes_repo.expected_attempts(self.store, node_id)
+
+    async def recover(self) -> None:
+        """At start-up (after ``nodes_repo.mark_all_offline``: nobody is connected yet),
+        nodes that hold live jobs get an actor now so their grace clock runs."""
+        await self.registry.get(HEARTBEATS, BEATS_ID)  # its flush timer runs from now
+        for node_id in await nodes_repo.nodes_with_live_jobs(self.store):
+            await self.registry.get(NODES, node_id)
+
+    async def identify(self, hello: p.Hello) -> tuple[NodeIdentity, str | None]:
+        """Who is connecting (``runplane/nodes/connect.py``); raises ConnectRefused."""
+        return await identify(self.settings, self.store, hello)
+
+    async def attach(
+        self, identity: NodeIdentity, hello: p.Hello, outbox: Outbox
+    ) -> ActorRef[NodeMsg]:
+        await nodes_repo.upsert_attached(
+            self.store,
+            nodes_repo.Attached(
+                node_id=identity.node_id,
+                org_id=identity.org_id,
+                tier=identity.tier,
+                name=hello.facts.name,
+                facts=hello.facts.model_dump(),
+                agent_version=hello.agent_version,
+                channel=hello.channel,
+            ),
+        )
+        self.sessions[identity.node_id] = outbox
+        ref = await self.registry.get(NODES, identity.node_id)
+        await ref.ask(Attach(outbox, hello))
+        return ref
+
+    async def detach(self, node: ActorRef[NodeMsg], node_id: str, outbox: Outbox) -> None:
+        """The session of ``outbox`` ended (the agent went away, or was replaced)."""
+        if self.sessions.get(node_id) is outbox:
+            del self.sessions[node_id]
+        with contextlib.suppress(ActorGone, MailboxClosed):
+            await node.tell(Detach(outbox))
+
+    async def deliver(self, node_id: str, order: p.Run | p.Cancel) -> bool:
+        if not self.registry.active(NODES, node_id):
+            return False
+        try:
+            return await self.registry.ask(NODES, node_id, Deliver(order))
+        except (ActorGone, MailboxClosed):
+            return False
+
+    async def node_outcome(self, node_id: str, outcome: str) -> None:
+        await nodes_repo.count_outcome(self.store, node_id, outcome)
+
+    async def views(
+        self, *, after: str | None = None, limit: int | None = None, org_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        # asked before the rows are read: a beat flushed in between is then in its row
+        # (asked after, it could be in neither)
+        beats = await self.latest_beats()
+        rows = await nodes_repo.page(self.store, after=after, limit=limit)
+        jobs = await nodes_repo.jobs_on(self.store, [r.id for r in rows])
+        return [node_view(r, jobs.get(r.id, []), org_id, beats.get(r.id)) for r in rows]
