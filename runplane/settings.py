@@ -10,11 +10,12 @@ import ipaddress
 import os
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 #: Feature areas that ``RUNPLANE_DISABLE`` may switch off (each then answers 503).
@@ -168,7 +169,7 @@ def _env_name(field: str) -> str:
     return "RUNPLANE_" + field.upper()
 
 
-_ACCEPTED_HINTS = {
+_ACCEPTED_HINTS: dict[str, Callable[[ErrorDetails], str]] = {
     "literal_error": lambda err: (
         "accepted: "
         + ", ".join(re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", ""))))

@@ -168,7 +168,7 @@ class AdmissionActor(Actor[AdmissionMsg]):
 
     async def on_start(self) -> None:
         self._docs = await policy_repo.load_all(self._store) if self._use_docs else {}
-        rows = await repo.live_rows(self._store, "id, org_id, submitted_by, phase")
+        rows = await repo.live_columns(self._store, "id, org_id, submitted_by, phase")
         for row in rows:
             self._add(row["id"], row["org_id"], row["submitted_by"], Phase(row["phase"]).on_node)
         if rows:
@@ -315,23 +315,24 @@ def _over_quota(org_id: str, subject: str, c: Concurrency, caps: Caps) -> str:
 
 
 # client functions -----------------------------------------------------------------------
+# Callers are request paths: a full mailbox is MailboxFull at once (503), not a wait.
 
 
 async def admit(ref: ActorRef[AdmissionMsg], request: Request, job_id: str) -> Decision:
-    return await ref.ask(Admit(request, job_id))
+    return await ref.try_ask(Admit(request, job_id))
 
 
 async def check(ref: ActorRef[AdmissionMsg], request: Request) -> Decision:
-    return await ref.ask(Check(request))
+    return await ref.try_ask(Check(request))
 
 
 async def get_policy(ref: ActorRef[AdmissionMsg], org_id: str) -> PolicyDoc | None:
-    return await ref.ask(GetPolicy(org_id))
+    return await ref.try_ask(GetPolicy(org_id))
 
 
 async def put_policy(ref: ActorRef[AdmissionMsg], doc: PolicyDoc) -> None:
-    await ref.ask(PutPolicy(doc))
+    await ref.try_ask(PutPolicy(doc))
 
 
 async def usage(ref: ActorRef[AdmissionMsg], org_id: str, subject: str) -> Usage:
-    return await ref.ask(GetUsage(org_id, subject))
+    return await ref.try_ask(GetUsage(org_id, subject))

@@ -9,19 +9,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from runplane.persistence import Store, from_json, now_ms, to_json
-from runplane.runtime import Actor, ActorRef
+from runplane.runtime import Actor, ActorRef, Asks
 
 META_KEY = "channel_targets"
 
 
 @dataclass(frozen=True, slots=True)
-class SetChannelTarget:
+class SetChannelTarget(Asks[dict[str, str]]):
     channel: str
     version: str
 
 
 @dataclass(frozen=True, slots=True)
-class GetChannelTargets:
+class GetChannelTargets(Asks[dict[str, str]]):
     pass
 
 

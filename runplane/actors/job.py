@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from runplane.agent import protocol as p
@@ -40,7 +40,8 @@ from runplane.jobs.phase import (
     transition,
 )
 from runplane.jobs.phase import Event as PhaseEvent
-from runplane.persistence import Store, from_json, now_ms, to_json
+from runplane.jobs.rows import JobRow
+from runplane.persistence import Store, now_ms, to_json
 from runplane.runtime import Actor, ActorKind, Asks, Hub, Ring
 
 log = logging.getLogger("runplane.jobs")
@@ -139,7 +140,7 @@ class AssignAnswer:
     on_node: str | None = None
 
 
-async def _no_phase_hook(row: dict[str, Any], phase: str) -> None:
+async def _no_phase_hook(row: JobRow, phase: str) -> None:
     return None
 
 
@@ -152,17 +153,17 @@ class JobDeps:
     #: deliver a protocol message to a node's agent; True when handed to a live connection
     deliver: Callable[[str, p.Run | p.Cancel], Awaitable[bool]]
     #: placement hooks
-    enqueue: Callable[[dict[str, Any]], Awaitable[None]]
+    enqueue: Callable[[JobRow], Awaitable[None]]
     dequeue: Callable[[str], Awaitable[None]]
     release: Callable[[str], Awaitable[None]]
     reprioritize: Callable[[str, int], Awaitable[None]]
     #: the node lost (or finished) an attempt: reliability counters
     node_outcome: Callable[[str, str], Awaitable[None]]
     #: build the agent's run order for (job row, attempt)
-    run_order: Callable[[dict[str, Any], int], p.Run]
+    run_order: Callable[[JobRow, int], p.Run]
     cancel_order: Callable[[str, int], p.Cancel]
     #: the job's phase changed (durably): the admission ledger counts live work by it
-    phase_changed: Callable[[dict[str, Any], str], Awaitable[None]] = _no_phase_hook
+    phase_changed: Callable[[JobRow, str], Awaitable[None]] = _no_phase_hook
 
 
 #: Most ArtifactRefs one job records (the agent uploads at most as many outputs).
@@ -208,23 +209,24 @@ def checked_artifacts(job_id: str, items: Any) -> list[dict[str, Any]]:
 
 
 class JobActor(Actor[JobMsg]):
-    def __init__(self, deps: JobDeps, row: dict[str, Any]) -> None:
+    def __init__(self, deps: JobDeps, row: JobRow) -> None:
         self.deps = deps
+        #: the row as activated (``priority`` kept current); ``state`` holds the phase
         self.row = row
-        self.id: str = row["id"]
+        self.id = row.id
         self.state = JobState(
-            phase=Phase(row["phase"]),
-            attempt=row["attempt"],
-            attempts=row["attempts"],
-            node_id=row["node_id"],
-            error=row["error"],
-            started_at=row["started_at"],
-            finished_at=row["finished_at"],
+            phase=row.phase,
+            attempt=row.attempt,
+            attempts=row.attempts,
+            node_id=row.node_id,
+            error=row.error,
+            started_at=row.started_at,
+            finished_at=row.finished_at,
         )
-        self.seq: int = row["event_seq"]
-        self.log_lines: int = row["log_lines"]
-        self.log_dropped: int = row["log_dropped"]
-        self.final_metrics: dict[str, float] = from_json(row["final_metrics"]) or {}
+        self.seq = row.event_seq
+        self.log_lines = row.log_lines
+        self.log_dropped = row.log_dropped
+        self.final_metrics = dict(row.final_metrics)  # grows with metrics: not the row's
         self._finish_artifacts: list[dict[str, Any]] | None = None
         self.ring: Ring[JobEvent] = self._ring()
 
@@ -291,7 +293,7 @@ class JobActor(Actor[JobMsg]):
                     "UPDATE jobs SET priority = ?, updated_at = ? WHERE id = ?",
                     (priority, now_ms(), self.id),
                 )
-                self.row = {**self.row, "priority": priority}
+                self.row = replace(self.row, priority=priority)
                 if self.state.phase is Phase.QUEUED:
                     await self.deps.reprioritize(self.id, priority)
                 return True
@@ -399,7 +401,7 @@ class JobActor(Actor[JobMsg]):
                 case Effect.DEQUEUE:
                     await self.deps.dequeue(self.id)
                 case Effect.ENQUEUE:
-                    await self.deps.enqueue({**self.row, "phase": after.phase.value})
+                    await self.deps.enqueue(replace(self.row, phase=after.phase))
                 case Effect.COUNT_LOST:
                     if before.node_id:
                         await self.deps.node_outcome(before.node_id, "lost")

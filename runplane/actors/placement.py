@@ -10,16 +10,17 @@ reservation released. Waiting jobs carry the planner's human reason.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from runplane.jobs import repo as jobs_repo
 from runplane.jobs.demand import demand_of
 from runplane.jobs.phase import Phase
+from runplane.jobs.rows import JobRow
 from runplane.nodes import repo as nodes_repo
 from runplane.nodes.shape import shape_of
-from runplane.persistence import Store
+from runplane.persistence import Store, from_json
 from runplane.placement import DemandError, FleetIndex, JobDemand, NodeLoad, NodeShape, plan
 from runplane.runtime import Actor, Asks, clock
 
@@ -36,7 +37,15 @@ _PLACEMENT_COLUMNS = "id, priority, spec, phase, node_id"
 
 @dataclass(frozen=True, slots=True)
 class Enqueue:
-    row: dict[str, Any]
+    """Queue the job (again): what placement reads of its row."""
+
+    job_id: str
+    priority: int
+    spec: Mapping[str, Any]  # decoded
+
+    @classmethod
+    def of(cls, row: JobRow) -> Enqueue:
+        return cls(row.id, row.priority, row.spec)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,16 +150,16 @@ class PlacementActor(Actor[PlacementMsg]):
         jobs on nodes hold their reservations, and every node that is not offline is in
         the fleet with that load. Messages sent meanwhile wait in the mailbox (which
         outlives a crash) and apply on top: each is idempotent against this state."""
-        rows = await jobs_repo.live_rows(self.store, _PLACEMENT_COLUMNS)
+        rows = await jobs_repo.live_columns(self.store, _PLACEMENT_COLUMNS)
         for row in rows:
-            phase = Phase(row["phase"])
+            job_id, phase, spec = row["id"], Phase(row["phase"]), from_json(row["spec"])
             if phase is Phase.QUEUED:
-                self._enqueue(row)
+                self._enqueue(Enqueue(job_id, row["priority"], spec))
             elif phase.on_node and row["node_id"]:
                 try:
-                    self.placed[row["id"]] = (row["node_id"], demand_of(row))
+                    self.placed[job_id] = (row["node_id"], demand_of(job_id, row["priority"], spec))
                 except DemandError:
-                    log.warning("job on a node has an unreadable spec", extra={"job_id": row["id"]})
+                    log.warning("job on a node has an unreadable spec", extra={"job_id": job_id})
         for node_id in await nodes_repo.connected_ids(self.store):
             node = await nodes_repo.get(self.store, node_id)
             if node is not None:
@@ -170,13 +179,13 @@ class PlacementActor(Actor[PlacementMsg]):
             self._plan()
         return answer
 
-    def _enqueue(self, row: dict[str, Any]) -> None:
-        if row["id"] in self.placed:  # an old Enqueue of a job placed meanwhile
+    def _enqueue(self, job: Enqueue) -> None:
+        if job.job_id in self.placed:  # an old Enqueue of a job placed meanwhile
             return
         try:
-            self.queue[row["id"]] = demand_of(row)
+            self.queue[job.job_id] = demand_of(job.job_id, job.priority, job.spec)
         except DemandError as exc:  # validated at submit; a stored bad row waits
-            self.reasons[row["id"]] = f"cannot be placed: {exc}"
+            self.reasons[job.job_id] = f"cannot be placed: {exc}"
             return
         self.dirty = True
 
@@ -190,8 +199,8 @@ class PlacementActor(Actor[PlacementMsg]):
 
     def _handle(self, msg: PlacementMsg) -> object:
         match msg:
-            case Enqueue(row):
-                self._enqueue(row)
+            case Enqueue():
+                self._enqueue(msg)
             case Dequeue(job_id):
                 self.queue.pop(job_id, None)
                 self.reasons.pop(job_id, None)

@@ -26,6 +26,7 @@ from runplane.actors.channels import ChannelMsg, ChannelTargets
 from runplane.actors.job import JOBS, Assign, JobDeps, LoseAttempt
 from runplane.actors.node import NodeDeps
 from runplane.jobs.orders import cancel_order, run_order
+from runplane.jobs.rows import JobRow
 from runplane.nodes import repo as nodes_repo
 from runplane.persistence import Store
 from runplane.placement import NodeShape
@@ -107,13 +108,11 @@ class Root:
 
         # Job actors send these on every transition: tell_now queues without a scheduling
         # point (a yield per transition had tripled the paced submit-to-running latency).
-        async def phase_changed(row: dict[str, Any], phase: str) -> None:
-            await admission.tell_now(
-                PhaseChanged(row["id"], phase, row["org_id"], row["submitted_by"])
-            )
+        async def phase_changed(row: JobRow, phase: str) -> None:
+            await admission.tell_now(PhaseChanged(row.id, phase, row.org_id, row.submitted_by))
 
-        async def enqueue(row: dict[str, Any]) -> None:
-            await placement.tell(pl.Enqueue(row))
+        async def enqueue(row: JobRow) -> None:
+            await placement.tell(pl.Enqueue.of(row))
 
         async def dequeue(job_id: str) -> None:
             await placement.tell(pl.Dequeue(job_id))

@@ -55,7 +55,11 @@ class ObjectWriter(ABC):
 
     key: str
     size: int
-    sha256_hex: str
+
+    @property
+    @abstractmethod
+    def sha256_hex(self) -> str:
+        """Hex SHA-256 of the bytes written so far."""
 
     @abstractmethod
     async def write(self, data: bytes) -> None: ...

@@ -40,6 +40,11 @@ class _Sink:
     def flush(self) -> None:
         pass
 
+    def close(self) -> None:
+        # part of the file protocol zipfile's stub asks for; zipfile does not close a file
+        # object it was handed, and there is nothing to release
+        pass
+
     def take(self) -> bytes:
         data = bytes(self.buffer)
         self.buffer.clear()
@@ -48,7 +53,7 @@ class _Sink:
 
 def _date_time(ms: int) -> tuple[int, int, int, int, int, int]:
     stamp = time.gmtime(ms / 1000)[:6]
-    return max(stamp, _MIN_DATE)  # type: ignore[return-value]
+    return max(stamp, _MIN_DATE)
 
 
 async def zip_objects(
@@ -58,7 +63,7 @@ async def zip_objects(
 
     An object deleted between listing and reading is skipped (the zip stays valid)."""
     sink = _Sink()
-    archive = zipfile.ZipFile(sink, mode="w", compression=zipfile.ZIP_STORED)  # type: ignore[arg-type]
+    archive = zipfile.ZipFile(sink, mode="w", compression=zipfile.ZIP_STORED)
     cut = len(strip) + 1 if strip else 0
     for info in objects:
         name = info.key[cut:] if strip and info.key.startswith(strip + "/") else info.key

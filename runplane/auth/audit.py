@@ -33,6 +33,7 @@ from pydantic import BaseModel
 
 from runplane.auth.principal import Principal
 from runplane.ids import new_id
+from runplane.jobs.rows import JobRow
 from runplane.persistence import Row, Store, from_json, now_ms, to_json
 from runplane.timefmt import iso_ms
 
@@ -98,7 +99,7 @@ _INSERT = (
 )
 
 #: An audit row to write inside another transaction: (SQL, parameters) for a job row.
-Entry = Callable[[Mapping[str, Any]], tuple[str, tuple[Any, ...]]]
+Entry = Callable[[JobRow], tuple[str, tuple[Any, ...]]]
 
 
 def _params(
@@ -181,18 +182,23 @@ async def record(
         )
 
 
-def job_snapshot(row: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
+def job_snapshot(row: JobRow, **extra: Any) -> dict[str, Any]:
     """What an audit row keeps of a job: no spec (env, command and inputs may hold secrets)."""
-    keep = ("stack", "project", "phase", "priority", "spec_hash", "node_id")
-    return {**{k: row.get(k) for k in keep}, **extra}
+    return {
+        "stack": row.stack,
+        "project": row.project,
+        "phase": row.phase.value,
+        "priority": row.priority,
+        "spec_hash": row.spec_hash,
+        "node_id": row.node_id,
+        **extra,
+    }
 
 
-async def record_job(
-    store: Store, by: By, action: str, row: Mapping[str, Any], **extra: Any
-) -> None:
+async def record_job(store: Store, by: By, action: str, row: JobRow, **extra: Any) -> None:
     """``record`` for a job row (``runs:submit``, ``runs:cancel``, ...)."""
     after = job_snapshot(row, **extra)
-    await record(store, by, action, "job", row["id"], org_id=row["org_id"], after=after)
+    await record(store, by, action, "job", row.id, org_id=row.org_id, after=after)
 
 
 def job_entry(store: Store, by: By, action: str, **extra: Any) -> Entry | None:
@@ -203,9 +209,9 @@ def job_entry(store: Store, by: By, action: str, **extra: Any) -> Entry | None:
         return None
     principal, ip = by.principal, by.ip
 
-    def entry(row: Mapping[str, Any]) -> tuple[str, tuple[Any, ...]]:
+    def entry(row: JobRow) -> tuple[str, tuple[Any, ...]]:
         after = job_snapshot(row, **extra)
-        return _INSERT, _params(row["org_id"], principal, action, "job", row["id"], after, ip)
+        return _INSERT, _params(row.org_id, principal, action, "job", row.id, after, ip)
 
     return entry
 

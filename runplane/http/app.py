@@ -8,8 +8,8 @@ actors through ``services()`` and only send messages and await replies.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator
+from typing import Any, cast
 
 from quart import request
 from quart_trio import QuartTrio
@@ -64,7 +64,8 @@ _HTTP_CODES = {
 
 def _request_id() -> str | None:
     try:
-        return request.scope.get("runplane.request_id")
+        # put there by RequestLogMiddleware; hypercorn's scope TypedDict does not list it
+        return cast("str | None", request.scope.get("runplane.request_id"))
     except RuntimeError:  # outside a request context
         return None
 
@@ -171,7 +172,7 @@ def create_app(
     catalog = load_catalog(settings.stacks_dir)
 
     @app.while_serving
-    async def lifespan() -> AsyncIterator[None]:
+    async def lifespan() -> AsyncGenerator[None, None]:
         own_store = store is None
         active = store or open_store(settings.database_url, settings.data_dir)
         if own_store:
@@ -196,5 +197,6 @@ def create_app(
                 await active.close()
             log.info("store closed", extra={"store": active.kind})
 
+    # Quart's documented way to add ASGI middleware; mypy flags any assignment to a method
     app.asgi_app = RequestLogMiddleware(app.asgi_app)  # type: ignore[method-assign]
     return app

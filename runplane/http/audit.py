@@ -3,7 +3,6 @@ store, principal and client ip filled in (so call sites stay one line)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from quart import has_request_context, request
@@ -12,6 +11,7 @@ from runplane.auth import audit
 from runplane.auth.audit import Entry
 from runplane.http.auth_hook import current_principal
 from runplane.http.context import services
+from runplane.jobs.rows import JobRow
 from runplane.persistence import Store
 
 
@@ -37,7 +37,7 @@ async def record(
     )
 
 
-async def record_job(action: str, row: Mapping[str, Any], **extra: Any) -> None:
+async def record_job(action: str, row: JobRow, **extra: Any) -> None:
     await audit.record_job(_store(), _by(), action, row, **extra)
 
 

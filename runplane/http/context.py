@@ -24,4 +24,5 @@ class Services:
 
 def services() -> Services:
     """The running app's services (set by the lifespan before the first request)."""
-    return current_app.extensions["runplane"]
+    svc: Services = current_app.extensions["runplane"]
+    return svc

@@ -15,10 +15,11 @@ from runplane.http.context import services
 from runplane.http.query import choice_arg, flag_arg, int_arg, str_arg
 from runplane.jobs import repo
 from runplane.jobs.phase import PHASES
+from runplane.jobs.rows import JobRow
 
 LIST_DEFAULT, LIST_MAX = 500, 5000
 
-Render = Callable[[list[dict[str, Any]]], Awaitable[list[dict[str, Any]]]]
+Render = Callable[[list[JobRow]], Awaitable[list[dict[str, Any]]]]
 
 
 def job_filter(*, spec_and_node: bool) -> repo.JobFilter:
@@ -47,7 +48,7 @@ async def listing(flt: repo.JobFilter, render: Render) -> Any:
     rows = rows[:limit]
     return {
         "items": await render(rows),
-        "next_cursor": repo.encode_cursor(rows[-1]["id"]) if has_more else "",
+        "next_cursor": repo.encode_cursor(rows[-1].id) if has_more else "",
         "has_more": has_more,
         "total": await repo.count_rows(store, flt),
     }

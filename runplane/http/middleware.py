@@ -6,7 +6,11 @@ import logging
 import re
 import secrets
 import time
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, cast
+
+from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, ASGISendEvent
+from hypercorn.typing import Scope as ASGIScope
 
 log = logging.getLogger("runplane.http")
 
@@ -20,8 +24,9 @@ def new_request_id() -> str:
     return "req_" + secrets.token_hex(8)
 
 
-def _incoming_request_id(scope: Scope) -> str | None:
-    for name, value in scope.get("headers", ()):
+def _incoming_request_id(scope: Mapping[str, Any]) -> str | None:
+    headers: Iterable[tuple[bytes, bytes]] = scope.get("headers", ())
+    for name, value in headers:
         if name == REQUEST_ID_HEADER and _SAFE_ID.match(value):
             return value.decode()
     return None
@@ -35,12 +40,15 @@ class RequestLogMiddleware:
     def __init__(self, app: Any) -> None:
         self.app = app
 
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+    async def __call__(
+        self, scope: ASGIScope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         request_id = _incoming_request_id(scope) or new_request_id()
-        scope["runplane.request_id"] = request_id
+        # ASGI lets middleware add keys to the scope; hypercorn's TypedDicts do not list them
+        cast(Scope, scope)["runplane.request_id"] = request_id
         started = time.perf_counter()
         status = 0
         sent = 0
@@ -54,7 +62,7 @@ class RequestLogMiddleware:
                 message = {**message, "headers": headers}
             elif message["type"] == "http.response.body":
                 sent += len(message.get("body", b""))
-            await send(message)
+            await send(cast(ASGISendEvent, message))
 
         try:
             await self.app(scope, receive, send_wrapper)

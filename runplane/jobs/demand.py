@@ -1,22 +1,20 @@
-"""What a job row asks of a node: its placement demand (``runplane/placement``'s model)."""
+"""What a job asks of a node: its placement demand (``runplane/placement``'s model)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from runplane.persistence import from_json
 from runplane.placement import JobDemand
 
 
-def demand_of(row: Mapping[str, Any]) -> JobDemand:
-    """The placement demand of a job row (``id``, ``priority`` and ``spec`` columns).
-    Raises ``placement.DemandError`` for a spec placement cannot read."""
-    spec = from_json(row["spec"]) if isinstance(row["spec"], str) else row["spec"]
+def demand_of(job_id: str, priority: int, spec: Mapping[str, Any]) -> JobDemand:
+    """The placement demand of a job (its id, priority and decoded spec). Raises
+    ``placement.DemandError`` for a spec placement cannot read."""
     return JobDemand.from_spec(
-        job_id=row["id"],
-        priority=row["priority"],
-        created_at=row["id"],  # ids sort by creation time
+        job_id=job_id,
+        priority=priority,
+        created_at=job_id,  # ids sort by creation time
         limits=spec.get("limits") or {},
         requires=spec.get("requires") or {},
         weights=spec.get("weights") or {},

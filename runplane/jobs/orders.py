@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from runplane.agent import protocol as p
+from runplane.jobs.rows import JobRow
 from runplane.jobs.spec import SETUP_KEY, execution_env, inline_path, mount_relpath, output_glob
-from runplane.persistence import from_json
 
 
 def _mount_order(mount: dict[str, Any]) -> p.MountSpec:
@@ -20,20 +20,20 @@ def _mount_order(mount: dict[str, Any]) -> p.MountSpec:
     )
 
 
-def run_order(row: dict[str, Any], attempt: int) -> p.Run:
+def run_order(row: JobRow, attempt: int) -> p.Run:
     """The agent's run order: command, environment, and the mounts it prepares while the job
     is ``pulling`` (inline code included, so ``inline_files`` stays empty) and the output
     globs it uploads after the command ends."""
-    spec = from_json(row["spec"]) if isinstance(row["spec"], str) else row["spec"]
+    spec = row.spec
     timeout = (spec.get("limits") or {}).get("timeout_sec") or None
     workspace = spec.get("workspace")
     inputs = [m for m in spec.get("inputs") or [] if m]
     return p.Run(
-        job_id=row["id"],
+        job_id=row.id,
         attempt=attempt,
         spec=p.RunSpec(
             command=spec["command"],
-            env=execution_env(row["id"], spec),
+            env=execution_env(row.id, spec),
             setup=(spec.get("env") or {}).get(SETUP_KEY) or None,
             timeout_sec=timeout,
             workspace=_mount_order(workspace) if workspace else None,

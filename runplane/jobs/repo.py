@@ -1,5 +1,6 @@
 """SQL for jobs and their telemetry events. Portable (SQLite and PostgreSQL); callers are
-actors and read-only routes. Rows come back as dicts."""
+actors and read-only routes. Rows come back as :class:`JobRow` (``runplane/jobs/rows.py``);
+``live_columns`` alone reads narrowed rows, as dicts."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from runplane.jobs.events import StoredEvent, phase_event, system_line_event
 from runplane.jobs.phase import JobState, Phase
 from runplane.persistence import Store, Tx, now_ms, to_json
 from runplane.problems import Problem
+
+from .rows import JobRow as JobRow  # re-exported: the rows these functions return
 
 IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000
 
@@ -39,7 +42,7 @@ class NewJob:
     #: admission notes (``cpu 200->128``), written as the job's first system log lines
     notes: tuple[str, ...] = ()
     #: a statement written in the insert's transaction for the new row (its audit row)
-    also: Callable[[dict[str, Any]], tuple[str, Sequence[Any]]] | None = None
+    also: Callable[[JobRow], tuple[str, Sequence[Any]]] | None = None
 
 
 def check_idempotent(job: NewJob, prior: dict[str, Any] | None, now: int) -> str | None:
@@ -73,11 +76,11 @@ async def idempotent_prior(store: Store, job: NewJob) -> str | None:
 
 def insert_job(store: Store, job: NewJob) -> Any:
     """Return a transaction function inserting ``job`` (with its first ``queued`` phase
-    event) and returning the new row; with an Idempotency-Key it returns the id of the
-    first job for the same key and body instead, and raises a 409 Problem for the same key
-    with another body."""
+    event) and returning the new :class:`JobRow`; with an Idempotency-Key it returns the id
+    of the first job for the same key and body instead, and raises a 409 Problem for the
+    same key with another body."""
 
-    def run(tx: Tx) -> dict[str, Any] | str:
+    def run(tx: Tx) -> JobRow | str:
         now = now_ms()
         if job.idempotency_key is not None:
             prior = tx.fetchone(_PRIOR_SQL, (job.org_id, job.idempotency_key))
@@ -86,9 +89,8 @@ def insert_job(store: Store, job: NewJob) -> Any:
                 return replay
             if prior is not None:  # expired: the key may be reused
                 tx.execute("UPDATE jobs SET idempotency_key = NULL WHERE id = ?", (prior["id"],))
-        row = new_row(job, now)
         values = {
-            **row,
+            **new_row(job, now),
             "idempotency_key": job.idempotency_key,
             "idempotency_hash": job.idempotency_hash,
         }
@@ -105,6 +107,7 @@ def insert_job(store: Store, job: NewJob) -> Any:
         tx.execute_many(
             "INSERT INTO job_events (job_id, seq, kind, ts, data) VALUES (?,?,?,?,?)", events
         )
+        row = JobRow.of(values)  # JSON decoded from the text written: as get_row reads it
         if job.also is not None:
             tx.execute(*job.also(row))
         return row
@@ -135,7 +138,8 @@ INSERT_COLUMNS = (
 
 
 def new_row(job: NewJob, now: int) -> dict[str, Any]:
-    """The jobs row ``insert_job`` writes, as ``get_row`` would read it back."""
+    """The jobs row ``insert_job`` writes (JSON columns as the text stored);
+    ``JobRow.of`` of it is the row ``get_row`` reads back."""
     spec = job.spec
     return {
         "id": job.id,
@@ -168,11 +172,12 @@ def new_row(job: NewJob, now: int) -> dict[str, Any]:
     }
 
 
-async def get_row(store: Store, job_id: str, org_id: str | None) -> dict[str, Any] | None:
+async def get_row(store: Store, job_id: str, org_id: str | None) -> JobRow | None:
+    """The job, None when there is none or it is not ``org_id``'s (None: any org)."""
     row = await store.fetchone(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
     if row is None or (org_id is not None and row["org_id"] != org_id):
         return None
-    return row
+    return JobRow.of(row)
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,14 +223,14 @@ def decode_cursor(cursor: str) -> str:
 
 async def list_rows(
     store: Store, flt: JobFilter, *, limit: int, offset: int = 0, before: str | None = None
-) -> list[dict[str, Any]]:
+) -> list[JobRow]:
     """Newest first. ``before`` is a keyset cursor (ids sort by creation)."""
     where, params = flt.where()
     if before is not None:
         where += (" AND " if where else " WHERE ") + "id < ?"
         params.append(before)
     sql = f"SELECT {JOB_COLUMNS} FROM jobs{where} ORDER BY id DESC LIMIT ? OFFSET ?"
-    return await store.fetchall(sql, (*params, limit, offset))
+    return [JobRow.of(r) for r in await store.fetchall(sql, (*params, limit, offset))]
 
 
 async def count_rows(store: Store, flt: JobFilter) -> int:
@@ -234,9 +239,16 @@ async def count_rows(store: Store, flt: JobFilter) -> int:
     return int(row["n"]) if row else 0
 
 
-async def live_rows(store: Store, columns: str = JOB_COLUMNS) -> list[dict[str, Any]]:
+async def live_rows(store: Store) -> list[JobRow]:
     """Every job not in a terminal phase (queued, assigned, pulling, running), oldest
-    first; ``columns`` narrows what is read."""
+    first."""
+    return [JobRow.of(r) for r in await live_columns(store, JOB_COLUMNS)]
+
+
+async def live_columns(store: Store, columns: str) -> list[dict[str, Any]]:
+    """``columns`` (a narrowed select list, such as ``"id, phase"``) of every job not in a
+    terminal phase, oldest first, as raw store rows (JSON columns still text): for
+    start-up recounts that read many rows and few columns."""
     terminal = tuple(p.value for p in Phase if p.terminal)
     marks = ",".join("?" * len(terminal))
     return await store.fetchall(

@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from runplane.jobs.phase import Phase
+from runplane.jobs.rows import JobRow
 from runplane.jobs.spec import DISPLAY_KEY, SETUP_KEY
-from runplane.persistence import from_json
 from runplane.timefmt import iso_ms_or_none
 
 REDACTED = "[redacted]"
@@ -45,7 +46,7 @@ def spec_view(spec: dict[str, Any]) -> dict[str, Any]:
         "setup": env.get(SETUP_KEY, ""),
         "display": env.get(DISPLAY_KEY, "").strip().lower() in _TRUTHY,
         "env": redact_env(env),
-        "config": spec.get("config") or {},
+        "config": dict(spec.get("config") or {}),
         "workspace": _mount_view(spec.get("workspace")),
         "inputs": [
             {"path": m["path"], "ref": m.get("ref", ""), "type": m["type"]}
@@ -65,36 +66,36 @@ def spec_view(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def job_view(row: dict[str, Any], *, wait_reason: str | None = None) -> dict[str, Any]:
+def job_view(row: JobRow, *, wait_reason: str | None = None) -> dict[str, Any]:
     """The Job object of the spec for one jobs row."""
-    spec = from_json(row["spec"])
-    started, finished = row.get("started_at"), row.get("finished_at")
+    started, finished = row.started_at, row.finished_at
     duration = (finished - started) if started is not None and finished is not None else None
     view: dict[str, Any] = {
-        "job_id": row["id"],
-        "stack": row["stack"],
-        "image": row["image"],
-        "phase": row["phase"],
-        "node_id": row.get("node_id") or "",
-        "priority": row["priority"],
-        "mode": row["mode"],
-        "seed": row["seed"],
-        "spec_hash": row["spec_hash"],
-        "project": row["project"],
-        "org_id": row["org_id"],
-        "attempts": row["attempts"],
-        "created_at": iso_ms_or_none(row["created_at"]),
+        "job_id": row.id,
+        "stack": row.stack,
+        "image": row.image,
+        "phase": row.phase.value,
+        "node_id": row.node_id or "",
+        "priority": row.priority,
+        "mode": row.mode,
+        "seed": row.seed,
+        "spec_hash": row.spec_hash,
+        "project": row.project,
+        "org_id": row.org_id,
+        "attempts": row.attempts,
+        "created_at": iso_ms_or_none(row.created_at),
         "started_at": iso_ms_or_none(started),
         "finished_at": iso_ms_or_none(finished),
         "duration_ms": duration,
-        "error": row.get("error") or "",
-        "spec": spec_view(spec),
-        "final_metrics": from_json(row["final_metrics"]) or {},
-        "artifacts": from_json(row["artifacts"]) or [],
+        "error": row.error or "",
+        "spec": spec_view(row.spec),
+        # copies: the view is the caller's to change, the row is not
+        "final_metrics": dict(row.final_metrics),
+        "artifacts": list(row.artifacts),
     }
-    reason = wait_reason or row.get("wait_reason")
-    if row["phase"] == "queued" and reason:
+    reason = wait_reason or row.wait_reason
+    if row.phase is Phase.QUEUED and reason:
         view["wait_reason"] = reason
-    if row.get("log_dropped"):
-        view["log_truncated"] = {"kept": row["log_lines"], "dropped": row["log_dropped"]}
+    if row.log_dropped:
+        view["log_truncated"] = {"kept": row.log_lines, "dropped": row.log_dropped}
     return view

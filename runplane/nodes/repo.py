@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runplane.jobs.phase import ON_NODE
-from runplane.persistence import Store, now_ms, to_json
+from runplane.jobs.phase import ON_NODE, Phase
+from runplane.persistence import Store, from_json, now_ms, to_json
 
 from .facts import NodeFacts
 
@@ -170,7 +170,30 @@ async def nodes_with_live_jobs(store: Store) -> list[str]:
     return [r["node_id"] for r in rows]
 
 
-async def jobs_on(store: Store, node_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+@dataclass(frozen=True, slots=True)
+class NodeJob:
+    """A live job on a node: the columns of its ``jobs`` row a node view shows."""
+
+    id: str
+    org_id: str
+    stack: str
+    phase: Phase
+    priority: int
+    spec: dict[str, Any]  # decoded: the node view sums the jobs' demands
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> NodeJob:
+        return cls(
+            id=row["id"],
+            org_id=row["org_id"],
+            stack=row["stack"],
+            phase=Phase(row["phase"]),
+            priority=row["priority"],
+            spec=from_json(row["spec"]),
+        )
+
+
+async def jobs_on(store: Store, node_ids: Sequence[str]) -> dict[str, list[NodeJob]]:
     """The live jobs on each of ``node_ids`` (the columns a node view shows), oldest first."""
     if not node_ids:
         return {}
@@ -180,7 +203,7 @@ async def jobs_on(store: Store, node_ids: Sequence[str]) -> dict[str, list[dict[
         f" ({marks}) AND phase IN ({_ON_NODE_MARKS}) ORDER BY id",
         (*node_ids, *_ON_NODE),
     )
-    by_node: dict[str, list[dict[str, Any]]] = {}
+    by_node: dict[str, list[NodeJob]] = {}
     for row in rows:
-        by_node.setdefault(row["node_id"], []).append(row)
+        by_node.setdefault(row["node_id"], []).append(NodeJob.of(row))
     return by_node

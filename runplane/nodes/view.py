@@ -8,7 +8,7 @@ from typing import Any
 from runplane.jobs.demand import demand_of
 from runplane.timefmt import iso_ms_or_none
 
-from .repo import NodeRow
+from .repo import NodeJob, NodeRow
 from .shape import reliability_of, reputation_of
 
 
@@ -19,7 +19,7 @@ def _num(value: float) -> int | float:
 
 def node_view(
     row: NodeRow,
-    jobs: Sequence[dict[str, Any]],
+    jobs: Sequence[NodeJob],
     org_id: str | None,
     pending_beat: int | None = None,
 ) -> dict[str, Any]:
@@ -30,16 +30,16 @@ def node_view(
     used_cpu = used_ram = used_gpu = 0.0
     running = []
     for job in jobs:
-        demand = demand_of(job)
+        demand = demand_of(job.id, job.priority, job.spec)
         used_cpu += demand.cpu
         used_ram += demand.ram
         used_gpu += demand.gpus
-        mine = org_id is None or job["org_id"] == org_id
+        mine = org_id is None or job.org_id == org_id
         running.append(
             {
-                "job_id": job["id"] if mine else "",
-                "stack": job["stack"] if mine else "",
-                "phase": job["phase"],
+                "job_id": job.id if mine else "",
+                "stack": job.stack if mine else "",
+                "phase": job.phase.value,
             }
         )
     last_heartbeat = row.last_heartbeat

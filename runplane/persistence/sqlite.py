@@ -164,7 +164,7 @@ class SQLiteDialect(_SQLiteBase):
     def open_readers(self, writer_conn: Any) -> None:
         self._readers = queue.SimpleQueue()
         self._all_readers = []
-        self._inline: sqlite3.Connection | None = None
+        self._inline = None
 
     def run_inline_read(self, fn: Callable[[Any], T]) -> tuple[bool, T | None]:
         """Point reads in the event loop thread, on a connection of its own: a WAL reader

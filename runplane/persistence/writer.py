@@ -283,8 +283,8 @@ class GroupCommitWriter:
                     i += 1
 
         if dialect.transaction_aborted(conn):  # never let COMMIT silently roll back
-            exc = RuntimeError("the batch transaction was aborted before COMMIT")
-            self._fail_batch(batch, exc, "the batch transaction was aborted")
+            aborted = RuntimeError("the batch transaction was aborted before COMMIT")
+            self._fail_batch(batch, aborted, "the batch transaction was aborted")
             return
         try:
             conn.execute("COMMIT")
@@ -336,7 +336,7 @@ class GroupCommitWriter:
         return True
 
     def _run_op(self, conn: Any, op: _Op) -> outcome.Outcome[Any]:
-        result = outcome.capture(op.fn, conn)
+        result: outcome.Outcome[Any] = outcome.capture(op.fn, conn)
         if isinstance(result, outcome.Value) and self._dialect.transaction_aborted(conn):
             # the function swallowed a database error that aborted the
             # transaction (PostgreSQL), or ended the transaction itself

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from runplane.persistence import from_json
+from runplane.jobs.rows import JobRow
 from runplane.runs.resolve import NO_LAYERS, stored_run
 from runplane.timefmt import iso_ms
 
@@ -13,35 +12,35 @@ from runplane.timefmt import iso_ms
 MAIN_STAGE = "main"
 
 
-def stored(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The job's stored run (derived from its spec for a job created before runs)."""
-    if row.get("run"):
-        run: dict[str, Any] = from_json(row["run"])
-        return run
-    return stored_run(from_json(row["spec"]), NO_LAYERS, False)
+def stored(row: JobRow) -> dict[str, Any]:
+    """The job's stored run (derived from its spec for a job created before runs); a copy,
+    the caller's to change."""
+    if row.run is not None:
+        return dict(row.run)
+    return stored_run(row.spec, NO_LAYERS, False)
 
 
-def run_row(row: Mapping[str, Any]) -> dict[str, Any]:
+def run_row(row: JobRow) -> dict[str, Any]:
     return {
-        "job_id": row["id"],
-        "run_id": row["id"],
-        "has_runspec": bool(stored(row).get("has_runspec")),
-        "stack": row["stack"],
-        "phase": row["phase"],
-        "project": row["project"],
-        "created_at": iso_ms(row["created_at"]),
+        "job_id": row.id,
+        "run_id": row.id,
+        "has_runspec": bool(row.run is not None and row.run.get("has_runspec")),
+        "stack": row.stack,
+        "phase": row.phase.value,
+        "project": row.project,
+        "created_at": iso_ms(row.created_at),
     }
 
 
-def run_detail(row: Mapping[str, Any], job: dict[str, Any]) -> dict[str, Any]:
+def run_detail(row: JobRow, job: dict[str, Any]) -> dict[str, Any]:
     """``job`` (the Job view of ``row``) plus run_id, has_runspec, run and stages."""
     run = stored(row)
     has_runspec = bool(run.pop("has_runspec", False))
     stage = {
-        "id": row["id"],
+        "id": row.id,
         "name": MAIN_STAGE,
-        "stack": row["stack"],
-        "phase": row["phase"],
-        "job_id": row["id"],
+        "stack": row.stack,
+        "phase": row.phase.value,
+        "job_id": row.id,
     }
-    return {**job, "run_id": row["id"], "has_runspec": has_runspec, "run": run, "stages": [stage]}
+    return {**job, "run_id": row.id, "has_runspec": has_runspec, "run": run, "stages": [stage]}

@@ -27,6 +27,7 @@ from runplane.jobs import repo
 from runplane.jobs.events import JobEvent
 from runplane.jobs.follow import JobEventSource, follow
 from runplane.jobs.phase import Phase
+from runplane.jobs.rows import JobRow
 from runplane.jobs.spec import (
     ResolvedJob,
     SubmitJobBody,
@@ -35,7 +36,7 @@ from runplane.jobs.spec import (
     finish,
     raise_issues,
 )
-from runplane.persistence import Store, from_json
+from runplane.persistence import Store
 from runplane.placement import DemandError, JobDemand
 from runplane.policy import LIMIT_KEYS
 from runplane.policy.refusal import AdmissionRefused
@@ -44,7 +45,7 @@ from runplane.runtime import ActorRef, Hub, Registry
 from runplane.stacks import Catalog
 
 #: A statement for the new job's row, written in its insert transaction (the audit row).
-InTx = Callable[[dict[str, Any]], tuple[str, Sequence[Any]]]
+InTx = Callable[[JobRow], tuple[str, Sequence[Any]]]
 #: A terminal job actor idle this long is passivated (its state is all in the store).
 JOB_IDLE_SEC = 30.0
 
@@ -77,7 +78,7 @@ class Created:
     """A job the gate admitted (or the first job of an Idempotency-Key replay), with the
     admission notes (one per clamped dimension, ``cpu 200->128``; empty on a replay)."""
 
-    row: dict[str, Any]
+    row: JobRow
     notes: tuple[str, ...] = ()
 
 
@@ -120,7 +121,7 @@ class Jobs:
         self.registry = registry
         self.placement = placement
         self.admission = admission
-        self._fresh: dict[str, dict[str, Any]] = {}
+        self._fresh: dict[str, JobRow] = {}
 
     def register(self, deps: JobDeps) -> None:
         async def activate(job_id: str) -> JobActor:
@@ -135,7 +136,7 @@ class Jobs:
     async def recover(self) -> int:
         """At start-up: re-activate every live job, so its actor takes agent reports and
         control messages at once (placement rebuilt its queue and reservations itself)."""
-        rows = await repo.live_rows(self.store, "id")
+        rows = await repo.live_columns(self.store, "id")
         for row in rows:
             await self.registry.get(JOBS, row["id"])
         return len(rows)
@@ -206,8 +207,7 @@ class Jobs:
         row = await repo.get_row(self.store, job_id, org_id)
         if row is None:
             raise not_found("job")
-        spec = from_json(row["spec"])
-        source_run = from_json(row["run"]) if row.get("run") else None
+        spec, source_run = row.spec, row.run
 
         def make_run(admitted: dict[str, Any]) -> dict[str, Any]:
             if source_run is None:
@@ -216,11 +216,11 @@ class Jobs:
 
         return await self._create(
             spec,
-            Submitter(row["org_id"], who.subject),
-            priority=row["priority"],
-            project=row["project"],
+            Submitter(row.org_id, who.subject),
+            priority=row.priority,
+            project=row.project,
             make_run=make_run,
-            known_hash=row["spec_hash"],
+            known_hash=row.spec_hash,
             audit=audit,
         )
 
@@ -278,7 +278,7 @@ class Jobs:
         except BaseException:
             await self._release(new.id)
             raise
-        if not isinstance(inserted, dict):  # a replay that raced us to the insert
+        if not isinstance(inserted, JobRow):  # a replay that raced us to the insert
             await self._release(new.id)
             return await self._replay(inserted)
         self._fresh[new.id] = inserted
@@ -298,16 +298,16 @@ class Jobs:
         assert row is not None
         return Created(row)
 
-    async def cancel(self, job_id: str, org_id: str | None) -> tuple[dict[str, Any], CancelOutcome]:
+    async def cancel(self, job_id: str, org_id: str | None) -> tuple[JobRow, CancelOutcome]:
         row = await self._visible(job_id, org_id)
-        if Phase(row["phase"]).terminal:
+        if row.phase.terminal:
             return row, CancelOutcome(cancelled=False, killed_on_node=False)
         outcome = await self.registry.ask(JOBS, job_id, Cancel())
         fresh = await repo.get_row(self.store, job_id, None)
         assert fresh is not None
         return fresh, outcome
 
-    async def set_priority(self, job_id: str, org_id: str | None, priority: int) -> dict[str, Any]:
+    async def set_priority(self, job_id: str, org_id: str | None, priority: int) -> JobRow:
         await self._visible(job_id, org_id)
         await self.registry.ask(JOBS, job_id, SetPriority(priority))
         fresh = await repo.get_row(self.store, job_id, None)
@@ -323,13 +323,13 @@ class Jobs:
 
         return follow(JobEventSource(self.store, self.hub, job_id, activate), since)
 
-    async def wait_reasons(self, rows: list[dict[str, Any]]) -> dict[str, str]:
-        queued = tuple(r["id"] for r in rows if r["phase"] == Phase.QUEUED.value)
+    async def wait_reasons(self, rows: Sequence[JobRow]) -> dict[str, str]:
+        queued = tuple(r.id for r in rows if r.phase is Phase.QUEUED)
         if not queued:
             return {}
-        return await self.placement.ask(pl.WaitReasons(queued))
+        return await self.placement.try_ask(pl.WaitReasons(queued))  # full: 503
 
-    async def _visible(self, job_id: str, org_id: str | None) -> dict[str, Any]:
+    async def _visible(self, job_id: str, org_id: str | None) -> JobRow:
         row = await repo.get_row(self.store, job_id, org_id)
         if row is None:
             raise not_found("job")

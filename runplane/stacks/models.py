@@ -117,13 +117,17 @@ class StackLaunch(_Model):
     tasks: list[LaunchTask] = Field(default_factory=list)
 
 
+def _default_modes() -> list[Mode]:
+    return ["run"]
+
+
 class Stack(_Model):
     """A catalog entry. Field order is the spec's and the order of the full view."""
 
     name: str
     version: str
     image: str
-    modes: list[Mode] = Field(default_factory=lambda: ["run"])
+    modes: list[Mode] = Field(default_factory=_default_modes)
     display_name: str = ""
     description: str = ""
     categories: list[str] = Field(default_factory=list)

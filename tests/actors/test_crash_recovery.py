@@ -151,13 +151,13 @@ async def submit(root: Root, cpu: int = 2) -> str:
         {"stack": "shell", "command": ["true"], "limits": {"cpu_cores": cpu}}
     )
     created = await root.jobs.submit(body, WHO)
-    return str(created.row["id"])
+    return created.row.id
 
 
 async def phase(root: Root, job_id: str) -> str:
     row = await repo.get_row(root.store, job_id, None)
     assert row is not None
-    return str(row["phase"])
+    return row.phase.value
 
 
 async def queue_of(root: Root) -> set[str]:
@@ -194,7 +194,8 @@ async def test_placement_crash_keeps_queue_reservations_and_reasons(
 
         # crash it mid-load: the poison is followed by more work already in its mailbox
         before = root.supervisor.statistics().restarts
-        await root.placement.tell(pl.Enqueue({"id": "job_poison"}))  # no spec: handle raises
+        poison = pl.Enqueue("job_poison", 0, None)  # type: ignore[arg-type]  # no spec
+        await root.placement.tell(poison)  # handle raises
         late = await submit(root)  # its Enqueue waits behind the poison
         await eventually(lambda: _gt(restarts(root), before), "placement restarted")
 
@@ -227,9 +228,9 @@ async def test_assignment_won_by_a_dead_placement_is_counted_not_doubled(
         # the job is on node_a; a placement that still thinks it queued assigns it to node_b
         answer = await root._assign(job_id, "node_b")
         assert answer == pl.Handover(taken=False, on_node="node_a")
-        await root.placement.tell(
-            pl.Enqueue(dict(await repo.get_row(root.store, job_id, None) or {}))
-        )
+        row = await repo.get_row(root.store, job_id, None)
+        assert row is not None
+        await root.placement.tell(pl.Enqueue.of(row))
         await eventually(lambda: _eq(used_cpu(root, "node_a"), 2.0), "held on node_a")
         assert await used_cpu(root, "node_b") == 0.0
         assert job_id not in await queue_of(root)

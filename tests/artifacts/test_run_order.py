@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from runplane.actors.job import checked_artifacts
+from runplane.jobs import repo
 from runplane.jobs.orders import run_order
 from runplane.jobs.spec import Mount, OutputSpecBody, SubmitJobBody, resolve
 from runplane.stacks import load_catalog
@@ -16,8 +17,11 @@ from runplane.stacks import load_catalog
 SHA = "a" * 64
 
 
-def _row(spec: dict[str, Any]) -> dict[str, Any]:
-    return {"id": "job_01x", "spec": spec}
+def _row(spec: dict[str, Any]) -> repo.JobRow:
+    new = repo.NewJob(
+        id="job_01x", org_id="o", project="", submitted_by="", spec=spec, spec_hash="", priority=0
+    )
+    return repo.JobRow.of(repo.new_row(new, 0))
 
 
 def test_run_order_maps_mounts_and_outputs_under_the_workdir() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from runplane.auth import audit
 from runplane.auth.principal import ADMIN, Principal, anonymous
+from runplane.jobs import repo
 from runplane.persistence import Store
 
 USER = Principal(kind="user", subject="usr_1", org_id="org_a", read_org="org_a", credential="token")
@@ -73,6 +74,11 @@ async def test_append_and_list(store: Store) -> None:
 
 
 def test_job_snapshot_keeps_no_spec() -> None:
-    row = {"id": "job_1", "org_id": "o", "stack": "shell", "spec": "{...env...}", "phase": "queued"}
+    spec = {"stack": "shell", "image": "i", "mode": "run", "seed": 1, "env": {"K": "v"}}
+    new = repo.NewJob(
+        id="job_1", org_id="o", project="", submitted_by="u", spec=spec, spec_hash="h", priority=1
+    )
+    row = repo.JobRow.of(repo.new_row(new, 0))
     snap = audit.job_snapshot(row, cancelled=True)
     assert "spec" not in snap and snap["stack"] == "shell" and snap["cancelled"] is True
+    assert snap["phase"] == "queued" and type(snap["phase"]) is str

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import trio
@@ -116,7 +116,7 @@ class BodyFlowMiddleware:
     def wants(scope: dict[str, Any]) -> bool:
         if scope.get("type") != "http" or scope.get("method") not in ("PUT", "POST"):
             return False
-        path = scope.get("path", "")
+        path: str = scope.get("path", "")
         return path.startswith(ARTIFACTS_PATH) or path == UPLOADS_PATH
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -204,7 +204,8 @@ class BodyStream:
         length = request.content_length
         if length is not None and length > cap:
             raise _too_large()
-        self.flow: BodyFlow | None = request.scope.get(FLOW_SCOPE_KEY)
+        # put there by BodyFlowMiddleware; hypercorn's scope TypedDict does not list it
+        self.flow = cast("BodyFlow | None", request.scope.get(FLOW_SCOPE_KEY))
         if self.flow is not None:
             # The gate kept the server from receiving anything yet: replace Quart's body
             # (capped at the 1 MiB JSON limit) by an uncapped one; the cap is ours.
@@ -358,7 +359,7 @@ async def _check_prefix_owner(prefix: str) -> None:
         return
     first = prefix.split("/", 1)[0]
     row = await repo.get_row(services().store, first, None) if is_id(first, "job_") else None
-    if row is None or row["org_id"] != read_org:
+    if row is None or row.org_id != read_org:
         raise not_found("artifacts")
 
 

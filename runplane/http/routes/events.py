@@ -66,5 +66,5 @@ async def job_events(job_id: str) -> Response:
     response = Response(stream(), content_type="text/event-stream")
     response.headers["Cache-Control"] = "no-cache"
     response.headers["X-Accel-Buffering"] = "no"
-    response.timeout = None  # type: ignore[assignment]
+    response.timeout = None
     return response

@@ -14,6 +14,7 @@ from runplane.http.context import services
 from runplane.http.listing import job_filter, listing
 from runplane.http.query import choice_arg, int_arg
 from runplane.jobs import repo
+from runplane.jobs.rows import JobRow
 from runplane.jobs.spec import SubmitJobBody
 from runplane.jobs.view import job_view
 from runplane.persistence import from_json
@@ -30,10 +31,10 @@ def jobs_service() -> Jobs:
     return services().root.jobs
 
 
-async def job_reply(row: dict[str, Any]) -> dict[str, Any]:
+async def job_reply(row: JobRow) -> dict[str, Any]:
     """The Job view of one row, with its wait reason while queued."""
     reasons = await jobs_service().wait_reasons([row])
-    return job_view(row, wait_reason=reasons.get(row["id"]))
+    return job_view(row, wait_reason=reasons.get(row.id))
 
 
 async def created_reply(created: Created, **extra: Any) -> tuple[dict[str, Any], int]:
@@ -71,14 +72,14 @@ async def submit() -> tuple[dict[str, Any], int]:
 
 @blueprint.get("")
 async def listjobs_service() -> Any:
-    async def render(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def render(rows: list[JobRow]) -> list[dict[str, Any]]:
         reasons = await jobs_service().wait_reasons(rows)
-        return [job_view(r, wait_reason=reasons.get(r["id"])) for r in rows]
+        return [job_view(r, wait_reason=reasons.get(r.id)) for r in rows]
 
     return await listing(job_filter(spec_and_node=True), render)
 
 
-async def _row(job_id: str) -> dict[str, Any]:
+async def _row(job_id: str) -> JobRow:
     row = await repo.get_row(services().store, job_id, current_caller().read_org)
     if row is None:
         raise not_found("job")
@@ -149,9 +150,9 @@ async def logs(job_id: str) -> dict[str, Any]:
                 out_logs.append({"stream": data["stream"], "line": data["line"]})
         else:
             out_metrics.append({"step": data.get("step"), "values": data["values"]})
-    return {"logs": out_logs, "metrics": out_metrics, "phase": row["phase"], "next_seq": last}
+    return {"logs": out_logs, "metrics": out_metrics, "phase": row.phase.value, "next_seq": last}
 
 
 @blueprint.get("/<job_id>/artifacts")
 async def artifacts(job_id: str) -> list[dict[str, Any]]:
-    return list(from_json((await _row(job_id))["artifacts"]) or [])
+    return list((await _row(job_id)).artifacts)

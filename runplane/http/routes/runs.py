@@ -19,6 +19,7 @@ from runplane.http.listing import job_filter, listing
 from runplane.http.query import flag_arg
 from runplane.http.routes.jobs import created_reply, idempotency_key, job_reply, jobs_service
 from runplane.jobs import repo
+from runplane.jobs.rows import JobRow
 from runplane.problems import Problem, not_found
 from runplane.runs import RunSpecBody
 from runplane.runs.view import run_detail, run_row
@@ -47,12 +48,12 @@ async def submit() -> tuple[dict[str, Any], int]:
         idempotency_key=idempotency_key(),
         audit=audit.job_entry("runs:submit"),
     )
-    return await created_reply(created, run_id=created.row["id"])
+    return await created_reply(created, run_id=created.row.id)
 
 
 @blueprint.get("")
 async def list_runs() -> Any:
-    async def render(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def render(rows: list[JobRow]) -> list[dict[str, Any]]:
         return [run_row(r) for r in rows]
 
     return await listing(job_filter(spec_and_node=False), render)

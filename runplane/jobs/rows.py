@@ -1,0 +1,90 @@
+"""A ``jobs`` row as the code reads it: :class:`JobRow`, typed, its JSON columns decoded
+once (``runplane/jobs/repo.py`` returns these; the node side has ``NodeRow``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from runplane.persistence import from_json
+
+from .phase import Phase
+
+
+def _decoded(value: Any) -> Any:
+    """A JSON column's value: text (as read from the store) is parsed, anything else (a
+    mapping built in memory) is taken as it is; SQL NULL and empty text are None."""
+    if isinstance(value, str):
+        return from_json(value) if value else None
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """One row of ``jobs`` (the columns of ``repo.JOB_COLUMNS``). Immutable: a changed
+    copy is ``dataclasses.replace(row, ...)``; do not mutate the decoded containers."""
+
+    id: str
+    org_id: str
+    project: str
+    submitted_by: str
+    stack: str
+    image: str
+    phase: Phase
+    priority: int
+    mode: str
+    seed: int
+    spec_hash: str
+    #: the resolved spec (what runs, secrets included: views redact)
+    spec: dict[str, Any]
+    node_id: str | None
+    attempt: int  # current attempt number (fencing)
+    attempts: int  # infra requeues
+    error: str | None
+    wait_reason: str | None
+    final_metrics: dict[str, float]
+    #: the ArtifactRefs the finished job's agent uploaded
+    artifacts: list[dict[str, Any]]
+    event_seq: int  # last telemetry seq written
+    log_lines: int  # log lines kept (capped)
+    log_dropped: int  # log lines past the cap
+    created_at: int  # unix ms
+    started_at: int | None
+    finished_at: int | None
+    updated_at: int
+    #: the stored ResolvedRun; None for a job created before runs
+    run: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> JobRow:
+        """From a store row (JSON columns as text) or a mapping with them decoded."""
+        return cls(
+            id=row["id"],
+            org_id=row["org_id"],
+            project=row["project"],
+            submitted_by=row["submitted_by"],
+            stack=row["stack"],
+            image=row["image"],
+            phase=Phase(row["phase"]),
+            priority=row["priority"],
+            mode=row["mode"],
+            seed=row["seed"],
+            spec_hash=row["spec_hash"],
+            spec=_decoded(row["spec"]),
+            node_id=row["node_id"],
+            attempt=row["attempt"],
+            attempts=row["attempts"],
+            error=row["error"],
+            wait_reason=row["wait_reason"],
+            final_metrics=_decoded(row["final_metrics"]) or {},
+            artifacts=_decoded(row["artifacts"]) or [],
+            event_seq=row["event_seq"],
+            log_lines=row["log_lines"],
+            log_dropped=row["log_dropped"],
+            created_at=row["created_at"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+            updated_at=row["updated_at"],
+            run=_decoded(row["run"]),
+        )
