@@ -15,7 +15,6 @@ from quart import request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
-from runplane.actors.root import HEARTBEAT_SEC, Root
 from runplane.artifacts import open_artifact_store
 from runplane.http.auth_hook import install as install_auth
 from runplane.http.context import Services
@@ -45,6 +44,7 @@ from runplane.problems import Problem
 from runplane.runtime import AskTimeout, MailboxFull
 from runplane.settings import Settings, ensure_secret_key
 from runplane.stacks import load_catalog
+from runplane.system import HEARTBEAT_SEC, Root
 
 log = logging.getLogger("runplane.http")
 

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 from quart import current_app
 
-from runplane.actors.root import Root
 from runplane.artifacts import ArtifactStore
 from runplane.persistence import Store
 from runplane.settings import Settings
 from runplane.stacks import Catalog
+from runplane.system import Root
 
 
 @dataclass(frozen=True, slots=True)

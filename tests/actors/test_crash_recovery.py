@@ -22,7 +22,6 @@ from runplane.actors import admission as adm
 from runplane.actors import placement as pl
 from runplane.actors.job import JOBS, AgentFinished, AgentLogs, AgentPhase
 from runplane.actors.node import NODES, Beat, Deliver
-from runplane.actors.root import Root
 from runplane.agent import protocol as p
 from runplane.jobs import repo
 from runplane.jobs.spec import SubmitJobBody
@@ -33,6 +32,7 @@ from runplane.runtime import ActorCrashed
 from runplane.services.jobs import Submitter
 from runplane.settings import load_settings
 from runplane.stacks import load_catalog
+from runplane.system import Root
 
 pytestmark = pytest.mark.parametrize(
     "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]

@@ -1,4 +1,6 @@
-"""The root of the actor tree: the supervisor every long-lived actor hangs under.
+"""The running system: the root of the actor tree (the supervisor every long-lived actor
+hangs under) and the services wired to it. The composition root: it imports actors and
+services, and nothing below imports it (only ``http`` and ``cli`` do).
 
     root (one-for-one, 5 restarts / 10 s)
     ├── channels        ChannelTargets: operator release-channel map
