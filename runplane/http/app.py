@@ -20,6 +20,7 @@ from runplane.http.auth_hook import install as install_auth
 from runplane.http.context import Services
 from runplane.http.middleware import RequestLogMiddleware
 from runplane.http.problems import problem_response
+from runplane.http.query import check_query
 from runplane.http.refusals import refusal_problem
 from runplane.http.routes import (
     admin,
@@ -168,6 +169,7 @@ def create_app(
     app.register_blueprint(policy.blueprint)
     app.register_blueprint(me.blueprint)
     install_auth(app)  # the auth layer: runplane/auth/rules.py says what each route needs
+    app.before_request(check_query)  # after auth: unknown query parameters are a 400
 
     catalog = load_catalog(settings.stacks_dir)
 

@@ -1,18 +1,22 @@
 """Request bodies: strict pydantic models and the one place JSON is parsed.
 
-Unknown fields are a 400 naming the field (typos must not be silently ignored), malformed
-JSON is a 400 saying where it broke, and every validation failure lists RunProblem entries.
+Unknown fields are a 400 naming the field and the fields accepted at that place, with the
+close one when there is one (typos must not be silently ignored); malformed JSON is a 400
+saying where it broke, and every validation failure lists RunProblem entries.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, TypeVar
+import types
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from quart import request
 
 from runplane.problems import FieldProblem, Problem
+from runplane.suggest import accepted_phrase
 
 B = TypeVar("B", bound=BaseModel)
 
@@ -32,13 +36,77 @@ def _key(loc: tuple[Any, ...]) -> str:
     return ".".join(str(part) for part in loc) or "(body)"
 
 
-def validation_problem(exc: ValidationError, status: int = 400) -> Problem:
+def _options(annotation: Any) -> list[Any]:
+    """The types an annotation admits: ``Annotated`` unwrapped, a union flattened, no None."""
+    if get_origin(annotation) is Annotated:
+        return _options(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, types.UnionType):
+        return [t for arg in get_args(annotation) for t in _options(arg)]
+    return [] if annotation is None or annotation is type(None) else [annotation]
+
+
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _wire_name(name: str, info: Any) -> str:
+    """The name a body uses for a field: its alias when it has one."""
+    alias = info.validation_alias if isinstance(info.validation_alias, str) else info.alias
+    return alias or name
+
+
+def _step(annotation: Any, part: Any) -> Any:
+    """The annotation found at ``part`` (a field name, list index or dict key) inside
+    ``annotation``; None when it cannot be told."""
+    for option in _options(annotation):
+        if _is_model(option) and isinstance(part, str):
+            for name, info in option.model_fields.items():
+                if part in (name, _wire_name(name, info)):
+                    return info.annotation
+        origin, args = get_origin(option), get_args(option)
+        if origin is None or not isinstance(origin, type):
+            continue
+        if isinstance(part, int) and issubclass(origin, Sequence) and args:
+            if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+                return args[part] if 0 <= part < len(args) else None
+            return args[0]
+        if isinstance(part, str) and issubclass(origin, Mapping) and len(args) == 2:
+            return args[1]
+    return None
+
+
+def accepted_fields(model: type[BaseModel], parent: tuple[Any, ...]) -> list[str] | None:
+    """The fields a body may send at ``parent`` (a pydantic ``loc`` without its last part)
+    of ``model``, in declaration order and by alias; None when no single model is there."""
+    annotation: Any = model
+    for part in parent:
+        annotation = _step(annotation, part)
+        if annotation is None:
+            return None
+    models = [option for option in _options(annotation) if _is_model(option)]
+    if len(models) != 1:
+        return None
+    return [_wire_name(name, info) for name, info in models[0].model_fields.items()]
+
+
+def _unknown_field(model: type[BaseModel] | None, loc: tuple[Any, ...], key: str) -> str:
+    accepted = accepted_fields(model, loc[:-1]) if model is not None and loc else None
+    if accepted is None:
+        return f"unknown field {key!r}"
+    return f"unknown field {key!r}; {accepted_phrase(accepted, str(loc[-1]))}"
+
+
+def validation_problem(
+    exc: ValidationError, status: int = 400, model: type[BaseModel] | None = None
+) -> Problem:
+    """The 400 of a failed validation. With ``model`` (the model that was validated) an
+    unknown field also lists the fields accepted where it was sent."""
     errors = []
     for err in exc.errors(include_url=False):
         code = _CODES.get(err["type"], "bad_type" if err["type"].endswith("_type") else "invalid")
         key = _key(err["loc"])
         if code == "unknown_field":
-            message = f"unknown field {key!r}"
+            message = _unknown_field(model, tuple(err["loc"]), key)
         elif code == "missing_field":
             message = f"field {key!r} is required"
         else:
@@ -72,4 +140,4 @@ async def parse_body(model: type[B]) -> B:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise validation_problem(exc) from None
+        raise validation_problem(exc, model=model) from None

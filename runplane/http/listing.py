@@ -19,6 +19,11 @@ from runplane.jobs.rows import JobRow
 
 LIST_DEFAULT, LIST_MAX = 500, 5000
 
+#: The query parameters of the job list and of the run list (``@accepts_query``).
+PAGE_PARAMS = ("limit", "offset", "paginate", "cursor")
+JOB_LIST_PARAMS = ("phase", "stack", "project", "spec", "node", *PAGE_PARAMS)
+RUN_LIST_PARAMS = ("phase", "stack", "project", *PAGE_PARAMS)
+
 Render = Callable[[list[JobRow]], Awaitable[list[dict[str, Any]]]]
 
 

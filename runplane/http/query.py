@@ -1,10 +1,98 @@
-"""Query-string parsing with problems that name the parameter."""
+"""Query-string parsing with problems that name the parameter.
+
+Unknown parameters are refused: every route declares the parameters it reads with
+``@accepts_query(...)`` (none when it has no declaration), and :func:`check_query`, a
+``before_request`` hook that runs after the auth hook, answers 400 naming each other one,
+the accepted ones and the close one (``?status=`` on a route that filters by ``phase`` must
+not silently list everything). ``token`` is accepted where the route's auth rule takes
+``?token=``. A route marked ``@ignores_query`` is not checked (its docstring says why),
+nor is Quart's ``static`` route (cache-busting parameters on files are common and harmless).
+"""
 
 from __future__ import annotations
 
-from quart import request
+from collections.abc import Callable, Collection
+from typing import TypeVar
 
+from quart import current_app, request
+
+from runplane.auth.rules import rule_for
 from runplane.problems import FieldProblem, Problem
+from runplane.suggest import accepted_phrase
+
+#: The attribute ``accepts_query`` puts on a view function (None: not checked).
+QUERY_ATTR = "runplane_query_params"
+#: The query parameter that carries a credential where the route's auth rule allows it.
+TOKEN_PARAM = "token"
+#: Endpoints never checked: Quart's static files.
+UNCHECKED_ENDPOINTS = frozenset({"static"})
+
+V = TypeVar("V", bound=Callable[..., object])
+
+
+def accepts_query(*names: str) -> Callable[[V], V]:
+    """Declare the query parameters a route reads; any other one is a 400."""
+
+    def mark(view: V) -> V:
+        setattr(view, QUERY_ATTR, names)
+        return view
+
+    return mark
+
+
+def ignores_query(view: V) -> V:
+    """Exempt a route from the unknown-parameter check (say why in its docstring)."""
+    setattr(view, QUERY_ATTR, None)
+    return view
+
+
+def check_args(accepted: Collection[str]) -> None:
+    """400 naming every query parameter of the request that is not in ``accepted`` (nor
+    ``token`` where the route's auth rule takes ``?token=``), the accepted ones and, per
+    parameter, the close one."""
+    names = list(accepted)
+    url_rule = request.url_rule
+    if TOKEN_PARAM not in names and url_rule is not None:
+        rule = rule_for(request.method, url_rule.rule)
+        if rule is not None and rule.query_token:
+            names.append(TOKEN_PARAM)
+    unknown = [name for name in request.args if name not in names]
+    if not unknown:
+        return
+    route = f"{request.method} {url_rule.rule}" if url_rule is not None else "this route"
+
+    def phrase(name: str | None) -> str:
+        if not names:
+            return f"{route} takes no query parameters"
+        return accepted_phrase(names, name)
+
+    def message(name: str) -> str:
+        text = f"unknown query parameter {name!r}; {phrase(name)}"
+        if name == TOKEN_PARAM:
+            text += "; send a token as the header 'Authorization: Bearer <token>'"
+        return text
+
+    errors = [FieldProblem(name, "unknown_parameter", message(name)) for name in unknown]
+    if len(errors) == 1:
+        detail = errors[0].message
+    else:
+        listed = ", ".join(repr(name) for name in unknown)
+        detail = f"unknown query parameters {listed}; {phrase(None)}"
+    raise Problem(400, "invalid_query", detail, errors)
+
+
+async def check_query() -> None:
+    """``before_request`` hook (after the auth hook): the matched route's declared
+    parameters are the accepted ones. Unmatched requests (404, 405) and OPTIONS pass."""
+    endpoint = request.endpoint
+    if request.url_rule is None or request.method == "OPTIONS" or endpoint is None:
+        return
+    if endpoint in UNCHECKED_ENDPOINTS:
+        return
+    view = current_app.view_functions.get(endpoint)
+    accepted: Collection[str] | None = getattr(view, QUERY_ATTR, ())
+    if accepted is not None:
+        check_args(accepted)
 
 
 def _bad(name: str, message: str) -> Problem:

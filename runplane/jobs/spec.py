@@ -27,6 +27,7 @@ from pydantic import (
 
 from runplane.problems import FieldProblem, Problem
 from runplane.stacks import Catalog, Stack, config_env, validate_config
+from runplane.suggest import suggestion
 
 SETUP_KEY = "RUNPLANE_SETUP"
 DISPLAY_KEY = "RUNPLANE_DISPLAY"
@@ -239,12 +240,29 @@ class Issue:
     problem: FieldProblem
 
 
+#: A catalog of at most this many stacks is listed whole when a stack name is unknown.
+LIST_STACKS_UP_TO = 12
+
+
+def unknown_stack(name: str, catalog: Catalog) -> tuple[str, str]:
+    """``(detail, message)`` for an unknown stack name: the close name when there is one,
+    and the catalog when it is short (else where to find it)."""
+    names = catalog.names()
+    hint = suggestion(name, names)
+    message = f"no stack named {name!r}" + (f"; {hint}" if hint else "")
+    if names and len(names) <= LIST_STACKS_UP_TO:
+        where = f"known stacks: {', '.join(names)}"
+    else:
+        where = "GET /v1/stacks lists the catalog"
+    return f"unknown stack {name!r}; " + (f"{hint} " if hint else "") + where, message
+
+
 def stack_issues(name: str, catalog: Catalog) -> tuple[Stack | None, list[Issue]]:
     """The stack named ``name`` and what keeps it from running (unknown 400, unavailable 422)."""
     stack = catalog.get(name)
     if stack is None:
-        detail = f"unknown stack {name!r}; GET /v1/stacks lists the catalog"
-        problem = FieldProblem("stack", "unknown_stack", f"no stack named {name!r}")
+        detail, message = unknown_stack(name, catalog)
+        problem = FieldProblem("stack", "unknown_stack", message)
         return None, [Issue(400, "unknown_stack", detail, problem)]
     if stack.unavailable:
         detail = f"stack {stack.name!r} is unavailable right now; pick another from GET /v1/stacks"

@@ -13,7 +13,6 @@ value against its StackField and fills in defaults. Problems use the spec's RunP
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 from collections.abc import Mapping
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from runplane.stacks.models import Stack, StackField
+from runplane.suggest import accepted_phrase
 
 ProblemCode = Literal["unknown_key", "bad_type", "out_of_range", "not_allowed"]
 
@@ -181,12 +181,10 @@ def _unknown_key(stack: Stack, key: str) -> ConfigProblem:
         return ConfigProblem(
             key, UNKNOWN_KEY, f"unknown config key {key!r}: stack {stack.name!r} takes no config"
         )
-    hint = difflib.get_close_matches(key, known, n=1)
-    maybe = f" (did you mean {hint[0]!r}?)" if hint else ""
     return ConfigProblem(
         key,
         UNKNOWN_KEY,
-        f"unknown config key {key!r} for stack {stack.name!r}{maybe}; accepted: {', '.join(known)}",
+        f"unknown config key {key!r} for stack {stack.name!r}; {accepted_phrase(known, key)}",
     )
 
 

@@ -80,9 +80,9 @@ async def test_unknown_field_is_400_naming_it(client: Any) -> None:
     assert response.status_code == 400
     body = await response.get_json()
     assert body["code"] == "unknown_field"
-    assert body["errors"] == [
-        {"key": "verison", "code": "unknown_field", "message": "unknown field 'verison'"}
-    ]
+    message = "unknown field 'verison'; accepted: channel, version (did you mean 'version'?)"
+    assert body["detail"] == message
+    assert body["errors"] == [{"key": "verison", "code": "unknown_field", "message": message}]
 
 
 async def test_missing_field_is_400_naming_it(client: Any) -> None:

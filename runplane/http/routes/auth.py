@@ -19,6 +19,7 @@ from runplane.http.auth_hook import current_principal
 from runplane.http.bodies import Body, parse_body
 from runplane.http.context import services
 from runplane.http.guards import bearer_token
+from runplane.http.query import accepts_query
 from runplane.ids import ORG_ID_PATTERN
 from runplane.problems import FieldProblem, Problem, not_found
 
@@ -87,6 +88,7 @@ async def mint_token() -> tuple[dict[str, Any], int, dict[str, str]]:
 
 
 @blueprint.get("/v1/auth/tokens")
+@accepts_query("org_id")
 async def list_tokens() -> list[dict[str, Any]]:
     org_id = request.args.get("org_id") or None
     views = await tokens.list_tokens(services().store, org_id)

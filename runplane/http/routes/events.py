@@ -16,6 +16,7 @@ from quart import Blueprint, Response, request
 
 from runplane.http.caller import current_caller
 from runplane.http.context import services
+from runplane.http.query import accepts_query
 from runplane.jobs import repo
 from runplane.jobs.events import JobEvent
 from runplane.problems import FieldProblem, Problem, not_found
@@ -53,6 +54,7 @@ def _frame_of(event: JobEvent) -> bytes:
 
 
 @blueprint.get("/v1/jobs/<job_id>/events")
+@accepts_query("since_seq")  # and ?token=, which its auth rule allows
 async def job_events(job_id: str) -> Response:
     svc = services()
     if await repo.get_row(svc.store, job_id, current_caller().read_org) is None:

@@ -11,8 +11,8 @@ from runplane.http import audit
 from runplane.http.bodies import Body, parse_body
 from runplane.http.caller import current_caller
 from runplane.http.context import services
-from runplane.http.listing import job_filter, listing
-from runplane.http.query import choice_arg, int_arg
+from runplane.http.listing import JOB_LIST_PARAMS, job_filter, listing
+from runplane.http.query import accepts_query, choice_arg, int_arg
 from runplane.jobs import repo
 from runplane.jobs.rows import JobRow
 from runplane.jobs.spec import SubmitJobBody
@@ -71,6 +71,7 @@ async def submit() -> tuple[dict[str, Any], int]:
 
 
 @blueprint.get("")
+@accepts_query(*JOB_LIST_PARAMS)
 async def listjobs_service() -> Any:
     async def render(rows: list[JobRow]) -> list[dict[str, Any]]:
         reasons = await jobs_service().wait_reasons(rows)
@@ -133,6 +134,7 @@ async def rerun(job_id: str) -> tuple[dict[str, Any], int]:
 
 
 @blueprint.get("/<job_id>/logs")
+@accepts_query("stream", "since_seq", "limit")
 async def logs(job_id: str) -> dict[str, Any]:
     row = await _row(job_id)
     stream = choice_arg("stream", _STREAMS)

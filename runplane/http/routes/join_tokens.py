@@ -11,6 +11,7 @@ from runplane.http import audit
 from runplane.http.bodies import Body, parse_body
 from runplane.http.context import services
 from runplane.http.guards import require_admin, require_area
+from runplane.http.query import accepts_query
 from runplane.ids import ORG_ID_PATTERN, valid_org_id
 from runplane.nodes import enrollment
 from runplane.problems import FieldProblem, Problem, not_found
@@ -71,6 +72,7 @@ async def mint() -> tuple[dict[str, Any], int, dict[str, str]]:
 
 
 @blueprint.get("")
+@accepts_query("org_id")
 async def list_tokens() -> list[dict[str, Any]]:
     require_admin()
     org_id = request.args.get("org_id") or None

@@ -8,7 +8,7 @@ from quart import Blueprint, request
 
 from runplane.http.caller import current_caller
 from runplane.http.context import services
-from runplane.http.query import flag_arg, int_arg
+from runplane.http.query import accepts_query, flag_arg, int_arg
 from runplane.jobs.repo import decode_cursor, encode_cursor
 
 blueprint = Blueprint("nodes", __name__, url_prefix="/v1/nodes")
@@ -17,6 +17,7 @@ PAGE_DEFAULT, PAGE_MAX = 50, 200
 
 
 @blueprint.get("")
+@accepts_query("paginate", "cursor", "limit")
 async def list_nodes() -> Any:
     fleet = services().root.fleet
     org = current_caller().read_org

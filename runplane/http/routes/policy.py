@@ -22,9 +22,9 @@ from runplane.http.bodies import Body, parse_body
 from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.guards import require_area
-from runplane.http.query import choice_arg, int_arg, number_arg, str_arg
+from runplane.http.query import accepts_query, choice_arg, int_arg, number_arg, str_arg
 from runplane.http.refusals import refusal_status
-from runplane.jobs.spec import stack_issues
+from runplane.jobs.spec import stack_issues, unknown_stack
 from runplane.persistence import now_ms
 from runplane.policy import (
     PolicyDoc,
@@ -42,6 +42,17 @@ blueprint = Blueprint("policy", __name__, url_prefix="/v1/policy")
 
 Name = Annotated[str, StringConstraints(max_length=256)]
 ISOLATION = ("none", "gvisor", "kata")
+#: The query parameters of the preview (GET, and POST where the body leaves them out).
+PREVIEW_PARAMS = ("org", "subject", "user", "project", "stack")
+PREFLIGHT_PARAMS = (
+    "stack",
+    "project",
+    "isolation",
+    "cpu_cores",
+    "ram_gb",
+    "gpu_count",
+    "timeout_sec",
+)
 
 
 def _org() -> str:
@@ -64,6 +75,7 @@ async def _doc(org_id: str) -> PolicyDoc:
 
 
 @blueprint.get("")
+@accepts_query("org")
 async def get_policy() -> dict[str, Any]:
     require_area("policy", "the policy engine")
     org_id = _org()
@@ -79,6 +91,7 @@ async def get_policy() -> dict[str, Any]:
 
 
 @blueprint.put("")
+@accepts_query("org")
 async def put_policy() -> dict[str, Any]:
     require_area("policy", "the policy engine")
     org_id = _org()
@@ -124,9 +137,10 @@ async def _preview(subject: str, project: str, stack_name: str | None) -> dict[s
         "effective_caps": caps.view(),
     }
     if stack_name:
-        stack = services().catalog.get(stack_name)
+        catalog = services().catalog
+        stack = catalog.get(stack_name)
         if stack is None:
-            out["stack_error"] = f"unknown stack {stack_name!r}; GET /v1/stacks lists the catalog"
+            out["stack_error"] = unknown_stack(stack_name, catalog)[0]
         else:
             out["stack"] = stack.name
             out["effective_manifest"] = effective_manifest(stack, caps)
@@ -134,12 +148,14 @@ async def _preview(subject: str, project: str, stack_name: str | None) -> dict[s
 
 
 @blueprint.get("/preview")
+@accepts_query(*PREVIEW_PARAMS)
 async def preview_get() -> dict[str, Any]:
     subject = str_arg("subject") or str_arg("user") or ""
     return await _preview(subject, str_arg("project") or "", str_arg("stack"))
 
 
 @blueprint.post("/preview")
+@accepts_query(*PREVIEW_PARAMS)
 async def preview_post() -> dict[str, Any]:
     body = await parse_body(PreviewBody) if await request.get_data() else PreviewBody()
     subject = body.subject or body.user or str_arg("subject") or str_arg("user") or ""
@@ -208,6 +224,7 @@ async def _preflight(
 
 
 @blueprint.get("/preflight")
+@accepts_query(*PREFLIGHT_PARAMS)
 async def preflight_get() -> dict[str, Any]:
     limits = {
         "cpu_cores": number_arg("cpu_cores"),

@@ -15,8 +15,8 @@ from runplane.http import audit
 from runplane.http.bodies import parse_body
 from runplane.http.caller import current_caller
 from runplane.http.context import services
-from runplane.http.listing import job_filter, listing
-from runplane.http.query import flag_arg
+from runplane.http.listing import RUN_LIST_PARAMS, job_filter, listing
+from runplane.http.query import accepts_query, flag_arg
 from runplane.http.routes.jobs import created_reply, idempotency_key, job_reply, jobs_service
 from runplane.jobs import repo
 from runplane.jobs.rows import JobRow
@@ -34,6 +34,7 @@ def _submitter() -> Submitter:
 
 
 @blueprint.post("")
+@accepts_query("embed")
 async def submit() -> tuple[dict[str, Any], int]:
     if flag_arg("embed"):
         raise Problem(
@@ -52,6 +53,7 @@ async def submit() -> tuple[dict[str, Any], int]:
 
 
 @blueprint.get("")
+@accepts_query(*RUN_LIST_PARAMS)
 async def list_runs() -> Any:
     async def render(rows: list[JobRow]) -> list[dict[str, Any]]:
         return [run_row(r) for r in rows]

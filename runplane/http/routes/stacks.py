@@ -12,8 +12,10 @@ from typing import Any
 from quart import Blueprint, Response, request
 
 from runplane.http.context import services
+from runplane.http.query import accepts_query
 from runplane.problems import FieldProblem, Problem
 from runplane.stacks import UnknownViewError, parse_view, stack_view, stacks_view
+from runplane.suggest import suggestion
 
 blueprint = Blueprint("stacks", __name__, url_prefix="/v1/stacks")
 
@@ -33,19 +35,20 @@ def _view() -> str:
 
 
 @blueprint.get("")
+@accepts_query("view")
 async def list_stacks() -> Response:
     return _json(stacks_view(services().catalog, _view()))
 
 
 @blueprint.get("/<name>")
+@accepts_query("view")
 async def get_stack(name: str) -> Response:
     view = _view()
     catalog = services().catalog
     stack = catalog.get(name)
     if stack is None:
-        raise Problem(
-            404,
-            "not_found",
-            f"no stack named {name!r}; available: {', '.join(catalog.names()) or 'none'}",
-        )
+        names = catalog.names()
+        hint = f"{suggestion(name, names)} ".lstrip()
+        available = ", ".join(names) or "none"
+        raise Problem(404, "not_found", f"no stack named {name!r}; {hint}available: {available}")
     return _json(stack_view(stack, view))
