@@ -10,7 +10,8 @@ For each backend, on a fresh database, each phase time-bounded:
 * ``batched``: one writer, ``execute_many`` of 100 rows per call (rows/s).
 
 PostgreSQL: ``RUNPLANE_TEST_PG_URL`` if set, else a server started with
-``scripts/pgtest start .pgtest`` (stopped afterwards if this run started it).
+``scripts/pgtest start .pgtest`` (stopped afterwards if this run started it; pgtest
+picks a free port, so it does not collide with another server).
 Prints ONE JSON object. Total time stays under a minute at the default 3 s.
 """
 
@@ -140,9 +141,37 @@ async def run_backend(url: str | None, data_dir: Path, seconds: float) -> dict[s
         }
 
 
+class PgtestError(RuntimeError):
+    """``scripts/pgtest start`` failed; the message ends with its stderr."""
+
+
+@contextmanager
+def pgtest_server(pg_dir: Path | str) -> Iterator[str]:
+    """The URL of the ``scripts/pgtest`` server in ``pg_dir``, started if it is not running
+    and then stopped on the way out; one that was already running is left running."""
+    script = str(REPO / "scripts" / "pgtest")
+    was_running = (
+        subprocess.run(
+            [script, "status", str(pg_dir)], capture_output=True, text=True, check=False
+        ).returncode
+        == 0
+    )
+    out = subprocess.run(
+        [script, "start", str(pg_dir)], capture_output=True, text=True, timeout=300, check=False
+    )
+    url = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+    if out.returncode != 0 or not url.startswith("postgresql://"):
+        raise PgtestError(f"scripts/pgtest start {pg_dir} failed: {out.stderr.strip()[-300:]}")
+    try:
+        yield url
+    finally:
+        if not was_running:
+            subprocess.run([script, "stop", str(pg_dir)], check=False, capture_output=True)
+
+
 @contextmanager
 def postgres_server(skip: bool) -> Iterator[str | None]:
-    """The URL of a PostgreSQL server to use: the test one, or one we start."""
+    """The URL of a PostgreSQL server to use: the test one, or one we start (and stop)."""
     if skip:
         yield None
         return
@@ -150,17 +179,8 @@ def postgres_server(skip: bool) -> Iterator[str | None]:
     if url:
         yield url
         return
-    pg_dir = REPO / ".pgtest"
-    was_running = (pg_dir / "data" / "postmaster.pid").exists()
-    script = REPO / "scripts" / "pgtest"
-    out = subprocess.run(
-        [str(script), "start", str(pg_dir)], check=True, capture_output=True, text=True
-    )
-    try:
-        yield out.stdout.strip().splitlines()[-1]
-    finally:
-        if not was_running:
-            subprocess.run([str(script), "stop", str(pg_dir)], check=False, capture_output=True)
+    with pgtest_server(REPO / ".pgtest") as url:
+        yield url
 
 
 @contextmanager

@@ -5,21 +5,22 @@
 Runs ``bench/store.py`` (single writer, 100 concurrent writers with group commit, and
 ``execute_many`` batches, each phase time-bounded, on a fresh database of each engine; see
 its docstring) in its own process and adds the machine and settings. PostgreSQL is
-``RUNPLANE_TEST_PG_URL`` when set, else the server ``scripts/pgtest start DIR`` gives
-(idempotent: started if needed, left running), ``DIR`` being ``RUNPLANE_BENCH_PG_DIR``
-or ``/tmp/rp-pg-dev``; each run uses a fresh database in it, dropped after. Without a
+``RUNPLANE_TEST_PG_URL`` when set, else the server ``scripts/pgtest start DIR`` gives,
+``DIR`` being ``RUNPLANE_BENCH_PG_DIR`` or ``/tmp/rp-pg-dev``: started if it is not
+running (on a free port) and stopped at the end; one already running there is used and
+left running. Each run uses a fresh database in it, dropped after. Without a
 PostgreSQL the scenario reports SQLite only and says why. Prints ONE JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-import subprocess
 import time
 from typing import Any
 
-from bench import common
+from bench import common, store
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -35,23 +36,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     started = time.monotonic()
     env = dict(os.environ)
     pg_note = "RUNPLANE_TEST_PG_URL"
-    if not args.skip_postgres and not env.get("RUNPLANE_TEST_PG_URL", "").strip():
-        pg_dir = env.get("RUNPLANE_BENCH_PG_DIR") or "/tmp/rp-pg-dev"
-        out = subprocess.run(
-            [str(common.REPO / "scripts" / "pgtest"), "start", pg_dir],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        url = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
-        if out.returncode == 0 and url.startswith("postgresql://"):
-            env["RUNPLANE_TEST_PG_URL"] = url
-            pg_note = f"scripts/pgtest start {pg_dir}"
-        else:
-            argv_store.append("--skip-postgres")
-            pg_note = f"no PostgreSQL: scripts/pgtest failed: {out.stderr.strip()[-300:]}"
-    raw = common.run_json(argv_store, timeout=600, env=env)
+    with contextlib.ExitStack() as servers:
+        if not args.skip_postgres and not env.get("RUNPLANE_TEST_PG_URL", "").strip():
+            pg_dir = env.get("RUNPLANE_BENCH_PG_DIR") or "/tmp/rp-pg-dev"
+            try:
+                env["RUNPLANE_TEST_PG_URL"] = servers.enter_context(store.pgtest_server(pg_dir))
+                pg_note = f"scripts/pgtest start {pg_dir}"
+            except store.PgtestError as exc:
+                argv_store.append("--skip-postgres")
+                pg_note = f"no PostgreSQL: {exc}"
+        raw = common.run_json(argv_store, timeout=600, env=env)
     summary = {}
     for engine in ("sqlite", "postgres"):
         if engine in raw:

@@ -19,6 +19,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
+from runplane.agent import credentials
 from runplane.http.app import create_app
 from runplane.settings import Settings, load_settings
 
@@ -89,6 +90,10 @@ class AgentProcess:
     data_dir: Path
     log: Path
 
+    @property
+    def credential_file(self) -> Path:
+        return self.data_dir / credentials.CREDENTIAL_FILE
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -144,6 +149,22 @@ async def wait_for(predicate: Callable[[], Any], within: float = 30, what: str =
                 return value
             await trio.sleep(0.05)
     raise AssertionError(f"timed out after {within} s waiting for {what or predicate}")
+
+
+async def saved_credential(agent: AgentProcess, within: float = 30) -> str:
+    """Wait until ``agent`` has saved its node credential; return it.
+
+    The server lists a node as online once it has sent the welcome; the agent writes the
+    credential that welcome carries right after, in its own time. A test that stops an
+    agent to start it again, or reads its credential, waits for the file first: an agent
+    stopped before it saved the credential comes back without one and enrolls as a new
+    node (the flake seen under load).
+    """
+
+    async def saved() -> str | None:
+        return credentials.load_credential(agent.data_dir)
+
+    return str(await wait_for(saved, within, f"the agent to save {agent.credential_file}"))
 
 
 async def job(client: httpx.AsyncClient, job_id: str) -> dict[str, Any]:

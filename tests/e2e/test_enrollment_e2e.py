@@ -7,7 +7,7 @@ from pathlib import Path
 
 import trio
 
-from .conftest import ADMIN, LiveServer, StartAgent, online_nodes, wait_for
+from .conftest import ADMIN, LiveServer, StartAgent, online_nodes, saved_credential, wait_for
 
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
 
@@ -24,17 +24,9 @@ async def test_join_token_enrolls_with_its_tier_and_credential_is_reused(
         agent = start_agent(server.url, "trusted-box", "--join-token", token)
         node = (await wait_for(lambda: online_nodes(client), 30, "the agent"))[0]
         assert node["tier"] == "trusted"
-        path = agent.data_dir / "credential"
-
-        async def saved() -> bool:
-            # the server lists the node once it sent the welcome; the agent writes the
-            # credential it carries right after, in its own time
-            return path.exists() and path.read_text().strip() != ""
-
-        await wait_for(saved, 30, "the agent to save its credential")
-        credential = path.read_text().strip()
+        credential = await saved_credential(agent)
         assert credential.startswith("rpn_")
-        assert (agent.data_dir / "credential").stat().st_mode & 0o077 == 0
+        assert agent.credential_file.stat().st_mode & 0o077 == 0
         assert agent.terminate() == 0
         # the token is revoked: the agent comes back on its credential, not the token
         tokens = (await client.get("/v1/nodes/join-tokens", headers=AUTH)).json()
@@ -52,6 +44,7 @@ async def test_revoked_credential_is_refused_with_one_line(
     agent = start_agent(server.url, "doomed")
     async with server.client() as client:
         node = (await wait_for(lambda: online_nodes(client), 30, "the agent"))[0]
+    await saved_credential(agent)  # stopped before that, it would enroll again as a new node
     assert agent.terminate() == 0
     assert await enrollment.revoke_node_credential(server.root.store, node["id"])
     again = start_agent(server.url, "doomed")
