@@ -63,8 +63,26 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="add a capability to the detected ones (repeatable), e.g. simulator",
     )
+    agent.add_argument(
+        "--drain-timeout",
+        type=_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="on SIGTERM/SIGINT, how long running jobs may finish before they are stopped "
+        "and handed back to the server to requeue (default 60; 0: at once)",
+    )
     agent.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
     return parser
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text}")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -93,7 +111,9 @@ async def serve(settings: Settings, host: str, port: int) -> None:
     """Serve until SIGINT/SIGTERM, then drain in-flight requests and flush the store.
 
     With ``RUNPLANE_LOCAL_AGENT`` on, one node agent runs in this process, connected to the
-    server over loopback like any other; it is stopped first on shutdown."""
+    server over loopback like any other; it is stopped first on shutdown, by a drain with
+    no wait: its running jobs are stopped and handed back (requeued, not cancelled), so
+    the next start runs them again."""
     from hypercorn.trio import serve as hypercorn_serve
 
     from runplane.agent.client import Agent
@@ -140,7 +160,7 @@ async def serve(settings: Settings, host: str, port: int) -> None:
                 nursery.start_soon(run_agent)
             await stop.wait()
             if agent is not None:
-                agent.request_stop()
+                agent.drain(0)
                 with trio.move_on_after(GRACEFUL_TIMEOUT):
                     await agent_done.wait()
             server_stop.set()
@@ -176,6 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             name=args.name,
             max_concurrency=args.max_concurrency,
             capabilities=args.capability,
+            drain_timeout=args.drain_timeout,
         )
     try:
         settings = ensure_secret_key(load_settings())

@@ -25,7 +25,7 @@ import trio
 from runplane.actors import placement as pl
 from runplane.actors.admission import AdmissionActor, AdmissionMsg, PhaseChanged
 from runplane.actors.channels import ChannelMsg, ChannelTargets
-from runplane.actors.job import JOBS, Assign, JobDeps, LoseAttempt
+from runplane.actors.job import JOBS, Assign, JobDeps, LoseAttempt, WaitReason
 from runplane.actors.node import NodeDeps
 from runplane.jobs.orders import cancel_order, run_order
 from runplane.jobs.rows import JobRow
@@ -73,7 +73,9 @@ class Root:
                 ),
                 ChildSpec(
                     "placement",
-                    lambda: pl.PlacementActor(store=store, assign=self._assign),
+                    lambda: pl.PlacementActor(
+                        store=store, assign=self._assign, tell_reason=self._tell_reason
+                    ),
                     mailbox_capacity=4096,
                 ),
                 ChildSpec("actors", lambda: self.actors),
@@ -89,6 +91,10 @@ class Root:
     async def _assign(self, job_id: str, node_id: str) -> pl.Handover:
         answer = await self.registry.ask(JOBS, job_id, Assign(node_id))
         return pl.Handover(answer.taken, answer.on_node)
+
+    def _tell_reason(self, job_id: str, reason: str) -> bool:
+        # from placement's handler, for many jobs at once: never waits, never activates
+        return self.registry.tell_active(JOBS, job_id, WaitReason(reason))
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         # nobody is connected yet: every node is offline until its agent says hello (the

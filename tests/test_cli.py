@@ -36,14 +36,14 @@ def _env(data_dir: Path, **extra: str) -> dict[str, str]:
 
 
 class Server:
-    def __init__(self, data_dir: Path, log: Path) -> None:
+    def __init__(self, data_dir: Path, log: Path, **env: str) -> None:
         self.port = _free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = log
         self._log_fh = log.open("w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "runplane", "serve", "--port", str(self.port)],
-            env=_env(data_dir),
+            env=_env(data_dir, **env),
             stderr=self._log_fh,
             stdout=subprocess.DEVNULL,
         )
@@ -148,5 +148,29 @@ def test_acknowledged_write_survives_sigterm_restart(tmp_path: Path) -> None:
             headers={"Authorization": f"Bearer {ADMIN}"},
         )
         assert got.json() == {"stable": "9.9.9"}
+    finally:
+        assert second.terminate() == 0
+
+
+def test_serve_stop_hands_the_local_agents_jobs_back(tmp_path: Path) -> None:
+    """A server stop drains its in-process agent at once: the running job is requeued
+    (naming the node's shutdown), not cancelled, and is still there for the next start."""
+    auth = {"Authorization": f"Bearer {ADMIN}"}
+    first = Server(tmp_path / "data", tmp_path / "first.log", RUNPLANE_LOCAL_AGENT="1")
+    submitted = httpx.post(
+        first.base + "/v1/jobs", json={"stack": "shell", "command": ["sleep", "600"]}, headers=auth
+    )
+    assert submitted.status_code == 202, submitted.text
+    job_id = submitted.json()["job_id"]
+    deadline = time.monotonic() + 30
+    while httpx.get(f"{first.base}/v1/jobs/{job_id}", headers=auth).json()["phase"] != "running":
+        assert time.monotonic() < deadline, "the local agent did not run the job"
+        time.sleep(0.05)
+    assert first.terminate() == 0
+    second = Server(tmp_path / "data", tmp_path / "second.log")  # no local agent
+    try:
+        view = httpx.get(f"{second.base}/v1/jobs/{job_id}", headers=auth).json()
+        assert view["phase"] == "queued" and view["attempts"] == 1, view
+        assert view["error"].endswith("shut down (agent drained; requeued)")
     finally:
         assert second.terminate() == 0

@@ -24,6 +24,7 @@ from runplane.jobs.events import (
     phase_event,
     ring_name,
     system_line_event,
+    wait_reason_event,
 )
 from runplane.jobs.phase import (
     Assigned,
@@ -109,6 +110,14 @@ class SetPriority(Asks[bool]):
     priority: int
 
 
+@dataclass(frozen=True, slots=True)
+class WaitReason:
+    """Placement's reason why the queued job waits, told when it changed: stored as a
+    ``phase`` event carrying ``reason`` (and on the row), unless the job has it already."""
+
+    reason: str
+
+
 JobMsg = (
     Assign
     | AgentPhase
@@ -118,6 +127,7 @@ JobMsg = (
     | LoseAttempt
     | Cancel
     | SetPriority
+    | WaitReason
 )
 
 #: The job actors, one per live job, addressed by job id in the registry.
@@ -208,6 +218,20 @@ def checked_artifacts(job_id: str, items: Any) -> list[dict[str, Any]]:
     return kept
 
 
+def attempt_note(before: JobState, after: JobState, event: PhaseEvent) -> str | None:
+    """The system line of an attempt that starts or is lost, in the Job view's words:
+    ``attempt`` is the run number (1-based), ``attempts`` the requeues so far."""
+    if before.phase is Phase.QUEUED and after.phase is Phase.ASSIGNED:
+        return (
+            f"attempt {after.attempt} on node {after.node_id} (requeues so far: {after.attempts})"
+        )
+    if isinstance(event, NodeLost) and after.phase is Phase.QUEUED:
+        return (
+            f"attempt {before.attempt} requeued (requeues so far: {after.attempts}): {event.reason}"
+        )
+    return None
+
+
 class JobActor(Actor[JobMsg]):
     def __init__(self, deps: JobDeps, row: JobRow) -> None:
         self.deps = deps
@@ -227,6 +251,8 @@ class JobActor(Actor[JobMsg]):
         self.log_lines = row.log_lines
         self.log_dropped = row.log_dropped
         self.final_metrics = dict(row.final_metrics)  # grows with metrics: not the row's
+        #: the wait reason last stored (a queued job's), so a repeat stores nothing
+        self.wait_reason = row.wait_reason if row.phase is Phase.QUEUED else None
         self._finish_artifacts: list[dict[str, Any]] | None = None
         self.ring: Ring[JobEvent] = self._ring()
 
@@ -288,6 +314,8 @@ class JobActor(Actor[JobMsg]):
                 return await self._apply(NodeLost(attempt, reason)) is not None
             case Cancel():
                 return await self._cancel()
+            case WaitReason(reason):
+                return await self._wait_reason(reason)
             case SetPriority(priority):
                 await self.deps.store.execute(
                     "UPDATE jobs SET priority = ?, updated_at = ? WHERE id = ?",
@@ -349,12 +377,17 @@ class JobActor(Actor[JobMsg]):
         if after.phase is not before.phase:
             self.seq += 1
             events.append(phase_event(self.id, self.seq, after.phase.value, now_ms(), after.error))
+            note = attempt_note(before, after, event)
+            if note is not None:
+                self._system_line(events, note)
         if after.phase is Phase.QUEUED:
             extra["wait_reason"] = None
         await self.deps.store.transaction(
             repo.save_state(self.id, after, events, self.seq, **extra)
         )
         self.state = after
+        if after.phase is Phase.QUEUED:
+            self.wait_reason = None
         changed_to_terminal = after.phase.terminal and after.phase is not before.phase
         self._publish(events, terminal=changed_to_terminal)
         if after.phase is not before.phase:
@@ -446,6 +479,20 @@ class JobActor(Actor[JobMsg]):
             )
         )
         self._publish(events)
+
+    async def _wait_reason(self, reason: str) -> bool:
+        """Store and publish a queued job's new wait reason; False (nothing written) when
+        the job is not queued or already has this reason."""
+        if self.state.phase is not Phase.QUEUED or reason == self.wait_reason:
+            return False
+        self.seq += 1
+        event = wait_reason_event(self.id, self.seq, reason, now_ms())
+        await self.deps.store.transaction(
+            repo.save_state(self.id, self.state, [event], self.seq, wait_reason=reason)
+        )
+        self.wait_reason = reason
+        self._publish([event])
+        return True
 
     async def _metric(self, step: int | None, values: dict[str, float]) -> None:
         self.seq += 1

@@ -8,11 +8,18 @@ reconnect within the grace period resumes the session: the agent lists what it s
 anything the server expected but the agent lacks is lost, anything the agent runs that
 the server no longer wants is cancelled.
 
+Draining: an agent that stops gracefully says ``draining`` first. The node leaves the
+placement fleet at once (status ``draining``; the session stays, and a run order is not
+delivered), its running attempts may still finish and report, and each attempt it hands
+back (``job_released``) goes back to its job actor as ``LoseAttempt`` with the reason
+:func:`drained_reason`: the node-loss requeue (attempts + 1), not a cancel. When a
+draining node's session ends with nothing left on it, the node is ``offline`` at once.
+
 Heartbeats: liveness reads ``last_seen`` (the trio clock) only, kept here. The wall time
 of the last beat (``nodes.last_heartbeat``) is not written per beat: it goes to
 ``NodeDeps.record_beat``, the heartbeat log (``runplane/actors/heartbeats.py``), which
 writes all nodes' latest beats in one batch every few seconds. A status change
-(online, disconnected, offline) still writes at once, and carries the last beat with it.
+(online, draining, disconnected, offline) still writes at once, with the last beat.
 """
 
 from __future__ import annotations
@@ -66,6 +73,22 @@ class AttemptEnded:
 
 
 @dataclass(frozen=True, slots=True)
+class Drain:
+    """The agent of session ``outbox`` is draining (``draining`` message)."""
+
+    outbox: trio.MemorySendChannel[str]
+    deadline_sec: float
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """The draining agent stopped ``attempt`` of ``job_id`` (``job_released``)."""
+
+    job_id: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     """Periodic liveness check (sent to self)."""
 
@@ -75,7 +98,17 @@ class Refresh:
     """Node row changed (patch, overrides): re-announce the shape to placement."""
 
 
-NodeMsg = Attach | Detach | Beat | Deliver | AttemptEnded | Tick | Refresh
+NodeMsg = Attach | Detach | Beat | Deliver | AttemptEnded | Drain | Released | Tick | Refresh
+
+#: The node status while its agent drains (``online``, ``disconnected``, ``offline`` besides).
+DRAINING = "draining"
+
+
+def drained_reason(node_id: str) -> str:
+    """Why an attempt handed back by a draining agent was requeued (the job's ``error``
+    while it is queued again)."""
+    return f"node {node_id} shut down (agent drained; requeued)"
+
 
 #: The node actors, one per connected (or recently lost) node, addressed by node id.
 NODES = ActorKind[NodeMsg]("node")
@@ -107,6 +140,8 @@ class NodeActor(Actor[NodeMsg]):
         self.last_beat_ms: int | None = None  # wall time of the last hello or beat
         self.attempts: dict[str, int] = {}
         self.lost = False
+        #: the agent of the current session said ``draining``: out of placement
+        self.draining = False
 
     async def on_start(self) -> None:
         """Rebuild from the store: the attempts the jobs table puts on this node. A node
@@ -115,7 +150,10 @@ class NodeActor(Actor[NodeMsg]):
         self.attempts = await self.deps.expected(self.node_id)
         self.last_seen = clock.now()
         if self.outbox is not None:
-            await self._announce()
+            row = await nodes_repo.get(self.deps.store, self.node_id)
+            self.draining = row is not None and row.status == DRAINING
+            if row is not None and not self.draining:
+                await self.deps.node_up(shape_of(row))
         self.context.start_soon(self._watch)
 
     async def _watch(self) -> None:
@@ -141,6 +179,9 @@ class NodeActor(Actor[NodeMsg]):
             case Detach(outbox):
                 if outbox is self.outbox:
                     self.outbox = None
+                    if self.draining and not self.attempts:
+                        await self._drained()
+                        return None
                     log.info("node disconnected", extra={"node_id": self.node_id})
                     await self._set_status("disconnected")
                 return None
@@ -150,7 +191,20 @@ class NodeActor(Actor[NodeMsg]):
                 await self.deps.record_beat(self.node_id, self.last_beat_ms)
                 return None
             case Deliver(order):
+                if self.draining and isinstance(order, p.Run):
+                    log.info(
+                        "run order not delivered: the node is draining",
+                        extra={"node_id": self.node_id, "job_id": order.job_id},
+                    )
+                    return False  # the job actor requeues it
                 return self._deliver(order)
+            case Drain(outbox, deadline_sec):
+                if outbox is self.outbox and not self.draining:
+                    await self._drain(deadline_sec)
+                return None
+            case Released(job_id, attempt):
+                await self._released(job_id, attempt)
+                return None
             case AttemptEnded(job_id, attempt):
                 if self.attempts.get(job_id) == attempt:
                     del self.attempts[job_id]
@@ -159,7 +213,7 @@ class NodeActor(Actor[NodeMsg]):
                 await self._check()
                 return None
             case Refresh():
-                if self.outbox is not None:
+                if self.outbox is not None and not self.draining:
                     await self._announce()
                 return None
 
@@ -178,6 +232,7 @@ class NodeActor(Actor[NodeMsg]):
         if self.outbox is not None and self.outbox is not outbox:
             self.outbox.close()  # the old session is stale: its writer ends and closes it
         self.outbox = outbox
+        self.draining = False  # a new session: its agent says again if it still drains
         self.last_seen = clock.now()
         self.last_beat_ms = wall_ms()  # the hello counts as a beat
         # supersedes a beat of the previous session still waiting for its batch
@@ -198,6 +253,40 @@ class NodeActor(Actor[NodeMsg]):
             "node attached",
             extra={"node_id": self.node_id, "resumed": sorted(self.attempts)},
         )
+
+    async def _drain(self, deadline_sec: float) -> None:
+        """Out of placement (status first: a placement rebuilding meanwhile leaves it out),
+        the session kept: running attempts still report."""
+        self.draining = True
+        log.info(
+            "node draining",
+            extra={
+                "node_id": self.node_id,
+                "deadline_sec": deadline_sec,
+                "jobs": sorted(self.attempts),
+            },
+        )
+        await self._set_status(DRAINING)
+        await self.deps.node_down(self.node_id)
+
+    async def _released(self, job_id: str, attempt: int) -> None:
+        """An attempt handed back by the draining agent: requeued as after a node loss.
+        Only an attempt the server has on this node (an agent cannot release others)."""
+        fields = {"node_id": self.node_id, "job_id": job_id, "attempt": attempt}
+        if self.attempts.get(job_id) != attempt:
+            log.warning("job_released of an attempt not on this node ignored", extra=fields)
+            return
+        del self.attempts[job_id]
+        log.info("attempt handed back by the draining agent", extra=fields)
+        await self.deps.lose_attempt(job_id, attempt, drained_reason(self.node_id))
+
+    async def _drained(self) -> None:
+        """The draining agent went away with nothing left here: offline now, not after
+        the grace period (a reconnect activates a new node actor)."""
+        log.info("node drained and gone", extra={"node_id": self.node_id})
+        self.lost = True
+        await self._set_status("offline")
+        self.context.stop()
 
     async def _check(self) -> None:
         silent = clock.now() - self.last_seen

@@ -4,7 +4,9 @@ Filter -> score -> plan happens in ``runplane/placement`` (pure); this actor kee
 inputs current, runs a plan when something changed (coalescing bursts: at most one plan
 per message batch), commits each assignment's reservation at once and hands the job to
 its job actor. A job actor that refuses the assignment (cancelled meanwhile) gets its
-reservation released. Waiting jobs carry the planner's human reason.
+reservation released. Waiting jobs carry the planner's human reason; when a job's reason
+changes, its actor is told (without waiting: placement never blocks on a job actor), at
+most once per ``REASON_EVERY`` seconds per job, and stores it as a ``phase`` event.
 """
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ log = logging.getLogger("runplane.placement")
 #: Plan at least this often (seconds) while messages keep arriving.
 MAX_PLAN_DELAY = 0.05
 NO_NODES = "no node is connected; start one with `runplane agent --server URL`"
+#: A job's actor is told a new wait reason at most this often (seconds); a change within
+#: that time is told when it is up (the latest reason), so a reason that keeps changing
+#: (counts of busy nodes) costs one stored event per job per period, not one per plan.
+REASON_EVERY = 5.0
+#: While reasons wait to be told (held back by ``REASON_EVERY``, or not sent: a job actor
+#: still activating, a full mailbox), placement looks at them again this often (seconds).
+REASON_TICK = 0.25
 _PLACEMENT_COLUMNS = "id, priority, spec, phase, node_id"
 
 
@@ -92,6 +101,11 @@ class Queued(Asks[dict[str, JobDemand]]):
 
 
 @dataclass(frozen=True, slots=True)
+class _TellReasons:
+    """Time to look at the reasons not told yet (sent to self)."""
+
+
+@dataclass(frozen=True, slots=True)
 class _HeldOn:
     """An assignment refused because the job already holds ``node_id`` (sent to self)."""
 
@@ -110,6 +124,7 @@ PlacementMsg = (
     | Loads
     | Queued
     | _HeldOn
+    | _TellReasons
 )
 
 
@@ -141,6 +156,13 @@ class PlacementActor(Actor[PlacementMsg]):
     queue: dict[str, JobDemand] = field(default_factory=dict)
     placed: dict[str, tuple[str, JobDemand]] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
+    #: tell a job's actor its new wait reason without waiting; False when it was not sent
+    tell_reason: Callable[[str, str], bool] | None = None
+    #: per job: the reason its actor was last told, and when (``clock.now()``)
+    told: dict[str, tuple[str, float]] = field(default_factory=dict)
+    #: jobs whose new reason is not told yet: looked at again at ``_TellReasons``
+    held: set[str] = field(default_factory=set)
+    tell_scheduled: bool = False
     stats: PlacementStats = field(default_factory=PlacementStats)
     dirty: bool = False
     last_plan: float = 0.0
@@ -186,6 +208,7 @@ class PlacementActor(Actor[PlacementMsg]):
             self.queue[job.job_id] = demand_of(job.job_id, job.priority, job.spec)
         except DemandError as exc:  # validated at submit; a stored bad row waits
             self.reasons[job.job_id] = f"cannot be placed: {exc}"
+            self._tell_reason(job.job_id, clock.now())
             return
         self.dirty = True
 
@@ -203,10 +226,10 @@ class PlacementActor(Actor[PlacementMsg]):
                 self._enqueue(msg)
             case Dequeue(job_id):
                 self.queue.pop(job_id, None)
-                self.reasons.pop(job_id, None)
+                self._forget_reason(job_id)
             case _HeldOn(job_id, node_id):
                 demand = self.queue.pop(job_id, None)
-                self.reasons.pop(job_id, None)
+                self._forget_reason(job_id)
                 held = self.placed.get(job_id)
                 if held is not None and held[0] == node_id:
                     return None
@@ -220,7 +243,7 @@ class PlacementActor(Actor[PlacementMsg]):
                 self.dirty = True
             case Release(job_id):
                 self.queue.pop(job_id, None)
-                self.reasons.pop(job_id, None)
+                self._forget_reason(job_id)
                 held = self.placed.pop(job_id, None)
                 if held is not None and held[0] in self.fleet:
                     self.fleet.release(held[0], held[1])
@@ -241,7 +264,42 @@ class PlacementActor(Actor[PlacementMsg]):
                 return {shape.id: self.fleet.load(shape.id) for shape, _ in self.fleet}
             case Queued():
                 return dict(self.queue)
+            case _TellReasons():
+                self.tell_scheduled = False
+                now = clock.now()
+                for job_id in list(self.held):
+                    self._tell_reason(job_id, now)
         return None
+
+    def _forget_reason(self, job_id: str) -> None:
+        self.reasons.pop(job_id, None)
+        self.told.pop(job_id, None)
+        self.held.discard(job_id)
+
+    def _tell_reason(self, job_id: str, now: float) -> None:
+        """Tell the job's actor its reason if it changed since the last telling: at once
+        when that was ``REASON_EVERY`` seconds ago (or never), else once that time is up.
+        A telling that could not be sent (the actor still activating, its mailbox full)
+        is tried again ``REASON_TICK`` seconds later."""
+        if self.tell_reason is None:
+            return
+        reason = self.reasons.get(job_id)
+        last = self.told.get(job_id)
+        if reason is None or (last is not None and last[0] == reason):
+            self.held.discard(job_id)
+        elif last is not None and now - last[1] < REASON_EVERY:
+            self._hold(job_id)
+        elif self.tell_reason(job_id, reason):
+            self.held.discard(job_id)
+            self.told[job_id] = (reason, now)
+        else:
+            self._hold(job_id)
+
+    def _hold(self, job_id: str) -> None:
+        self.held.add(job_id)
+        if not self.tell_scheduled:
+            self.tell_scheduled = True
+            self.context.tell_after(REASON_TICK, _TellReasons())
 
     def _plan(self) -> None:
         self.dirty = False
@@ -251,6 +309,8 @@ class PlacementActor(Actor[PlacementMsg]):
             return
         if not len(self.fleet):
             self.reasons.update(dict.fromkeys(self.queue, NO_NODES))
+            for job_id in self.queue:
+                self._tell_reason(job_id, self.last_plan)
             return
         started = clock.now()
         result = plan(self.queue.values(), self.fleet)
@@ -258,9 +318,10 @@ class PlacementActor(Actor[PlacementMsg]):
         self.stats.plan_seconds += clock.now() - started
         for job_id, unplaced in result.waiting.items():
             self.reasons[job_id] = unplaced.reason
+            self._tell_reason(job_id, started)
         for assignment in result.assignments:
             demand = self.queue.pop(assignment.job_id)
-            self.reasons.pop(assignment.job_id, None)
+            self._forget_reason(assignment.job_id)
             self.fleet.reserve(assignment.node_id, demand)
             self.placed[assignment.job_id] = (assignment.node_id, demand)
             self.stats.assigned += 1

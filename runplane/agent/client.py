@@ -9,6 +9,11 @@ backoff (:mod:`runplane.agent.backoff`). ``job_finished`` messages are kept (als
 :mod:`runplane.agent.finish_store`) until the server acknowledges them. See
 ``docs/agent.md``.
 
+:meth:`Agent.drain` (SIGTERM for ``runplane agent``) stops it gracefully without turning
+its jobs into cancels: it says ``draining`` (the server places nothing more here), lets
+the running jobs finish for up to ``drain_timeout`` seconds, then stops the ones left and
+hands them back (``job_released``: the server requeues them), and stops.
+
 The same class runs as its own process (``runplane agent``, see :mod:`runplane.agent.main`)
 and inside the server's nursery as the local agent.
 """
@@ -51,11 +56,13 @@ from runplane.agent.outbox import JobKey, Outbox, Queued, check_job_ref, job_key
 from runplane.agent.outputs import collect_outputs
 from runplane.agent.protocol import (
     CLOSE_DISABLED,
+    CLOSE_PROTOCOL_ERROR,
     CLOSE_REPLACED,
     CLOSE_UNAUTHORIZED,
     CLOSE_UPGRADE_REQUIRED,
     PROTOCOL_VERSION,
     Cancel,
+    Draining,
     Facts,
     FinishedAck,
     Heartbeat,
@@ -64,6 +71,7 @@ from runplane.agent.protocol import (
     JobLogs,
     JobMetric,
     JobPhase,
+    JobReleased,
     Run,
     RunningJob,
     RunSpec,
@@ -87,6 +95,8 @@ PING_TIMEOUT_MIN_SEC = 10.0
 ACK_RESEND_SEC = 30.0
 #: After the jobs of a stopping agent ended, how long it waits for their finish to be acked.
 STOP_FLUSH_SEC = 5.0
+#: How long a draining agent lets its running jobs finish before it hands them back.
+DRAIN_TIMEOUT_SEC = 60.0
 #: While connected, a job's reporting waits (back-pressure) once this many are queued.
 HIGH_WATER_UNITS = 2_000
 #: Largest frame accepted from the server (a ``run`` may carry inline files).
@@ -145,6 +155,8 @@ class _Job:
     finished: bool = False
     pids: set[int] = field(default_factory=set)
     artifacts: list[dict[str, Any]] = field(default_factory=list)
+    #: stopped by a drain: handed back to the server instead of reported cancelled
+    handed_back: bool = False
 
     @property
     def key(self) -> JobKey:
@@ -163,6 +175,19 @@ class AgentStatistics:
     dropped_lines: int
     dropped_metrics: int
     last_error: str | None
+    draining: bool = False
+
+
+@dataclass(slots=True)
+class _Drain:
+    """A drain in progress: running jobs are handed back at ``deadline`` (trio time), or
+    at once when ``now`` is set (a second stop request)."""
+
+    timeout: float
+    deadline: float
+    now: trio.Event = field(default_factory=trio.Event)
+    #: False once the server showed it does not know ``draining`` (an older server)
+    server_drains: bool = True
 
 
 @dataclass(slots=True)
@@ -171,6 +196,7 @@ class _Session:
     heartbeat_sec: float
     closing: bool = False
     failure: BaseException | None = None
+    draining_sent: bool = False
 
 
 _RETRYABLE = (
@@ -207,6 +233,7 @@ class Agent:
         extra_capabilities: Sequence[str] = (),
         grace_sec: float = 10.0,
         stop_timeout: float | None = None,
+        drain_timeout: float = DRAIN_TIMEOUT_SEC,
         backoff_min: float = BACKOFF_MIN_SEC,
         backoff_max: float = BACKOFF_MAX_SEC,
         rng: random.Random | None = None,
@@ -219,6 +246,10 @@ class Agent:
         self.max_concurrency = max_concurrency
         self.extra_capabilities = [c.strip() for c in extra_capabilities if c.strip()]
         self.grace_sec = grace_sec
+        if not drain_timeout >= 0:
+            raise ValueError(f"drain timeout must be 0 or more seconds, got {drain_timeout}")
+        self.drain_timeout = drain_timeout
+        self._drain: _Drain | None = None
         self.stop_timeout = (
             stop_timeout if stop_timeout is not None else grace_sec + STOP_FLUSH_SEC + 5.0
         )
@@ -264,6 +295,7 @@ class Agent:
             dropped_lines=self._outbox.dropped_lines,
             dropped_metrics=self._outbox.dropped_metrics,
             last_error=self._last_error,
+            draining=self._drain is not None,
         )
 
     def job_pids(self) -> set[int]:
@@ -275,6 +307,27 @@ class Agent:
         self._stop.set()
         if self._handshake_scope is not None:
             self._handshake_scope.cancel()  # a connect attempt in progress is not worth waiting
+        self._changed.notify()
+
+    def drain(self, timeout: float | None = None) -> None:
+        """Stop gracefully without cancelling jobs: take no new work (the server is told
+        ``draining``; a ``run`` arriving now is handed back at once), let the running jobs
+        finish for up to ``timeout`` seconds (default ``drain_timeout``; 0: not at all),
+        then stop the ones left (SIGTERM, SIGKILL after ``grace_sec``, as a cancel) and
+        hand them back (``job_released``: the server requeues them), then stop as
+        :meth:`request_stop` does (``run()`` returns). Jobs that end meanwhile report their
+        real outcome. A second call hands the running jobs back at once."""
+        drain = self._drain
+        if drain is not None:
+            drain.now.set()
+            self._changed.notify()
+            return
+        wait = self.drain_timeout if timeout is None else timeout
+        if not wait >= 0:
+            raise ValueError(f"drain timeout must be 0 or more seconds, got {wait}")
+        self._drain = drain = _Drain(wait, trio.current_time() + wait)
+        if self._jobs_nursery is not None:
+            self._jobs_nursery.start_soon(self._drain_jobs, drain)
         self._changed.notify()
 
     def stop_now(self) -> None:
@@ -385,14 +438,19 @@ class Agent:
             },
         )
         fatal: AgentError | None = None
-        async with trio.open_nursery() as jobs:
-            self._jobs_nursery = jobs
-            try:
-                await self._connect_loop()
-            except AgentError as exc:
-                fatal = exc  # raised below, after the jobs ended (not in an exception group)
-            finally:
-                self._cancel_jobs()
+        try:
+            async with trio.open_nursery() as jobs:
+                self._jobs_nursery = jobs
+                if self._drain is not None:  # asked to drain before it got here
+                    jobs.start_soon(self._drain_jobs, self._drain)
+                try:
+                    await self._connect_loop()
+                except AgentError as exc:
+                    fatal = exc  # raised below, after the jobs ended (not in an exception group)
+                finally:
+                    self._cancel_jobs()
+        finally:
+            self._jobs_nursery = None
         if fatal is not None:
             raise fatal
 
@@ -403,6 +461,91 @@ class Agent:
     def _cancel_jobs(self) -> None:
         for job in self._jobs.values():
             job.cancel.set()
+
+    # -- draining
+
+    async def _drain_jobs(self, drain: _Drain) -> None:
+        """Wait for the running jobs until the deadline, hand back those left, then stop."""
+        log.info(
+            "draining",
+            extra={
+                "drain_timeout_sec": drain.timeout,
+                "running": [list(k) for k in self._jobs],
+            },
+        )
+        with trio.move_on_at(drain.deadline):
+            await self._wait_until(lambda: not self._jobs or drain.now.is_set())
+        if self._jobs:
+            why = (
+                "stop requested again"
+                if drain.now.is_set()
+                else f"drain timeout of {drain.timeout:g} s passed"
+            )
+            log.warning(
+                "handing back running jobs",
+                extra={"reason": why, "jobs": [list(k) for k in self._jobs]},
+            )
+            for job in list(self._jobs.values()):
+                if job.handed_back or job.finished:  # a finished one reports its outcome
+                    continue
+                job.handed_back = True
+                note = f"agent shutting down ({why}): stopping this attempt to hand it back"
+                self._outbox.put(
+                    JobLogs(job_id=job.job_id, attempt=job.attempt, lines=[("system", note)])
+                )
+                job.cancel.set()
+            self._changed.notify()
+            await self._wait_until(lambda: not self._jobs)
+        log.info("drained")
+        self.request_stop()
+
+    def _hand_back(self, job_id: str, attempt: int) -> None:
+        """Tell the server this attempt was stopped by the drain (it requeues the job)."""
+        fields = {"job_id": job_id, "attempt": attempt}
+        if self._drain is not None and not self._drain.server_drains:
+            log.warning(
+                "job handed back without telling the server (it does not know draining): "
+                "it requeues the attempt when it declares this node lost",
+                extra=fields,
+            )
+            return
+        log.info("job handed back", extra=fields)
+        self._outbox.put(JobReleased(job_id=job_id, attempt=attempt))
+        self._changed.notify()
+
+    async def _drain_notice(self, session: _Session) -> None:
+        """Say ``draining`` on this connection once a drain started (again after a
+        reconnect: a new session is placeable until it does)."""
+        while self._drain is None:
+            await self._changed.wait()
+        drain = self._drain
+        if not drain.server_drains:
+            return
+        left = 0.0 if drain.now.is_set() else max(0.0, drain.deadline - trio.current_time())
+        await session.ws.send_message(encode(Draining(deadline_sec=round(left, 3))))
+        session.draining_sent = True
+
+    def _check_drain_refused(self, session: _Session) -> None:
+        """A server older than ``draining`` closes the session with 4400 when it gets one:
+        then drain without telling it (no ``draining``, no ``job_released``)."""
+        drain, exc = self._drain, session.failure
+        if (
+            drain is None
+            or not drain.server_drains
+            or not session.draining_sent
+            or not isinstance(exc, trio_websocket.ConnectionClosed)
+            or exc.reason is None
+            or exc.reason.code != CLOSE_PROTOCOL_ERROR
+        ):
+            return
+        drain.server_drains = False
+        dropped = self._outbox.drop_released()
+        log.warning(
+            "the server does not know draining (an older server): draining without it; "
+            "jobs still running at the deadline are stopped and left for the server to "
+            "requeue when it declares this node lost",
+            extra={"close_reason": exc.reason.reason, "dropped_releases": dropped},
+        )
 
     # -- connecting
 
@@ -568,6 +711,7 @@ class Agent:
                     self._heartbeat_loop,
                     self._ping_loop,
                     self._resend_loop,
+                    self._drain_notice,
                 ):
                     nursery.start_soon(guard, fn)
 
@@ -581,6 +725,7 @@ class Agent:
             self._session = None
             self._changed.notify()
         if session.failure is not None:
+            self._check_drain_refused(session)
             raise session.failure
 
     async def _stop_session(self, session: _Session) -> None:
@@ -678,6 +823,10 @@ class Agent:
         if self._outbox.is_unacked(key):
             log.info("run ignored: this attempt already finished", extra=fields)
             return
+        if self._drain is not None:
+            log.info("run not started: the agent is draining", extra=fields)
+            self._hand_back(msg.job_id, msg.attempt)
+            return
         problem = check_job_ref(msg.job_id, msg.attempt)
         if problem is not None:
             log.warning("run refused", extra={**fields, "error": problem})
@@ -749,6 +898,9 @@ class Agent:
             )
         elif isinstance(event, Finished):
             job.finished = True
+            if job.handed_back and event.outcome == "cancelled":
+                self._hand_back(job.job_id, job.attempt)
+                return
             log.info(
                 "job finished",
                 extra={

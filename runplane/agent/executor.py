@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shlex
+import shutil
 import signal
 import subprocess
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -24,7 +26,7 @@ from runplane.agent.metrics_line import MetricLineError, parse_metric_line, quot
 
 Stream: TypeAlias = Literal["stdout", "stderr", "system"]
 Outcome: TypeAlias = Literal["succeeded", "failed", "timeout", "cancelled"]
-Stage: TypeAlias = Literal["setup", "command"]
+Stage: TypeAlias = Literal["setup", "requirements", "command"]
 
 # Log batching: one LogLines event per this many lines, or this long after its first line.
 MAX_BATCH_LINES = 256
@@ -37,6 +39,11 @@ DRAIN_IDLE_SEC = 1.0
 DRAIN_CAP_SEC = 10.0
 # PATH for the job when the agent itself has none.
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Characters of a command (or setup snippet) its ``running: ...`` system line shows; the
+# whole is in the job's spec (``GET /v1/jobs/<id>``).
+SHOWN_CHARS = 120
+# A workdir file pip-installs before the command runs (into the workdir's ``.deps`` sibling).
+REQUIREMENTS_FILE = "requirements.txt"
 
 _READ_SIZE = 64 * 1024
 _CHANNEL_SIZE = 16
@@ -62,7 +69,8 @@ class ExecSpec:
 
 @dataclass(frozen=True, slots=True)
 class Started:
-    """A process of the job started: the setup shell, then the command."""
+    """A process of the job started: the setup shell, the requirements.txt install, then
+    the command."""
 
     pid: int
     stage: Stage
@@ -436,7 +444,8 @@ class _Job:
             return await self._fail(str(exc))
 
         if spec.setup:
-            label = f"running setup: sh -c {_one_line(spec.setup)}"
+            script = shown(shlex.quote(spec.setup), spec.job_id, "spec.setup")
+            label = f"running setup: sh -c {script}"
             setup = await self._run_process(["sh", "-c", spec.setup], "setup", label)
             if setup.start_error is not None:
                 return await self._fail(f"setup could not start: {setup.start_error}")
@@ -451,7 +460,11 @@ class _Job:
             if self.cancel is not None and self.cancel.is_set():
                 return await self._finish("cancelled", None, "cancelled", "cancelled after setup")
 
-        label = f"running: {shlex.join(spec.command)}"
+        installed = await self._install_requirements()
+        if installed is not None:
+            return installed
+
+        label = f"running: {shown(shlex.join(spec.command), spec.job_id, 'spec.command')}"
         result = await self._run_process(list(spec.command), "command", label)
         if result.start_error is not None:
             return await self._fail(result.start_error)
@@ -467,6 +480,52 @@ class _Job:
             return await self._finish("failed", code, f"exit code {code}", f"exit code {code}")
         error = f"killed by signal {_signal_name(-code)}"
         return await self._finish("failed", None, error, error)
+
+    async def _install_requirements(self) -> Finished | None:
+        """pip-install the workdir's ``requirements.txt``, if there is one, with the job's
+        python into ``<workdir>.deps`` (``--target``: the node's interpreter is left alone),
+        which the command then finds on ``PYTHONPATH`` (scripts on ``PATH``). A Finished
+        when the install failed, timed out or was cancelled."""
+        text = await trio.to_thread.run_sync(_read_requirements, self.workdir)
+        if text is None:
+            return None
+        python = job_python(self.spec.command, self.env)
+        if python is None:
+            await self._system(
+                f"{REQUIREMENTS_FILE} not installed: no python3 or python on the job's PATH"
+            )
+            return None
+        lines = requirement_lines(text)
+        target = self.workdir.with_name(f"{self.workdir.name}.deps")
+        argv = [python, "-m", "pip", "install", *PIP_OPTIONS, "--target", str(target)]
+        argv += ["-r", REQUIREMENTS_FILE]
+        short = [python, "-m", "pip", "install", "-r", REQUIREMENTS_FILE]
+        short += ["--target", f"../{target.name}"]  # (the pip options are in the docs)
+        label = (
+            f"installing {REQUIREMENTS_FILE} ({lines} line{'' if lines == 1 else 's'}): "
+            + shlex.join(short)
+        )
+        started = trio.current_time()
+        result = await self._run_process(argv, "requirements", label)
+        failed = f"installing {REQUIREMENTS_FILE} failed"
+        if result.start_error is not None:
+            return await self._fail(f"{failed}: {result.start_error}")
+        if result.stopped is not None:
+            error = f"{self._stopped_error(result)} (during the {REQUIREMENTS_FILE} install)"
+            return await self._finish(result.stopped, None, error, error)
+        code = result.returncode
+        if code is not None and code < 0:
+            return await self._fail(f"{failed}: pip killed by signal {_signal_name(-code)}")
+        if code:
+            return await self._fail(f"{failed}: pip exited with code {code}")
+        took = trio.current_time() - started
+        await self._system(f"{REQUIREMENTS_FILE} installed: pip exited with code 0 ({took:.2f} s)")
+        self.env = with_deps(self.env, target)
+        if self.cancel is not None and self.cancel.is_set():
+            return await self._finish(
+                "cancelled", None, "cancelled", f"cancelled after the {REQUIREMENTS_FILE} install"
+            )
+        return None
 
     async def _run_process(self, argv: list[str], stage: Stage, label: str) -> _ProcResult:
         """Run one process of the job in its own session, its output read until EOF."""
@@ -658,5 +717,66 @@ def _seconds(value: float) -> str:
     return f"{value:g} s"
 
 
-def _one_line(script: str) -> str:
-    return shlex.quote(script).replace("\n", "\\n")
+_LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+_ESCAPED = {ord(c): c.encode("unicode_escape").decode("ascii") for c in _LINE_BREAKS}
+
+
+def shown(text: str, job_id: str, field: str) -> str:
+    """``text`` (a shell-quoted command) for a system line: on one line (line breaks
+    escaped as ``\\n``) and cut after :data:`SHOWN_CHARS` characters, with where to read
+    the whole (``field`` of the job's spec, e.g. ``spec.command``)."""
+    line = text.translate(_ESCAPED)
+    if len(line) <= SHOWN_CHARS:
+        return line
+    name = field.rsplit(".", 1)[-1]
+    return f"{line[:SHOWN_CHARS]}\u2026 (full {name}: GET /v1/jobs/{job_id}, {field})"
+
+
+#: pip options of the requirements.txt install: no prompt, no progress bars, no cache
+#: in HOME (the workdir), no nag about pip's own version.
+PIP_OPTIONS = (
+    "--disable-pip-version-check",
+    "--no-input",
+    "--no-cache-dir",
+    "--progress-bar",
+    "off",
+)
+_PYTHON = re.compile(r"python[0-9.]*")
+
+
+def _read_requirements(workdir: Path) -> str | None:
+    """The text of the workdir's requirements.txt; None when there is no such file."""
+    path = workdir / REQUIREMENTS_FILE
+    if not path.is_file():
+        return None
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def requirement_lines(text: str) -> int:
+    """The lines of a requirements file that say something (not blank, not a comment)."""
+    return sum(
+        1 for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")
+    )
+
+
+def job_python(command: list[str], env: Mapping[str, str]) -> str | None:
+    """The python a job runs: its command's program when that is a python (``python3``,
+    ``.venv/bin/python``), else ``python3`` or ``python`` on the job's PATH; None without."""
+    if command and _PYTHON.fullmatch(os.path.basename(command[0])):
+        return command[0]
+    for name in ("python3", "python"):
+        if shutil.which(name, path=env.get("PATH")):
+            return name
+    return None
+
+
+def with_deps(env: Mapping[str, str], target: Path) -> dict[str, str]:
+    """``env`` with the requirements install ``target`` first on PYTHONPATH (and its
+    ``bin`` first on PATH, for the scripts of the packages)."""
+    out = dict(env)
+    out["PYTHONPATH"] = os.pathsep.join(p for p in (str(target), env.get("PYTHONPATH")) if p)
+    out["PATH"] = os.pathsep.join(p for p in (str(target / "bin"), env.get("PATH")) if p)
+    return out

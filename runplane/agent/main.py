@@ -2,7 +2,10 @@
 
 Beyond :class:`~runplane.agent.client.Agent` itself, the process
 
-* turns SIGINT/SIGTERM into a graceful stop (a second signal stops at once);
+* turns SIGINT/SIGTERM into a drain (:meth:`~runplane.agent.client.Agent.drain`: no new
+  work, running jobs get ``--drain-timeout`` seconds to finish, the rest are stopped and
+  handed back to the server, which requeues them); a second signal hands them back at
+  once, a third stops at once (jobs SIGKILLed, nothing more reported);
 * makes itself a *child subreaper* (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``): processes
   orphaned inside a job's tree are re-parented to the agent instead of PID 1, and
   :func:`reap_orphans` reaps them when they exit, so killed job trees do not linger as
@@ -22,7 +25,7 @@ from pathlib import Path
 
 import trio
 
-from runplane.agent.client import Agent
+from runplane.agent.client import DRAIN_TIMEOUT_SEC, Agent
 from runplane.agent.errors import AgentError
 
 log = logging.getLogger("runplane.agent")
@@ -116,7 +119,7 @@ async def reap_orphans(
 
 
 async def run_agent(agent: Agent, *, subreaper: bool = True) -> None:
-    """Run ``agent`` until it stops, SIGINT/SIGTERM stopping it gracefully."""
+    """Run ``agent`` until it stops, SIGINT/SIGTERM draining it (see the module doc)."""
     reaping = subreaper and become_subreaper()
     error: AgentError | None = None
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -128,10 +131,19 @@ async def run_agent(agent: Agent, *, subreaper: bool = True) -> None:
                     count += 1
                     name = signal.Signals(signum).name
                     if count == 1:
-                        log.info("stop requested", extra={"signal": name})
-                        agent.request_stop()
+                        log.info(
+                            "stop requested",
+                            extra={"signal": name, "drain_timeout_sec": agent.drain_timeout},
+                        )
+                        agent.drain()
+                    elif count == 2:
+                        log.warning(
+                            "second signal: handing back the running jobs now",
+                            extra={"signal": name},
+                        )
+                        agent.drain()
                     else:
-                        log.warning("second signal: stopping now", extra={"signal": name})
+                        log.warning("third signal: stopping now", extra={"signal": name})
                         agent.stop_now()
 
             nursery.start_soon(watch_signals)
@@ -155,6 +167,7 @@ def main(
     name: str | None = None,
     max_concurrency: int | None = None,
     capabilities: Sequence[str] = (),
+    drain_timeout: float = DRAIN_TIMEOUT_SEC,
 ) -> int:
     """Entry of ``runplane agent``: exit 0 after a requested stop, 1 if refused, 2 bad input."""
     try:
@@ -165,6 +178,7 @@ def main(
             name=name,
             max_concurrency=max_concurrency,
             extra_capabilities=capabilities,
+            drain_timeout=drain_timeout,
         )
     except ValueError as exc:
         print(f"runplane agent: {exc}", file=sys.stderr)

@@ -1,11 +1,12 @@
 """The node agent's outbox: job reports waiting to be sent, and finishes waiting for an ack.
 
 :class:`Outbox` is pure bookkeeping (no I/O): per job attempt (:data:`JobKey`) a bounded
-queue of ``job_phase``/``job_logs``/``job_metric``/``job_finished`` messages, dropping the
-oldest log lines and metric points beyond the buffer limits (``MAX_BUFFERED_UNITS``,
-``MAX_BUFFERED_BYTES``) with a note (:func:`dropped_note`), splitting big log batches into
-frames (``MAX_FRAME_TEXT``), and keeping each ``job_finished`` until the server acknowledges
-it. :func:`check_job_ref` says whether a job id/attempt may name a workdir.
+queue of ``job_phase``/``job_logs``/``job_metric``/``job_finished``/``job_released``
+messages, dropping the oldest log lines and metric points beyond the buffer limits
+(``MAX_BUFFERED_UNITS``, ``MAX_BUFFERED_BYTES``) with a note (:func:`dropped_note`),
+splitting big log batches into frames (``MAX_FRAME_TEXT``), and keeping each
+``job_finished`` until the server acknowledges it. :func:`check_job_ref` says whether a
+job id/attempt may name a workdir.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from runplane.agent.protocol import (
     JobLogs,
     JobMetric,
     JobPhase,
+    JobReleased,
     Run,
     RunningJob,
 )
@@ -35,7 +37,7 @@ MAX_BUFFERED_BYTES = 8 * 1024 * 1024
 MAX_FRAME_TEXT = 512 * 1024
 
 JobKey: TypeAlias = tuple[str, int]
-Queued: TypeAlias = JobPhase | JobLogs | JobMetric | JobFinished
+Queued: TypeAlias = JobPhase | JobLogs | JobMetric | JobFinished | JobReleased
 
 _JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 
@@ -278,6 +280,23 @@ class Outbox:
         ):
             self._inflight = None
         return True
+
+    def drop_released(self) -> int:
+        """Forget the ``job_released`` messages not sent yet (for a server that does not
+        know them); how many."""
+        dropped = 0
+        for key, queue in list(self._queues.items()):
+            for i in reversed(range(len(queue.entries))):
+                if isinstance(queue.entries[i].msg, JobReleased):
+                    queue.remove_at(i)
+                    dropped += 1
+            if not queue.entries:
+                del self._queues[key]
+        inflight = self._inflight
+        if inflight is not None and isinstance(inflight.entry.msg, JobReleased):
+            self._inflight = None
+            dropped += 1
+        return dropped
 
     def requeue_unacked(self, sent_before: float | None = None) -> int:
         """Queue again the finishes sent but not acked (only those sent before ``sent_before``)."""

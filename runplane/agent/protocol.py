@@ -19,14 +19,24 @@ Flow::
     job_finished {job_id, attempt, outcome, exit_code, error, final_metrics, artifacts} ->
                                             <- finished_ack {job_id, attempt}
                                             <- cancel {job_id, attempt}
+    draining {deadline_sec}                 ->        the agent is stopping: no new work
+    job_released {job_id, attempt}          ->        stopped by the drain: requeue it
 
 The agent keeps ``job_finished`` messages until acknowledged and resends them after a
 reconnect, so an outcome reached while disconnected is not lost. In ``hello`` it lists the
 jobs still running on it; the server resumes those and cancels attempts it no longer wants.
+
+A stopping agent *drains*: ``draining`` says it takes no new work and lets its jobs run
+for ``deadline_sec`` more; an attempt still running then is stopped and handed back with
+``job_released`` (the server requeues it, attempts + 1, as after a node loss). A frame of a
+type the receiver does not know is logged and ignored by both ends (forward compatible);
+servers before ``draining`` closed the session with 4400 instead, which the agent takes as
+"this server does not drain" (see ``docs/agent.md``).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -119,7 +129,23 @@ class JobFinished(_Msg):
     artifacts: list[dict[str, Any]] = []
 
 
-AgentMsg = Hello | Heartbeat | JobPhase | JobLogs | JobMetric | JobFinished
+class Draining(_Msg):
+    """The agent is stopping: place nothing more here; jobs still running in
+    ``deadline_sec`` seconds are stopped and handed back (``job_released``)."""
+
+    type: Literal["draining"] = "draining"
+    deadline_sec: float = Field(0.0, ge=0)
+
+
+class JobReleased(_Msg):
+    """The draining agent stopped this attempt (or never started it): requeue the job."""
+
+    type: Literal["job_released"] = "job_released"
+    job_id: str
+    attempt: int
+
+
+AgentMsg = Hello | Heartbeat | JobPhase | JobLogs | JobMetric | JobFinished | Draining | JobReleased
 AgentMessage = Annotated[AgentMsg, Field(discriminator="type")]
 
 
@@ -198,6 +224,24 @@ def decode_agent(text: str | bytes) -> AgentMsg:
 def decode_server(text: str | bytes) -> ServerMsg:
     """Parse a frame the server sent; raises pydantic.ValidationError on anything else."""
     return _server_adapter.validate_json(text)
+
+
+#: The ``type`` of every message an agent may send (what ``decode_agent`` knows).
+AGENT_TYPES: frozenset[str] = frozenset(
+    m.model_fields["type"].default
+    for m in (Hello, Heartbeat, JobPhase, JobLogs, JobMetric, JobFinished, Draining, JobReleased)
+)
+
+
+def unknown_type(text: str | bytes, known: frozenset[str]) -> str | None:
+    """The ``type`` of a frame that is a JSON object with a string ``type`` not in
+    ``known`` (a message of a newer peer: ignored, not an error); None otherwise."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    kind = data.get("type") if isinstance(data, dict) else None
+    return kind if isinstance(kind, str) and kind not in known else None
 
 
 def encode(msg: _Msg) -> str:

@@ -48,6 +48,12 @@ def phase_event(
     return encode(job_id, seq, "phase", ts, phase=phase)
 
 
+def wait_reason_event(job_id: str, seq: int, reason: str, ts: int) -> StoredEvent:
+    """A queued job's wait reason changed: a ``phase`` event that repeats ``queued`` and
+    carries placement's ``reason`` (not a transition; SSE keeps its three event kinds)."""
+    return encode(job_id, seq, "phase", ts, phase=Phase.QUEUED.value, reason=reason)
+
+
 def log_event(job_id: str, seq: int, stream: str, line: str, ts: int) -> StoredEvent:
     return encode(job_id, seq, "log", ts, stream=stream, line=line)
 

@@ -2,7 +2,9 @@
 
     queued -> assigned -> pulling -> running -> succeeded | failed | timeout | cancelled
       ^          |           |          |
-      +----------+-----------+----------+   node lost: back to queued, attempts + 1
+      +----------+-----------+----------+   node lost (or its agent drained and handed
+                                            the attempt back): back to queued, attempts + 1,
+                                            ``error`` says why until the next assignment
                                             (failed after MAX_ATTEMPTS losses)
     any non-terminal -> cancelled           cancel
 
@@ -140,7 +142,13 @@ def transition(state: JobState, event: Event, now_ms: int) -> tuple[JobState, tu
                 effects,
             )
         case Assigned(node_id) if phase is Phase.QUEUED:
-            nxt = replace(state, phase=Phase.ASSIGNED, attempt=state.attempt + 1, node_id=node_id)
+            nxt = replace(
+                state,
+                phase=Phase.ASSIGNED,
+                attempt=state.attempt + 1,
+                node_id=node_id,
+                error=None,  # why it was requeued, if it was: said while it waited
+            )
             return nxt, (Effect.RUN_ON_NODE,)
         case Pulling(attempt) if phase is Phase.ASSIGNED:
             _check_attempt(state, attempt)
@@ -184,7 +192,7 @@ def transition(state: JobState, event: Event, now_ms: int) -> tuple[JobState, tu
                     attempts=attempts,
                     node_id=None,
                     started_at=None,
-                    error=None,
+                    error=reason,  # the queued job says why it waits again
                 ),
                 (Effect.RELEASE, Effect.COUNT_LOST, Effect.ENQUEUE),
             )

@@ -22,7 +22,8 @@ IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000
 JOB_COLUMNS = (
     "id, org_id, project, submitted_by, stack, image, phase, priority, mode, seed, spec_hash, "
     "spec, node_id, attempt, attempts, error, wait_reason, final_metrics, artifacts, "
-    "event_seq, log_lines, log_dropped, created_at, started_at, finished_at, updated_at, run"
+    "event_seq, log_lines, log_dropped, created_at, started_at, finished_at, updated_at, run, "
+    "rerun_of"
 )
 
 
@@ -43,6 +44,8 @@ class NewJob:
     notes: tuple[str, ...] = ()
     #: a statement written in the insert's transaction for the new row (its audit row)
     also: Callable[[JobRow], tuple[str, Sequence[Any]]] | None = None
+    #: the job this one reruns (``Jobs.rerun``)
+    rerun_of: str | None = None
 
 
 def check_idempotent(job: NewJob, prior: dict[str, Any] | None, now: int) -> str | None:
@@ -134,6 +137,7 @@ INSERT_COLUMNS = (
     "created_at",
     "updated_at",
     "run",
+    "rerun_of",
 )
 
 
@@ -169,6 +173,7 @@ def new_row(job: NewJob, now: int) -> dict[str, Any]:
         "finished_at": None,
         "updated_at": now,
         "run": to_json(job.run) if job.run is not None else None,
+        "rerun_of": job.rerun_of,
     }
 
 

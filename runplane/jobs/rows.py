@@ -55,6 +55,8 @@ class JobRow:
     updated_at: int
     #: the stored ResolvedRun; None for a job created before runs
     run: dict[str, Any] | None
+    #: the job this one is a rerun of (``POST /v1/jobs/{id}/rerun``); None when submitted
+    rerun_of: str | None = None
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> JobRow:
@@ -87,4 +89,5 @@ class JobRow:
             finished_at=row["finished_at"],
             updated_at=row["updated_at"],
             run=_decoded(row["run"]),
+            rerun_of=row.get("rerun_of"),
         )

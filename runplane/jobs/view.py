@@ -82,6 +82,8 @@ def job_view(row: JobRow, *, wait_reason: str | None = None) -> dict[str, Any]:
         "spec_hash": row.spec_hash,
         "project": row.project,
         "org_id": row.org_id,
+        # the run number (1-based; 0 before the first assignment) and the requeues so far
+        "attempt": row.attempt,
         "attempts": row.attempts,
         "created_at": iso_ms_or_none(row.created_at),
         "started_at": iso_ms_or_none(started),
@@ -92,6 +94,8 @@ def job_view(row: JobRow, *, wait_reason: str | None = None) -> dict[str, Any]:
         # copies: the view is the caller's to change, the row is not
         "final_metrics": dict(row.final_metrics),
         "artifacts": list(row.artifacts),
+        # an addition to the spec's Job: the job this one is a rerun of, or null
+        "rerun_of": row.rerun_of,
     }
     reason = wait_reason or row.wait_reason
     if row.phase is Phase.QUEUED and reason:

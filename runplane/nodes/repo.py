@@ -27,7 +27,7 @@ class NodeRow:
     disabled: bool
     agent_version: str
     channel: str
-    status: str  # online | disconnected | offline
+    status: str  # online | draining | disconnected | offline
     attempts_total: int
     attempts_lost: int
     attempts_ok: int
@@ -128,7 +128,8 @@ async def mark_all_offline(store: Store) -> None:
 
 
 async def connected_ids(store: Store) -> list[str]:
-    rows = await store.fetchall("SELECT id FROM nodes WHERE status <> 'offline'")
+    """The nodes placement may use: not offline, and not draining (their agent stops)."""
+    rows = await store.fetchall("SELECT id FROM nodes WHERE status NOT IN ('offline', 'draining')")
     return [r["id"] for r in rows]
 
 

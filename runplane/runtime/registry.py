@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar, overload
 import trio
 
 from .actor import DEFAULT_ASK_TIMEOUT, Actor, ActorRef, Asks
-from .errors import MailboxClosed
+from .errors import ActorGone, MailboxClosed, MailboxFull
 from .supervisor import ChildSpec, Restart, Supervisor
 
 M = TypeVar("M")
@@ -173,6 +173,20 @@ class Registry:
             with suppress(MailboxClosed):
                 return await ref.ask(msg, timeout=timeout)
         return await (await self.get(kind, id)).ask(msg, timeout=timeout)
+
+    def tell_active(self, kind: ActorKind[M], id: str, msg: M) -> bool:
+        """Tell ``(kind, id)`` without waiting and without activating it: False (nothing
+        sent) when it is not active (or passivating) or its mailbox is full. For senders
+        that must never block, such as an actor notifying many others from its handler."""
+        entry = self._entries.get((kind.name, id))
+        ref = entry.ref if entry is not None else None
+        if ref is None or ref.closed:
+            return False
+        try:
+            ref.try_tell(msg)
+        except (MailboxFull, MailboxClosed, ActorGone):
+            return False
+        return True
 
     def active(self, kind: ActorKind[Any], id: str) -> bool:
         """Whether ``(kind, id)`` has a live (not passivating) activation."""

@@ -222,6 +222,7 @@ class Jobs:
             make_run=make_run,
             known_hash=row.spec_hash,
             audit=audit,
+            rerun_of=row.id,
         )
 
     async def _create(
@@ -236,6 +237,7 @@ class Jobs:
         idempotency_key: str | None = None,
         body_hash: str | None = None,
         audit: InTx | None = None,
+        rerun_of: str | None = None,
     ) -> Created:
         new = repo.NewJob(
             id=new_id("job_"),
@@ -248,6 +250,7 @@ class Jobs:
             idempotency_key=idempotency_key,
             idempotency_hash=body_hash if idempotency_key else None,
             also=audit,
+            rerun_of=rerun_of,
         )
         prior = await repo.idempotent_prior(self.store, new)
         if prior is not None:

@@ -267,13 +267,15 @@ async def test_job_actor_crash_loses_no_event_and_repeats_none(
         events = await repo.events_after(root.store, job_id, 0, limit=1000)
         seqs = [e.seq for e in events]
         assert seqs == list(range(1, len(seqs) + 1))  # no gap, no repeat
-        lines = [e.data for e in events if e.kind == "log"]
+        lines = [e.data for e in events if e.kind == "log" and '"stream":"stdout"' in e.data]
         assert [x for x in ("one", "two", "three") if any(f'"{x}"' in line for line in lines)] == [
             "one",
             "two",
             "three",
         ]
         assert len(lines) == 3
+        notes = [e.data for e in events if e.kind == "log" and '"stream":"system"' in e.data]
+        assert len(notes) == 1 and "attempt 1 on node node_a (requeues so far: 0)" in notes[0]
         phases = [e.data for e in events if e.kind == "phase"]
         assert sum('"succeeded"' in x for x in phases) == 1
         # the SSE follower sees the same, once, and ends

@@ -83,6 +83,9 @@ class FakeServer:
     reject_status: int | None = None  # refuse the HTTP upgrade with this status
     reject_body: bytes = b""
     bad_welcomes: list[str] = field(default_factory=list)  # sent instead of a welcome, once each
+    #: message types this server does not know: it closes with 4400, as servers did
+    #: before ``draining`` (the message is recorded, then the session closed)
+    unknown_types: tuple[str, ...] = ()
     port: int = 0
     received: list[Received] = field(default_factory=list)
     conns: list[WebSocketConnection] = field(default_factory=list)
@@ -142,6 +145,9 @@ class FakeServer:
             while True:
                 msg = decode_agent(await ws.get_message())
                 self._record(index, msg)
+                if msg.type in self.unknown_types:
+                    await ws.aclose(4400, "bad message: 1 validation error for tagged-union")
+                    return
                 if isinstance(msg, JobFinished) and self.auto_ack:
                     await ws.send_message(
                         encode(FinishedAck(job_id=msg.job_id, attempt=msg.attempt))

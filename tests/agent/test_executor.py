@@ -291,6 +291,147 @@ def test_job_environment_puts_the_spec_env_on_a_minimal_base(tmp_path: Path) -> 
     assert job_environment(spec(tmp_path, ["true"]), {})["PATH"] == executor.DEFAULT_PATH
 
 
+# --------------------------------------------------------------------------- the command's line
+
+#: The job's PATH with this test run's python first (``python3`` is the venv's).
+VENV_PATH = f"{Path(PY).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+async def test_a_long_multiline_command_is_shown_on_one_short_line(tmp_path: Path) -> None:
+    """The sim-cartpole stack's command (a ~50-line ``python3 -c`` script) is announced on
+    one line of at most 120 characters of the quoted argv, then where the whole is."""
+    from runplane.stacks import load_catalog
+
+    stack = load_catalog().get("sim-cartpole")
+    assert stack is not None
+    command = list(stack.default_command)
+    assert sum(arg.count("\n") for arg in command) > 40  # the case of issue #12
+    env = {"PATH": VENV_PATH, "RUNPLANE_CONFIG_EPISODES": "2"}
+    finished, rec = await run(spec(tmp_path, command, env=env))
+    assert finished.outcome == "succeeded", finished
+    first = rec.texts("system")[0]
+    suffix = "\u2026 (full command: GET /v1/jobs/job_1, spec.command)"
+    assert first.startswith("running: python3 -c ")
+    assert first.endswith(suffix)
+    assert "\n" not in first and len(first) == len("running: ") + 120 + len(suffix)
+    assert (
+        first[len("running: ") : -len(suffix)]
+        == executor.shlex.join(command).replace("\n", "\\n")[:120]
+    )
+    assert all("\n" not in text for _, text in rec.lines())
+
+
+def test_shown_keeps_a_short_command_whole_and_escapes_line_breaks() -> None:
+    assert executor.shown("echo hi", "job_1", "spec.command") == "echo hi"
+    assert executor.shown("'a\nb\u2028c'", "job_1", "spec.command") == "'a\\nb\\u2028c'"
+    long = executor.shown("x" * 121, "job_9", "spec.setup")
+    assert long == "x" * 120 + "\u2026 (full setup: GET /v1/jobs/job_9, spec.setup)"
+
+
+async def test_a_long_setup_is_shown_on_one_short_line(tmp_path: Path) -> None:
+    setup = "\n".join(f"echo step {i}" for i in range(40))
+    finished, rec = await run(spec(tmp_path, ["true"], setup=setup))
+    assert finished.outcome == "succeeded", finished
+    line = next(t for t in rec.texts("system") if t.startswith("running setup: sh -c "))
+    assert line.endswith("\u2026 (full setup: GET /v1/jobs/job_1, spec.setup)")
+    assert "\n" not in line
+
+
+# --------------------------------------------------------------------------- requirements.txt
+
+
+def tiny_wheel(directory: Path, name: str = "rp_tinypkg", version: str = "0.1") -> Path:
+    """A pure-Python wheel built by hand (no build backend, no index): ``import <name>``
+    gives ``GREETING``."""
+    import base64
+    import hashlib
+    import zipfile
+
+    info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": f'GREETING = "hello from {name}"\n',
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    record = []
+    for path, text in files.items():
+        digest = hashlib.sha256(text.encode()).digest()
+        b64 = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+        record.append(f"{path},sha256={b64},{len(text.encode())}")
+    record.append(f"{info}/RECORD,,")
+    files[f"{info}/RECORD"] = "\n".join(record) + "\n"
+    directory.mkdir(parents=True, exist_ok=True)
+    wheel = directory / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for path, text in files.items():
+            zf.writestr(path, text)
+    return wheel
+
+
+async def test_requirements_txt_is_installed_before_the_command(tmp_path: Path) -> None:
+    """A workspace's requirements.txt is pip-installed with the job's python (offline: a
+    local wheel, ``--no-index``) and the command imports the package; the node's (here:
+    the test venv's) interpreter is left alone."""
+    import importlib.util
+
+    s = spec(
+        tmp_path,
+        ["python3", "-c", "import rp_tinypkg as t; print(t.GREETING); print(t.__file__)"],
+        env={"PATH": VENV_PATH},
+    )
+    wheel = tiny_wheel(s.workdir / "wheels")
+    (s.workdir / "requirements.txt").write_text(
+        f"# offline: the package is a wheel in the workspace\n--no-index\n\n./wheels/{wheel.name}\n"
+    )
+    finished, rec = await run(s)
+    assert finished.outcome == "succeeded", (finished, rec.lines())
+    stdout = rec.texts("stdout")
+    assert "hello from rp_tinypkg" in stdout
+    deps = s.workdir.with_name("job_1.deps")
+    assert stdout[-1].startswith(str(deps))
+    system = rec.texts("system")
+    assert system[0] == (
+        "installing requirements.txt (2 lines): "
+        "python3 -m pip install -r requirements.txt --target ../job_1.deps"
+    )
+    assert any(t.startswith("requirements.txt installed: pip exited with code 0 (") for t in system)
+    assert [e.stage for e in rec.of(Started)] == ["requirements", "command"]  # type: ignore[union-attr]
+    assert importlib.util.find_spec("rp_tinypkg") is None  # not in the venv running the test
+
+
+async def test_a_failing_requirements_install_fails_the_job(tmp_path: Path) -> None:
+    s = spec(tmp_path, ["touch", "ran.txt"], env={"PATH": VENV_PATH})
+    s.workdir.mkdir(parents=True)
+    (s.workdir / "requirements.txt").write_text("--no-index\nrp-no-such-package-anywhere\n")
+    finished, rec = await run(s)
+    assert finished.outcome == "failed"
+    assert finished.error == "installing requirements.txt failed: pip exited with code 1"
+    assert [e.stage for e in rec.of(Started)] == ["requirements"]  # type: ignore[union-attr]
+    assert not (s.workdir / "ran.txt").exists()
+
+
+async def test_requirements_without_a_python_are_skipped_with_a_note(tmp_path: Path) -> None:
+    s = spec(tmp_path, ["/bin/sh", "-c", "echo ran"], env={"PATH": str(tmp_path / "empty")})
+    s.workdir.mkdir(parents=True)
+    (s.workdir / "requirements.txt").write_text("numpy\n")
+    finished, rec = await run(s)
+    assert finished.outcome == "succeeded", finished
+    assert rec.texts("stdout") == ["ran"]
+    assert rec.texts("system")[0] == (
+        "requirements.txt not installed: no python3 or python on the job's PATH"
+    )
+
+
+def test_job_python_prefers_the_commands_own_python(tmp_path: Path) -> None:
+    assert executor.job_python([".venv/bin/python", "x.py"], {"PATH": ""}) == ".venv/bin/python"
+    assert executor.job_python(["python3.11", "-c", "1"], {"PATH": ""}) == "python3.11"
+    assert executor.job_python(["sh", "-c", "x"], {"PATH": VENV_PATH}) == "python3"
+    assert executor.job_python(["sh"], {"PATH": str(tmp_path)}) is None
+    assert executor.requirement_lines("# c\n\nnumpy\n  -r other.txt\n") == 2
+
+
 # --------------------------------------------------------------------------- metrics
 
 

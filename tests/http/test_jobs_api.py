@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from runplane.actors.placement import NO_NODES
 from runplane.http.app import create_app
 from runplane.jobs.spec import SubmitJobBody, resolve
 from runplane.settings import Settings
@@ -223,6 +225,42 @@ async def test_priority_and_rerun(client: Any) -> None:
     second = await rerun.get_json()
     assert second["job_id"] != job["job_id"]
     assert second["spec_hash"] == job["spec_hash"] and second["seed"] == 3
+    # the rerun links back to its source (stored: every read says so), the source to nothing
+    assert second["rerun_of"] == job["job_id"] and job["rerun_of"] is None
+    fetched = await (await client.get(f"/v1/jobs/{second['job_id']}")).get_json()
+    assert fetched["rerun_of"] == job["job_id"]
+    listed = {j["job_id"]: j["rerun_of"] for j in await (await client.get("/v1/jobs")).get_json()}
+    assert listed == {job["job_id"]: None, second["job_id"]: job["job_id"]}
+    third = await (await client.post(f"/v1/jobs/{second['job_id']}/rerun")).get_json()
+    assert third["rerun_of"] == second["job_id"]  # the job it was made from, not the first
+
+
+async def test_a_queued_jobs_event_stream_says_why_it_waits(app: Any, client: Any) -> None:
+    """Without a node, the SSE stream of a queued job carries the wait reason as a
+    ``phase`` event (the SSE event kinds stay log, metric and phase)."""
+    import trio
+
+    from runplane.jobs import repo
+
+    job = await (await submit(client, {"stack": "shell"})).get_json()
+    assert job["attempt"] == 0 and job["attempts"] == 0
+    store = app.extensions["runplane"].store
+    with trio.fail_after(20):  # placement tells the job actor, which stores the event
+        while not any(  # noqa: ASYNC110 (polls the store: no event to wait on)
+            '"reason"' in e.data for e in await repo.events_after(store, job["job_id"], 0)
+        ):
+            await trio.sleep(0.01)
+    await client.post(f"/v1/jobs/{job['job_id']}/cancel")  # so the stream ends
+    text = await (await client.get(f"/v1/jobs/{job['job_id']}/events")).get_data(as_text=True)
+    frames = [f.split("\n") for f in text.split("\n\n") if f]
+    assert [f[1] for f in frames] == ["event: phase"] * 3
+    events = [json.loads(f[2].removeprefix("data: ")) for f in frames]
+    assert [(e["phase"], e.get("reason")) for e in events] == [
+        ("queued", None),
+        ("queued", NO_NODES),
+        ("cancelled", None),
+    ]
+    assert [f[0] for f in frames] == [f"id: {e['seq']}" for e in events]
 
 
 async def test_logs_of_fresh_job_are_empty(client: Any) -> None:

@@ -106,3 +106,12 @@ def test_finish_times_and_error() -> None:
     assert (state.started_at, state.finished_at, state.error) == (100, 250, "exit code 3")
     ok, _ = transition(st(R), Finished(1, S, "ignored"), 5)
     assert ok.error is None
+
+
+def test_a_requeued_job_says_why_until_it_is_assigned_again() -> None:
+    reason = "node node_a shut down (agent drained; requeued)"
+    state, effects = transition(st(R), NodeLost(1, reason), 40)
+    assert (state.phase, state.attempts, state.error) == (Q, 1, reason)
+    assert effects == (Effect.RELEASE, Effect.COUNT_LOST, Effect.ENQUEUE)
+    state, _ = transition(state, Assigned("node_b"), 50)
+    assert (state.phase, state.attempt, state.error) == (A, 2, None)

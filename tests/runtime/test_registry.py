@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from runplane.runtime import ActorCrashed, ActorKind, ActorRef, Registry, Restart, Supervisor
 
-from .support import Add, Counter, CounterMsg, Crash, Get, running
+from .support import Add, Counter, CounterMsg, Crash, Get, Wait, running
 
 COUNTER = ActorKind[CounterMsg]("counter")
 JOB = ActorKind[CounterMsg]("job")
@@ -211,3 +212,26 @@ async def test_explicit_passivate(autojump_clock: trio.abc.Clock) -> None:
         assert ref.terminated and store.rows["p"] == 4
         await registry.passivate(COUNTER, "p")  # no-op when not active
         assert registry.statistics().passivations == 1
+
+
+async def test_tell_active_never_waits_nor_activates(autojump_clock: trio.abc.Clock) -> None:
+    store = Store()
+    async with running(Supervisor()) as sup:
+        registry = Registry(sup)
+        registry.register(COUNTER, store.activate, mailbox_capacity=2)
+        assert registry.tell_active(COUNTER, "c1", Add(1)) is False  # not active: not activated
+        assert store.loads == []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(registry.get, COUNTER, "c1")
+            await trio.sleep(store.load_takes / 2)  # activating: no ref to send to yet
+            assert registry.tell_active(COUNTER, "c1", Add(1)) is False
+        ref = await registry.get(COUNTER, "c1")
+        gate = trio.Event()
+        await ref.tell(Wait(gate))  # the actor holds this one: its mailbox fills behind it
+        await trio.testing.wait_all_tasks_blocked()
+        sent = [registry.tell_active(COUNTER, "c1", Add(1)) for _ in range(4)]
+        assert sent == [True, True, False, False]  # full: refused at once, nothing waits
+        gate.set()
+        assert await ref.ask(Get()) == 2
+        await registry.passivate(COUNTER, "c1")
+        assert registry.tell_active(COUNTER, "c1", Add(1)) is False

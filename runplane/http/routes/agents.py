@@ -3,7 +3,8 @@
 The handler is transport only: it identifies the agent (credential, join token, or open
 enrollment), hands the session's outbox to the node actor, forwards each frame to the
 actor it concerns, and writes what the actors send back. A malformed frame closes the
-session with 4400 and a reason; an unknown credential 4401; an old protocol 4426.
+session with 4400 and a reason; an unknown credential 4401; an old protocol 4426. A
+frame of a type this server does not know (a newer agent's) is logged and ignored.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from runplane.actors.job import (
     AgentPhase,
     JobMsg,
 )
-from runplane.actors.node import AttemptEnded, Beat, NodeMsg
+from runplane.actors.node import AttemptEnded, Beat, Drain, NodeMsg, Released
 from runplane.agent import protocol as p
 from runplane.http.context import services
 from runplane.nodes.connect import ConnectRefused
@@ -86,6 +87,13 @@ async def connect() -> None:
                 try:
                     msg = p.decode_agent(raw)
                 except ValidationError as exc:
+                    kind = p.unknown_type(raw, p.AGENT_TYPES)
+                    if kind is not None:
+                        log.warning(
+                            "agent message of an unknown type ignored",
+                            extra={"node_id": node_id, "type": kind[:64]},
+                        )
+                        continue
                     await _close(p.CLOSE_PROTOCOL_ERROR, f"bad message: {exc}".splitlines()[0])
                     return
                 await _dispatch(node_id, node, send, msg)
@@ -122,6 +130,10 @@ async def _dispatch(
             await node.tell(AttemptEnded(done.job_id, done.attempt))
             # acknowledged once recorded (or refused as stale: either way, stop resending)
             outbox.send_nowait(p.encode(p.FinishedAck(job_id=done.job_id, attempt=done.attempt)))
+        case p.Draining(deadline_sec=deadline_sec):
+            await node.tell(Drain(outbox, deadline_sec))
+        case p.JobReleased(job_id=job_id, attempt=attempt):
+            await node.tell(Released(job_id, attempt))
         case p.Hello():
             pass  # a second hello is meaningless; ignore it
 

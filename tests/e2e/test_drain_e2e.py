@@ -1,0 +1,158 @@
+"""Stopping an agent drains it: real agent processes signalled like an operator would.
+
+A job running when SIGTERM arrives finishes with its real outcome and the agent exits 0;
+a job still running at the drain timeout is stopped and handed back, requeued with
+``attempts == 1`` and an error naming the node's shutdown, and runs on another agent. No
+job ends ``cancelled``. Nothing here waits on time: jobs wait for files the test creates.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+import trio_websocket
+
+from runplane.agent import protocol as p
+
+from .conftest import (
+    AgentProcess,
+    LiveServer,
+    StartAgent,
+    job,
+    online_nodes,
+    submit,
+    wait_for,
+    wait_phase,
+)
+
+
+def records(agent: AgentProcess) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in agent.log.read_text().splitlines() if line.startswith("{")]
+
+
+async def node_status(client: httpx.AsyncClient, node_id: str) -> str:
+    nodes = {n["id"]: n for n in (await client.get("/v1/nodes")).json()}
+    return str(nodes[node_id]["status"])
+
+
+async def exited(agent: AgentProcess) -> int | None:
+    await trio.lowlevel.checkpoint()
+    return agent.proc.poll()
+
+
+async def wait_exit(agent: AgentProcess, within: float = 60) -> int:
+    async def done() -> bool:
+        return await exited(agent) is not None
+
+    await wait_for(done, within, "the agent to exit")
+    code = agent.proc.poll()
+    assert code is not None
+    return code
+
+
+async def test_a_job_running_at_sigterm_finishes_and_the_agent_exits_0(
+    server: LiveServer, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    agent = start_agent(server.url, "drained", "--drain-timeout", "30")
+    go = tmp_path / "go"
+    async with server.client() as client:
+        await wait_for(lambda: online_nodes(client), 30, "the agent to come online")
+        script = f"while [ ! -e {go} ]; do sleep 0.05; done; echo finished"
+        job_id = await submit(client, {"stack": "shell", "command": ["sh", "-c", script]})
+        running = await wait_phase(client, job_id, "running")
+        node_id = running["node_id"]
+
+        agent.proc.send_signal(signal.SIGTERM)
+        await wait_for(
+            lambda: _is(node_status(client, node_id), "draining"), 30, "the node to drain"
+        )
+        go.touch()  # the job may finish: it is within the drain timeout
+        assert await wait_exit(agent) == 0
+
+        view = await wait_phase(client, job_id, "succeeded", "failed", "cancelled", "queued")
+        assert view["phase"] == "succeeded", view
+        assert view["attempts"] == 0 and view["error"] == ""
+        assert await node_status(client, node_id) == "offline"  # at once, not after a grace
+    msgs = [r["msg"] for r in records(agent)]
+    assert msgs.index("stop requested") < msgs.index("draining") < msgs.index("drained")
+    assert "handing back running jobs" not in msgs
+    assert msgs[-1] == "agent stopped"
+
+
+async def test_a_job_running_at_the_drain_timeout_is_requeued_and_runs_elsewhere(
+    server: LiveServer, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    first = start_agent(server.url, "first", "--drain-timeout", "1")
+    ran = tmp_path / "ran-once"
+    # the first attempt marks the file and runs "forever"; the next one finishes
+    script = f"if [ -e {ran} ]; then echo second attempt; else touch {ran}; exec sleep 600; fi"
+    async with server.client() as client:
+        await wait_for(lambda: online_nodes(client), 30, "the first agent")
+        job_id = await submit(client, {"stack": "shell", "command": ["sh", "-c", script]})
+        running = await wait_phase(client, job_id, "running")
+        first_node = running["node_id"]
+        await wait_for(lambda: _exists(ran), 30, "the first attempt to start its command")
+
+        first.proc.send_signal(signal.SIGTERM)  # the job outlives the 1 s drain timeout
+        assert await wait_exit(first) == 0
+        queued = await wait_phase(client, job_id, "queued", "cancelled", "failed")
+        assert queued["phase"] == "queued", queued
+        assert queued["attempts"] == 1
+        assert queued["error"] == f"node {first_node} shut down (agent drained; requeued)"
+        assert queued["node_id"] == ""
+        assert await node_status(client, first_node) == "offline"
+        logs = (await client.get(f"/v1/jobs/{job_id}/logs?stream=system")).json()["logs"]
+        assert any("agent shutting down (drain timeout of 1 s passed)" in e["line"] for e in logs)
+
+        start_agent(server.url, "second")
+        done = await wait_phase(client, job_id, "succeeded", "failed", "cancelled")
+        assert done["phase"] == "succeeded", done
+        assert done["node_id"] not in ("", first_node)
+        assert done["attempts"] == 1 and done["error"] == ""
+        stdout = (await client.get(f"/v1/jobs/{job_id}/logs?stream=stdout")).json()["logs"]
+        assert [e["line"] for e in stdout] == ["second attempt"]
+        assert (await job(client, job_id))["phase"] == "succeeded"
+    msgs = [r["msg"] for r in records(first)]
+    assert "handing back running jobs" in msgs and "job handed back" in msgs
+    assert msgs[-1] == "agent stopped"
+
+
+async def test_the_server_ignores_an_agent_message_of_an_unknown_type(
+    server: LiveServer,
+) -> None:
+    """Forward compatibility: a newer agent's message type is logged and ignored, the
+    session goes on (here a ``draining`` after it still takes the node out)."""
+    url = server.url.replace("http://", "ws://") + "/v1/nodes/connect"
+    hello = p.Hello(
+        protocol=p.PROTOCOL_VERSION,
+        agent_version="test",
+        facts=p.Facts(name="raw", cpu_cores=1, ram_gb=1, arch="x86_64", os="linux"),
+    )
+    async with (
+        server.client() as client,
+        trio_websocket.open_websocket_url(url) as ws,
+    ):
+        await ws.send_message(p.encode(hello))
+        welcome = p.decode_server(await ws.get_message())
+        assert isinstance(welcome, p.Welcome)
+        await ws.send_message(json.dumps({"type": "from_the_future", "anything": [1, 2]}))
+        await ws.send_message(p.encode(p.Draining(deadline_sec=5)))
+        await wait_for(
+            lambda: _is(node_status(client, welcome.node_id), "draining"),
+            30,
+            "the node to drain",
+        )
+        assert not ws.closed
+
+
+async def _is(value: Any, expected: str) -> bool:
+    return bool(await value == expected)
+
+
+async def _exists(path: Path) -> bool:
+    return await trio.Path(path).exists()
