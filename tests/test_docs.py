@@ -62,3 +62,33 @@ def test_readme_links_the_api_reference_in_the_repository() -> None:
     assert "docs/api.md" in text
     assert "../shared" not in text  # not in a clone
     assert "../shared" not in API_DOC.read_text()
+
+
+def _refusal_texts() -> list[str]:
+    """The literal parts of every reason the server refuses an agent with (the reason
+    argument of each ConnectRefused / EnrollmentRefused raised in runplane/nodes)."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1] / "runplane" / "nodes"
+    chunks: list[str] = []
+    for name in ("connect.py", "enrollment.py"):
+        tree = ast.parse((root / name).read_text())
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+                continue
+            if node.func.id not in ("ConnectRefused", "EnrollmentRefused") or len(node.args) < 2:
+                continue
+            reason = node.args[1]
+            parts = reason.values if isinstance(reason, ast.JoinedStr) else [reason]
+            for part in parts:
+                if isinstance(part, ast.Constant) and isinstance(part.value, str):
+                    chunks.append(part.value)
+    return chunks
+
+
+def test_agent_refusal_reasons_are_documented_word_for_word() -> None:
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "agent.md").read_text()
+    chunks = [c.strip() for c in _refusal_texts() if len(c.strip()) >= 8]
+    assert len(chunks) >= 8
+    missing = [c for c in chunks if c not in doc]
+    assert not missing, f"refusal texts not in docs/agent.md: {missing}"

@@ -92,6 +92,9 @@ class AgentFinished(Asks[bool]):
     final_metrics: dict[str, float]
     #: ArtifactRefs of the outputs the agent uploaded (checked before they are recorded)
     artifacts: tuple[dict[str, Any], ...] = ()
+    #: how the process ended: exit code (None if a signal ended it) and the signal's name
+    exit_code: int | None = None
+    signal: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +257,9 @@ class JobActor(Actor[JobMsg]):
         #: the wait reason last stored (a queued job's), so a repeat stores nothing
         self.wait_reason = row.wait_reason if row.phase is Phase.QUEUED else None
         self._finish_artifacts: list[dict[str, Any]] | None = None
+        self._finish_exit: tuple[int | None, str | None] | None = None
+        self.exit_code: int | None = row.exit_code
+        self.signal: str | None = row.signal
         self.ring: Ring[JobEvent] = self._ring()
 
     def _ring(self) -> Ring[JobEvent]:
@@ -292,24 +298,32 @@ class JobActor(Actor[JobMsg]):
                 event: PhaseEvent = Pulling(attempt) if phase == "pulling" else Running(attempt)
                 return await self._apply(event) is not None
             case AgentLogs(node_id, attempt, lines):
-                if not self._from_current_node(node_id, attempt) or self.state.phase.terminal:
+                if not self._from_current_node(node_id, attempt):
                     return False
-                await self._logs(lines)
+                if self.state.phase.terminal and not self._after_cancel():
+                    return False
+                await self._logs(lines)  # after a cancel: the process's last words
                 return True
             case AgentMetric(node_id, attempt, step, values):
                 if not self._from_current_node(node_id, attempt) or self.state.phase.terminal:
                     return False
                 await self._metric(step, values)
                 return True
-            case AgentFinished(node_id, attempt, outcome, error, final_metrics, artifacts):
+            case AgentFinished(
+                node_id, attempt, outcome, error, final_metrics, artifacts, exit_code, signal
+            ):
                 if not self._from_current_node(node_id, attempt):
                     return False
+                if self._after_cancel():
+                    return await self._late_finish(final_metrics, exit_code, signal)
                 self.final_metrics.update(final_metrics)
                 self._finish_artifacts = checked_artifacts(self.id, artifacts)
+                self._finish_exit = (exit_code, signal)
                 try:
                     return await self._apply(Finished(attempt, Phase(outcome), error)) is not None
                 finally:
                     self._finish_artifacts = None
+                    self._finish_exit = None
             case LoseAttempt(attempt, reason):
                 return await self._apply(NodeLost(attempt, reason)) is not None
             case Cancel():
@@ -341,6 +355,40 @@ class JobActor(Actor[JobMsg]):
             return False
         return True
 
+    def _after_cancel(self) -> bool:
+        """Cancelled while on a node: the attempt's process may still be ending. Its last
+        output and its finish (exit code, signal) are recorded after the terminal phase
+        event (stored, so ``/logs`` shows them; the SSE stream has ended at the phase)."""
+        return self.state.phase is Phase.CANCELLED and self.state.node_id is not None
+
+    async def _late_finish(
+        self, final_metrics: dict[str, float], exit_code: int | None, signal: str | None
+    ) -> bool:
+        """The finish of a cancelled attempt: expected, so recorded quietly (a resend of
+        the same finish writes nothing)."""
+        recorded = self.exit_code is not None or self.signal is not None
+        if recorded and (exit_code, signal) == (self.exit_code, self.signal):
+            return True
+        self.final_metrics.update(final_metrics)
+        how = f"exit code {exit_code}" if signal is None else f"signal {signal}"
+        events: list[StoredEvent] = []
+        self._system_line(events, f"the cancelled process ended with {how}")
+        await self.deps.store.transaction(
+            repo.save_state(
+                self.id,
+                self.state,
+                events,
+                self.seq,
+                exit_code=exit_code,
+                signal=signal,
+                final_metrics=to_json(self.final_metrics),
+            )
+        )
+        self.exit_code, self.signal = exit_code, signal
+        self._publish(events)
+        log.debug("late finish after a cancel recorded", extra={"job_id": self.id, "how": how})
+        return True
+
     async def _cancel(self) -> CancelOutcome:
         if self.state.phase.terminal:
             return CancelOutcome(cancelled=False, killed_on_node=False)
@@ -358,7 +406,13 @@ class JobActor(Actor[JobMsg]):
         try:
             after, effects = transition(before, event, now_ms())
         except (InvalidTransition, StaleAttempt) as exc:
-            log.warning("transition refused", extra={"job_id": self.id, "reason": str(exc)})
+            # after a cancel, the attempt's late reports (phase, node loss) are routine
+            routine = before.phase is Phase.CANCELLED
+            log.log(
+                logging.DEBUG if routine else logging.WARNING,
+                "late report after a cancel ignored" if routine else "transition refused",
+                extra={"job_id": self.id, "reason": str(exc)},
+            )
             return None
         events: list[StoredEvent] = []
         extra: dict[str, Any] = {}
@@ -366,6 +420,8 @@ class JobActor(Actor[JobMsg]):
             extra["final_metrics"] = to_json(self.final_metrics)
             if self._finish_artifacts is not None:
                 extra["artifacts"] = to_json(self._finish_artifacts)
+            if self._finish_exit is not None:
+                extra["exit_code"], extra["signal"] = self._finish_exit
             # lines past the cap write nothing while they arrive: the counts land here
             extra["log_lines"], extra["log_dropped"] = self.log_lines, self.log_dropped
             if self.log_dropped:
@@ -410,6 +466,8 @@ class JobActor(Actor[JobMsg]):
     def _publish(self, events: list[StoredEvent], *, terminal: bool = False) -> None:
         """Put stored ``events`` on the ring; with ``terminal`` the last one (the terminal
         phase event) ends the stream."""
+        if self.ring.closed:  # after the terminal phase: stored only (the stream has ended)
+            return
         for i, event in enumerate(events):
             end = terminal and i == len(events) - 1 and event.kind == "phase"
             self.ring.publish(JobEvent.of(event, end=end))

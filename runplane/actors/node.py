@@ -81,8 +81,11 @@ class Drain:
 
 
 @dataclass(frozen=True, slots=True)
-class Released:
-    """The draining agent stopped ``attempt`` of ``job_id`` (``job_released``)."""
+class Released(Asks["str | None"]):
+    """The draining agent stopped ``attempt`` of ``job_id`` (``job_released``). Answers the
+    requeue reason when the attempt was this node's (the caller hands it to the job actor
+    and waits for it, so the requeue is stored before the agent's session can end), else
+    None. The node actor never asks a job actor itself: a job may be asking it."""
 
     job_id: str
     attempt: int
@@ -203,8 +206,7 @@ class NodeActor(Actor[NodeMsg]):
                     await self._drain(deadline_sec)
                 return None
             case Released(job_id, attempt):
-                await self._released(job_id, attempt)
-                return None
+                return self._released(job_id, attempt)
             case AttemptEnded(job_id, attempt):
                 if self.attempts.get(job_id) == attempt:
                     del self.attempts[job_id]
@@ -269,16 +271,17 @@ class NodeActor(Actor[NodeMsg]):
         await self._set_status(DRAINING)
         await self.deps.node_down(self.node_id)
 
-    async def _released(self, job_id: str, attempt: int) -> None:
-        """An attempt handed back by the draining agent: requeued as after a node loss.
-        Only an attempt the server has on this node (an agent cannot release others)."""
+    def _released(self, job_id: str, attempt: int) -> str | None:
+        """An attempt handed back by the draining agent: the reason it is requeued with, as
+        after a node loss. Only an attempt the server has on this node (an agent cannot
+        release others): None for any other."""
         fields = {"node_id": self.node_id, "job_id": job_id, "attempt": attempt}
         if self.attempts.get(job_id) != attempt:
             log.warning("job_released of an attempt not on this node ignored", extra=fields)
-            return
+            return None
         del self.attempts[job_id]
         log.info("attempt handed back by the draining agent", extra=fields)
-        await self.deps.lose_attempt(job_id, attempt, drained_reason(self.node_id))
+        return drained_reason(self.node_id)
 
     async def _drained(self) -> None:
         """The draining agent went away with nothing left here: offline now, not after

@@ -72,6 +72,7 @@ from runplane.agent.protocol import (
     JobMetric,
     JobPhase,
     JobReleased,
+    Refused,
     Run,
     RunningJob,
     RunSpec,
@@ -589,6 +590,13 @@ class Agent:
                 await ws.send_message(encode(self._hello()))
                 with trio.fail_after(WELCOME_TIMEOUT_SEC):
                     raw = await ws.get_message()
+                refused = self._refused_by(raw)
+                if refused is not None:
+                    log.error(
+                        "refused by server",
+                        extra={"code": refused.code, "reason": refused.reason},
+                    )
+                    raise refused
                 welcome = self._parse_welcome(raw)
                 self._on_welcome(welcome)
                 backoff.reset()
@@ -659,10 +667,22 @@ class Agent:
             },
         )
 
+    def _refused_by(self, raw: str | bytes) -> AgentRefused | None:
+        """The refusal a server's ``refused`` message (its whole sentence) stands for."""
+        try:
+            msg = decode_server(raw)
+        except ValidationError:
+            return None  # _parse_welcome says what is wrong with it
+        if not isinstance(msg, Refused):
+            return None
+        return self._refusal_of(msg.code, msg.reason.strip()) or AgentRefused(msg.code, msg.reason)
+
     def _refusal(self, reason: trio_websocket.CloseReason | None) -> AgentRefused | None:
         if reason is None:
             return None
-        code, text = reason.code, (reason.reason or "").strip()
+        return self._refusal_of(reason.code, (reason.reason or "").strip())
+
+    def _refusal_of(self, code: int, text: str) -> AgentRefused | None:
         if code == CLOSE_REPLACED:
             return AgentReplaced(
                 code, text or "another agent connected as this node; this one stopped"
@@ -917,6 +937,7 @@ class Agent:
                     attempt=job.attempt,
                     outcome=event.outcome,
                     exit_code=event.exit_code,
+                    signal=event.signal,
                     error=event.error,
                     final_metrics=event.final_metrics,
                     artifacts=list(job.artifacts),

@@ -44,6 +44,10 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SHOWN_CHARS = 120
 # A workdir file pip-installs before the command runs (into the workdir's ``.deps`` sibling).
 REQUIREMENTS_FILE = "requirements.txt"
+#: Job env key forcing the requirements.txt install on (truthy) or off (anything else).
+REQUIREMENTS_KEY = "RUNPLANE_REQUIREMENTS"
+#: What a stack's ``install_requirements`` config key arrives as (the python stack: true).
+REQUIREMENTS_CONFIG_KEY = "RUNPLANE_CONFIG_INSTALL_REQUIREMENTS"
 
 _READ_SIZE = 64 * 1024
 _CHANNEL_SIZE = 16
@@ -100,6 +104,8 @@ class Finished:
     error: str | None
     final_metrics: dict[str, float]
     duration_sec: float
+    #: the signal that ended the command's process (``SIGTERM``, ``SIGKILL``), if one did
+    signal: str | None = None
 
 
 Event: TypeAlias = Started | LogLines | Metric | Finished
@@ -406,7 +412,12 @@ class _Job:
         await self.out.send([("system", text)])
 
     async def _finish(
-        self, outcome: Outcome, exit_code: int | None, error: str | None, summary: str
+        self,
+        outcome: Outcome,
+        exit_code: int | None,
+        error: str | None,
+        summary: str,
+        signal: str | None = None,
     ) -> Finished:
         duration = self._elapsed()
         await self._system(f"{summary} ({duration:.2f} s)")
@@ -416,6 +427,7 @@ class _Job:
             error=error,
             final_metrics=dict(self.final_metrics),
             duration_sec=duration,
+            signal=signal,
         )
 
     async def _fail(self, error: str) -> Finished:
@@ -470,22 +482,27 @@ class _Job:
             return await self._fail(result.start_error)
         code = result.returncode
         exit_code = code if code is not None and code >= 0 else None
+        killed_by = _signal_name(-code) if code is not None and code < 0 else None
         if result.stopped is not None:
             error = self._stopped_error(result)
-            return await self._finish(result.stopped, exit_code, error, error)
+            how = f"exit code {code}" if exit_code is not None else f"signal {killed_by}"
+            summary = f"{error}; the process ended with {how}"
+            return await self._finish(result.stopped, exit_code, error, summary, killed_by)
         assert code is not None
         if code == 0:
             return await self._finish("succeeded", 0, None, "exit code 0")
         if code > 0:
             return await self._finish("failed", code, f"exit code {code}", f"exit code {code}")
-        error = f"killed by signal {_signal_name(-code)}"
-        return await self._finish("failed", None, error, error)
+        error = f"killed by signal {killed_by}"
+        return await self._finish("failed", None, error, error, killed_by)
 
     async def _install_requirements(self) -> Finished | None:
         """pip-install the workdir's ``requirements.txt``, if there is one, with the job's
         python into ``<workdir>.deps`` (``--target``: the node's interpreter is left alone),
         which the command then finds on ``PYTHONPATH`` (scripts on ``PATH``). A Finished
         when the install failed, timed out or was cancelled."""
+        if not wants_requirements(self.env):
+            return None
         text = await trio.to_thread.run_sync(_read_requirements, self.workdir)
         if text is None:
             return None
@@ -742,6 +759,17 @@ PIP_OPTIONS = (
     "off",
 )
 _PYTHON = re.compile(r"python[0-9.]*")
+
+
+def wants_requirements(env: Mapping[str, str]) -> bool:
+    """Whether a job installs its workdir's requirements.txt: ``RUNPLANE_REQUIREMENTS``
+    decides when set (truthy: yes); otherwise its stack's ``install_requirements`` config
+    key does (the python stack sets it; a shell job in a repo with a requirements.txt does
+    not run pip unasked)."""
+    explicit = env.get(REQUIREMENTS_KEY)
+    if explicit is not None:
+        return explicit.strip().lower() in ("1", "true", "yes", "on")
+    return env.get(REQUIREMENTS_CONFIG_KEY, "").strip().lower() == "true"
 
 
 def _read_requirements(workdir: Path) -> str | None:

@@ -124,6 +124,8 @@ class JobFinished(_Msg):
     attempt: int
     outcome: Literal["succeeded", "failed", "timeout", "cancelled"]
     exit_code: int | None = None
+    #: the signal that ended the process (``SIGTERM``), when one did
+    signal: str | None = None
     error: str | None = None
     final_metrics: dict[str, float] = {}
     artifacts: list[dict[str, Any]] = []
@@ -155,6 +157,16 @@ class Welcome(_Msg):
     node_id: str
     credential: str | None = None  # only when the agent enrolled with a join token
     heartbeat_sec: float = 5.0
+
+
+class Refused(_Msg):
+    """The server refuses this agent: the whole sentence, sent just before it closes with
+    ``code`` (a WebSocket close reason holds at most 123 bytes, so the close frame carries
+    a shortened one)."""
+
+    type: Literal["refused"] = "refused"
+    code: int
+    reason: str
 
 
 class MountSpec(_Msg):
@@ -209,7 +221,7 @@ class FinishedAck(_Msg):
     attempt: int
 
 
-ServerMsg = Welcome | Run | Cancel | FinishedAck
+ServerMsg = Welcome | Refused | Run | Cancel | FinishedAck
 ServerMessage = Annotated[ServerMsg, Field(discriminator="type")]
 
 _agent_adapter: TypeAdapter[AgentMsg] = TypeAdapter(AgentMessage)

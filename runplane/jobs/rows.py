@@ -57,6 +57,10 @@ class JobRow:
     run: dict[str, Any] | None
     #: the job this one is a rerun of (``POST /v1/jobs/{id}/rerun``); None when submitted
     rerun_of: str | None = None
+    #: how the process ended, as the agent saw it: exit code (None if killed by a signal
+    #: or never started) and the signal's name
+    exit_code: int | None = None
+    signal: str | None = None
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> JobRow:
@@ -90,4 +94,6 @@ class JobRow:
             updated_at=row["updated_at"],
             run=_decoded(row["run"]),
             rerun_of=row.get("rerun_of"),
+            exit_code=row.get("exit_code"),
+            signal=row.get("signal"),
         )

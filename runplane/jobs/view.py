@@ -96,6 +96,9 @@ def job_view(row: JobRow, *, wait_reason: str | None = None) -> dict[str, Any]:
         "artifacts": list(row.artifacts),
         # an addition to the spec's Job: the job this one is a rerun of, or null
         "rerun_of": row.rerun_of,
+        # additions: how the process ended, as its agent saw it (null until it ended)
+        "exit_code": row.exit_code,
+        "signal": row.signal,
     }
     reason = wait_reason or row.wait_reason
     if row.phase is Phase.QUEUED and reason:

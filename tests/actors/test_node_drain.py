@@ -14,6 +14,7 @@ import pytest
 import trio
 
 from runplane.actors import placement as pl
+from runplane.actors.job import JOBS, LoseAttempt
 from runplane.actors.node import NODES, AttemptEnded, Deliver, Drain, Released, drained_reason
 from runplane.agent import protocol as p
 from runplane.jobs import repo
@@ -70,8 +71,12 @@ async def drain(root: Root, agent: Node, deadline_sec: float = 30.0) -> None:
 
 
 async def release(root: Root, agent: Node, job_id: str) -> None:
-    """What the WebSocket handler does with ``job_released``."""
-    await root.registry.tell(NODES, agent.node_id, Released(job_id, agent.runs[job_id]))
+    """What the WebSocket handler does with ``job_released``: the node actor names the
+    reason (its attempt only), then the handler waits for the job actor to requeue it."""
+    attempt = agent.runs[job_id]
+    reason = await root.registry.ask(NODES, agent.node_id, Released(job_id, attempt))
+    if reason is not None:
+        await root.registry.ask(JOBS, job_id, LoseAttempt(attempt, reason), timeout=None)
 
 
 async def test_a_draining_node_gets_no_new_work_and_a_hand_back_requeues(

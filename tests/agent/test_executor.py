@@ -379,7 +379,7 @@ async def test_requirements_txt_is_installed_before_the_command(tmp_path: Path) 
     s = spec(
         tmp_path,
         ["python3", "-c", "import rp_tinypkg as t; print(t.GREETING); print(t.__file__)"],
-        env={"PATH": VENV_PATH},
+        env={"PATH": VENV_PATH, "RUNPLANE_CONFIG_INSTALL_REQUIREMENTS": "true"},  # python stack
     )
     wheel = tiny_wheel(s.workdir / "wheels")
     (s.workdir / "requirements.txt").write_text(
@@ -402,7 +402,7 @@ async def test_requirements_txt_is_installed_before_the_command(tmp_path: Path) 
 
 
 async def test_a_failing_requirements_install_fails_the_job(tmp_path: Path) -> None:
-    s = spec(tmp_path, ["touch", "ran.txt"], env={"PATH": VENV_PATH})
+    s = spec(tmp_path, ["touch", "ran.txt"], env={"PATH": VENV_PATH, "RUNPLANE_REQUIREMENTS": "1"})
     s.workdir.mkdir(parents=True)
     (s.workdir / "requirements.txt").write_text("--no-index\nrp-no-such-package-anywhere\n")
     finished, rec = await run(s)
@@ -413,7 +413,8 @@ async def test_a_failing_requirements_install_fails_the_job(tmp_path: Path) -> N
 
 
 async def test_requirements_without_a_python_are_skipped_with_a_note(tmp_path: Path) -> None:
-    s = spec(tmp_path, ["/bin/sh", "-c", "echo ran"], env={"PATH": str(tmp_path / "empty")})
+    env = {"PATH": str(tmp_path / "empty"), "RUNPLANE_REQUIREMENTS": "yes"}
+    s = spec(tmp_path, ["/bin/sh", "-c", "echo ran"], env=env)
     s.workdir.mkdir(parents=True)
     (s.workdir / "requirements.txt").write_text("numpy\n")
     finished, rec = await run(s)
@@ -422,6 +423,28 @@ async def test_requirements_without_a_python_are_skipped_with_a_note(tmp_path: P
     assert rec.texts("system")[0] == (
         "requirements.txt not installed: no python3 or python on the job's PATH"
     )
+
+
+async def test_requirements_are_not_installed_unless_the_stack_or_job_asks(
+    tmp_path: Path,
+) -> None:
+    """A shell job in a repo that has a requirements.txt does not run pip unasked; the
+    python stack's config key (or the job's RUNPLANE_REQUIREMENTS) turns it on, and
+    RUNPLANE_REQUIREMENTS=0 turns it off again."""
+    for env, installs in (
+        ({}, False),
+        ({"RUNPLANE_CONFIG_INSTALL_REQUIREMENTS": "false"}, False),
+        ({"RUNPLANE_CONFIG_INSTALL_REQUIREMENTS": "true", "RUNPLANE_REQUIREMENTS": "0"}, False),
+        ({"RUNPLANE_REQUIREMENTS": "1"}, True),
+    ):
+        assert executor.wants_requirements(env) is installs, env
+    s = spec(tmp_path, ["/bin/sh", "-c", "echo ran"], env={"PATH": VENV_PATH})
+    s.workdir.mkdir(parents=True)
+    (s.workdir / "requirements.txt").write_text("--no-index\nrp-no-such-package-anywhere\n")
+    finished, rec = await run(s)
+    assert finished.outcome == "succeeded", finished
+    assert rec.texts("stdout") == ["ran"]
+    assert [e.stage for e in rec.of(Started)] == ["command"]  # type: ignore[union-attr]
 
 
 def test_job_python_prefers_the_commands_own_python(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ frame of a type this server does not know (a newer agent's) is logged and ignore
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import trio
@@ -22,6 +23,7 @@ from runplane.actors.job import (
     AgentMetric,
     AgentPhase,
     JobMsg,
+    LoseAttempt,
 )
 from runplane.actors.node import AttemptEnded, Beat, Drain, NodeMsg, Released
 from runplane.agent import protocol as p
@@ -34,10 +36,34 @@ log = logging.getLogger("runplane.nodes")
 
 HELLO_TIMEOUT = 10.0
 OUTBOX_CAPACITY = 1024
+#: Seconds a hand-back (``job_released``) may take to be recorded, shielded from the
+#: session's end.
+RELEASE_SEC = 10.0
+
+
+#: Bytes a close reason may take (a control frame holds 125, two of them for the code).
+CLOSE_REASON_MAX = 120
+
+
+def short_reason(reason: str, limit: int = CLOSE_REASON_MAX) -> str:
+    """``reason`` fit for a close frame: whole if it fits, else cut at a word boundary
+    with "..." (UTF-8 bytes counted)."""
+    if len(reason.encode()) <= limit:
+        return reason
+    cut = reason.encode()[: limit - 3].decode(errors="ignore")
+    head = cut.rsplit(" ", 1)[0] if " " in cut else cut
+    return head.rstrip(" ,;:(") + "..."
 
 
 async def _close(code: int, reason: str) -> None:
-    await websocket.close(code, reason[:120])  # a close reason must fit a control frame
+    await websocket.close(code, short_reason(reason))
+
+
+async def _refuse(code: int, reason: str) -> None:
+    """Send the whole sentence first (the agent prints it), then close with a short one."""
+    with contextlib.suppress(Exception):  # the agent may be gone already
+        await websocket.send(p.encode(p.Refused(code=code, reason=reason)))
+    await _close(code, reason)
 
 
 @blueprint.websocket("/v1/nodes/connect")
@@ -60,7 +86,7 @@ async def connect() -> None:
         return
     except ConnectRefused as exc:
         log.warning("agent refused", extra={"code": exc.code, "reason": exc.reason})
-        await _close(exc.code, exc.reason)
+        await _refuse(exc.code, exc.reason)
         return
     node_id = identity.node_id
     send, receive = trio.open_memory_channel[str](OUTBOX_CAPACITY)
@@ -124,6 +150,8 @@ async def _dispatch(
                 done.error,
                 dict(done.final_metrics),
                 tuple(done.artifacts),
+                done.exit_code,
+                done.signal,
             )
             if not await _to_job(registry, done.job_id, finished, wait=True):
                 return  # not recorded: no ack, the agent resends it
@@ -133,7 +161,13 @@ async def _dispatch(
         case p.Draining(deadline_sec=deadline_sec):
             await node.tell(Drain(outbox, deadline_sec))
         case p.JobReleased(job_id=job_id, attempt=attempt):
-            await node.tell(Released(job_id, attempt))
+            # The requeue is stored before the next frame is read, shielded: the draining
+            # agent closes its session right after, which cancels this handler, and a server
+            # stopping then must still have recorded every hand-back.
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + RELEASE_SEC):
+                reason = await node.ask(Released(job_id, attempt), timeout=None)
+                if reason is not None:
+                    await _to_job(registry, job_id, LoseAttempt(attempt, reason), wait=True)
         case p.Hello():
             pass  # a second hello is meaningless; ignore it
 
