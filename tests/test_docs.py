@@ -92,3 +92,20 @@ def test_agent_refusal_reasons_are_documented_word_for_word() -> None:
     assert len(chunks) >= 8
     missing = [c for c in chunks if c not in doc]
     assert not missing, f"refusal texts not in docs/agent.md: {missing}"
+
+
+def test_mypy_allowlist_stays_empty() -> None:
+    """docs/development.md: every runplane module is strict; no override switches a strict
+    flag off (the allowlist only shrinks, and it is empty)."""
+    import tomllib
+
+    config = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    overrides = config["tool"]["mypy"]["overrides"]
+    relaxed = [
+        (o["module"], key)
+        for o in overrides
+        for key, value in o.items()
+        if value is False or key == "implicit_reexport"
+    ]
+    assert not relaxed, f"mypy overrides that relax the strict set: {relaxed}"
+    assert any(o["module"] == ["runplane.*"] and o.get("disallow_untyped_defs") for o in overrides)
