@@ -12,7 +12,7 @@ from runplane.actors.job import AgentFinished, AgentLogs
 from runplane.jobs import repo
 from runplane.persistence import Store
 
-from .test_crash_recovery import Agent, eventually, running_root, store, submit
+from .harness import Agent, eventually, running_root, store, submit
 
 __all__ = ["store"]  # the fixture, parametrized over SQLite and PostgreSQL
 

@@ -23,10 +23,10 @@ from runplane.jobs.rows import JobRow
 from runplane.jobs.view import job_view
 from runplane.persistence import Store
 from runplane.system import Root
-from tests.actors.test_crash_recovery import (
+from tests.actors.harness import (
     Agent,
-    _all_in,
-    _eq,
+    all_in,
+    equals,
     eventually,
     phase,
     running_root,
@@ -86,19 +86,19 @@ async def test_a_draining_node_gets_no_new_work_and_a_hand_back_requeues(
         a = Node(root, agents, "node_a", cpu=4)
         await a.connect()
         first = await submit(root)
-        await eventually(lambda: _all_in(a.runs, [first]), "placed on node_a")
+        await eventually(lambda: all_in(a.runs, [first]), "placed on node_a")
         await a.start(first)
 
         await drain(root, a)
-        await eventually(lambda: _eq(status(root, "node_a"), "draining"), "status draining")
-        await eventually(lambda: _eq(in_fleet(root, "node_a"), False), "out of placement")
+        await eventually(lambda: equals(status(root, "node_a"), "draining"), "status draining")
+        await eventually(lambda: equals(in_fleet(root, "node_a"), False), "out of placement")
         # room is left on node_a, but nothing more is placed there
         second = await submit(root)
-        await eventually(lambda: _eq(waits(root, second), pl.NO_NODES), "second waits")
+        await eventually(lambda: equals(waits(root, second), pl.NO_NODES), "second waits")
         assert second not in a.runs
 
         await release(root, a, first)
-        await eventually(lambda: _eq(phase(root, first), "queued"), "first requeued")
+        await eventually(lambda: equals(phase(root, first), "queued"), "first requeued")
         requeued = await row(root, first)
         assert requeued.attempts == 1
         assert requeued.error == drained_reason("node_a")
@@ -109,7 +109,7 @@ async def test_a_draining_node_gets_no_new_work_and_a_hand_back_requeues(
         # another node takes both; the new attempt no longer carries the old error
         b = Node(root, agents, "node_b", cpu=4)
         await b.connect()
-        await eventually(lambda: _all_in(b.runs, [first, second]), "both placed on node_b")
+        await eventually(lambda: all_in(b.runs, [first, second]), "both placed on node_b")
         assert b.runs[first] == 2
         assert (await row(root, first)).error is None
         assert a.runs == {first: 1}
@@ -121,14 +121,14 @@ async def test_a_run_order_racing_the_drain_is_not_delivered(store: Store, tmp_p
         a = Node(root, agents, "node_a", cpu=4)
         await a.connect()
         await drain(root, a)
-        await eventually(lambda: _eq(in_fleet(root, "node_a"), False), "out of placement")
+        await eventually(lambda: equals(in_fleet(root, "node_a"), False), "out of placement")
         # an assignment planned before the drain reached placement: the order is refused
         order = p.Run(job_id="job_x", attempt=1, spec=p.RunSpec(command=["true"]))
         assert await root.fleet.deliver("node_a", order) is False
         # a cancel still goes through: the session is kept
         cancel = p.Cancel(job_id="job_y", attempt=1)
         assert await root.fleet.deliver("node_a", cancel) is True
-        await eventually(lambda: _eq(_cancels(a), ["job_y"]), "cancel delivered")
+        await eventually(lambda: equals(_cancels(a), ["job_y"]), "cancel delivered")
         assert a.runs == {}
 
 
@@ -140,7 +140,7 @@ async def test_a_release_of_an_attempt_not_on_the_node_is_ignored(
         b = Node(root, agents, "node_b", cpu=2)
         await a.connect()
         job_id = await submit(root)
-        await eventually(lambda: _all_in(a.runs, [job_id]), "placed on node_a")
+        await eventually(lambda: all_in(a.runs, [job_id]), "placed on node_a")
         await a.start(job_id)
         await b.connect()
         await drain(root, b)
@@ -159,12 +159,12 @@ async def test_the_third_hand_back_fails_the_job_saying_so(store: Store, tmp_pat
         for n in range(1, MAX_ATTEMPTS + 1):
             agent = Node(root, agents, f"node_{n}", cpu=4)
             await agent.connect()
-            await eventually(lambda a=agent: _all_in(a.runs, [job_id]), f"placed on node_{n}")
+            await eventually(lambda a=agent: all_in(a.runs, [job_id]), f"placed on node_{n}")
             await agent.start(job_id)
             await drain(root, agent)
             await release(root, agent, job_id)
             want = "queued" if n < MAX_ATTEMPTS else "failed"
-            await eventually(lambda w=want: _eq(phase(root, job_id), w), f"{want} after {n}")
+            await eventually(lambda w=want: equals(phase(root, job_id), w), f"{want} after {n}")
         failed = await row(root, job_id)
         assert failed.attempts == MAX_ATTEMPTS
         assert failed.error == (
@@ -180,17 +180,17 @@ async def test_a_drained_node_is_offline_as_soon_as_its_agent_leaves(
         a = Node(root, agents, "node_a", cpu=4)
         await a.connect()
         job_id = await submit(root)
-        await eventually(lambda: _all_in(a.runs, [job_id]), "placed")
+        await eventually(lambda: all_in(a.runs, [job_id]), "placed")
         await a.start(job_id)
         await drain(root, a)
         await a.finish(job_id)  # it finished within the drain: its real outcome
         assert await phase(root, job_id) == "succeeded"
-        await eventually(lambda: _eq(used_cpu(root, "node_a"), -1.0), "not in placement")
+        await eventually(lambda: equals(used_cpu(root, "node_a"), -1.0), "not in placement")
         # the finish's AttemptEnded, then the end of the session, as the handler sends them
         await root.registry.tell(NODES, "node_a", AttemptEnded(job_id, a.runs[job_id]))
         ref = await root.registry.get(NODES, "node_a")
         await root.fleet.detach(ref, "node_a", a.outbox)
-        await eventually(lambda: _eq(status(root, "node_a"), "offline"), "offline at once")
+        await eventually(lambda: equals(status(root, "node_a"), "offline"), "offline at once")
 
 
 async def test_a_reconnect_of_the_node_makes_it_placeable_again(
@@ -200,12 +200,12 @@ async def test_a_reconnect_of_the_node_makes_it_placeable_again(
         a = Node(root, agents, "node_a", cpu=4)
         await a.connect()
         await drain(root, a)
-        await eventually(lambda: _eq(in_fleet(root, "node_a"), False), "out of placement")
+        await eventually(lambda: equals(in_fleet(root, "node_a"), False), "out of placement")
         again = Node(root, agents, "node_a", cpu=4)  # a new agent process, not draining
         await again.connect()
-        await eventually(lambda: _eq(status(root, "node_a"), "online"), "online again")
+        await eventually(lambda: equals(status(root, "node_a"), "online"), "online again")
         job_id = await submit(root)
-        await eventually(lambda: _all_in(again.runs, [job_id]), "placed on the new session")
+        await eventually(lambda: all_in(again.runs, [job_id]), "placed on the new session")
 
 
 async def waits(root: Root, job_id: str) -> str | None:
