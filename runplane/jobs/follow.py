@@ -15,7 +15,7 @@ seconds" (the SSE route sends a keepalive).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Protocol, TypeVar
 
 import trio
@@ -67,17 +67,24 @@ async def follow(
     last = since
     ended = False
 
-    async def replay() -> AsyncIterator[list[T]]:
+    def take(items: Iterable[tuple[int, T]]) -> list[T]:
+        """The items not sent yet, in order, up to and with the end item."""
         nonlocal last, ended
+        out: list[T] = []
+        for seq, item in items:
+            if seq <= last:
+                continue
+            last = seq
+            out.append(item)
+            if item.end:
+                ended = True
+                break
+        return out
+
+    async def replay() -> AsyncIterator[list[T]]:
         while not ended:
             items = await source.stored_after(last, page)
-            out: list[T] = []
-            for item in items:
-                last = item.seq
-                out.append(item)
-                if item.end:
-                    ended = True
-                    break
+            out = take((item.seq, item) for item in items)
             if out:
                 yield out
             if ended or len(items) < page:
@@ -110,15 +117,7 @@ async def follow(
             if not got:
                 yield []  # idle
                 continue
-            out = []
-            for seq, item in got:
-                if seq <= last:
-                    continue
-                last = seq
-                out.append(item)
-                if item.end:
-                    ended = True
-                    break
+            out = take(got)
             if out:
                 yield out
 
