@@ -174,3 +174,15 @@ def test_serve_stop_hands_the_local_agents_jobs_back(tmp_path: Path) -> None:
         assert view["error"].endswith("shut down (agent drained; requeued)")
     finally:
         assert second.terminate() == 0
+    # the next start with its local agent runs it again: a graceful stop lost nothing
+    third = Server(tmp_path / "data", tmp_path / "third.log", RUNPLANE_LOCAL_AGENT="1")
+    try:
+        deadline = time.monotonic() + 30
+        while (view := httpx.get(f"{third.base}/v1/jobs/{job_id}", headers=auth).json())[
+            "phase"
+        ] != "running":
+            assert time.monotonic() < deadline, f"the requeued job did not run again: {view}"
+            time.sleep(0.05)
+        assert view["attempt"] == 2 and view["attempts"] == 1, view
+    finally:
+        assert third.terminate() == 0

@@ -38,6 +38,7 @@ from runplane.jobs.phase import (
     Pulling,
     Running,
     StaleAttempt,
+    Undelivered,
     transition,
 )
 from runplane.jobs.phase import Event as PhaseEvent
@@ -104,6 +105,14 @@ class LoseAttempt:
 
 
 @dataclass(frozen=True, slots=True)
+class OrderUndelivered:
+    """The run order of ``attempt`` did not reach the node (sent to self)."""
+
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Cancel(Asks["CancelOutcome"]):
     pass
 
@@ -128,6 +137,7 @@ JobMsg = (
     | AgentMetric
     | AgentFinished
     | LoseAttempt
+    | OrderUndelivered
     | Cancel
     | SetPriority
     | WaitReason
@@ -232,6 +242,8 @@ def attempt_note(before: JobState, after: JobState, event: PhaseEvent) -> str | 
         return (
             f"attempt {before.attempt} requeued (requeues so far: {after.attempts}): {event.reason}"
         )
+    if isinstance(event, Undelivered):
+        return f"attempt {before.attempt} never started: {event.reason}; back in the queue"
     return None
 
 
@@ -326,6 +338,8 @@ class JobActor(Actor[JobMsg]):
                     self._finish_exit = None
             case LoseAttempt(attempt, reason):
                 return await self._apply(NodeLost(attempt, reason)) is not None
+            case OrderUndelivered(attempt, reason):
+                return await self._apply(Undelivered(attempt, reason)) is not None
             case Cancel():
                 return await self._cancel()
             case WaitReason(reason):
@@ -484,9 +498,8 @@ class JobActor(Actor[JobMsg]):
                     )
                     await self.deps.node_outcome(after.node_id, "placed")
                     if not delivered:  # the node vanished between plan and order
-                        self.context.start_soon(
-                            self._lose_later, after.attempt, "node went away before the run order"
-                        )
+                        reason = f"node {after.node_id} went away before the run order"
+                        self.context.start_soon(self._undelivered, after.attempt, reason)
                 case Effect.RELEASE:
                     await self.deps.release(self.id)
                 case Effect.DEQUEUE:
@@ -501,8 +514,8 @@ class JobActor(Actor[JobMsg]):
         if after.phase.terminal and before.node_id and after.phase is Phase.SUCCEEDED:
             await self.deps.node_outcome(before.node_id, "ok")
 
-    async def _lose_later(self, attempt: int, reason: str) -> None:
-        await self.context.ref.tell(LoseAttempt(attempt, reason))
+    async def _undelivered(self, attempt: int, reason: str) -> None:
+        await self.context.ref.tell(OrderUndelivered(attempt, reason))
 
     def _system_line(self, events: list[StoredEvent], line: str) -> None:
         self.seq += 1

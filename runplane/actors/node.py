@@ -8,6 +8,12 @@ reconnect within the grace period resumes the session: the agent lists what it s
 anything the server expected but the agent lacks is lost, anything the agent runs that
 the server no longer wants is cancelled.
 
+Placement places only on a node that can take a run order now: a node whose session ends
+(``disconnected``) leaves the placement fleet at once, while its attempts wait out the
+grace period; a run order that cannot be handed to the session also takes the node out
+(its job goes back to the queue, uncounted: ``Undelivered``). The next sign of life (a
+new session, or a beat of this one) puts it back.
+
 Draining: an agent that stops gracefully says ``draining`` first. The node leaves the
 placement fleet at once (status ``draining``; the session stays, and a run order is not
 delivered), its running attempts may still finish and report, and each attempt it hands
@@ -145,6 +151,9 @@ class NodeActor(Actor[NodeMsg]):
         self.lost = False
         #: the agent of the current session said ``draining``: out of placement
         self.draining = False
+        #: out of placement because it cannot take run orders now (disconnected, or a run
+        #: order could not be handed to its session): back in at its next sign of life
+        self.unready = False
 
     async def on_start(self) -> None:
         """Rebuild from the store: the attempts the jobs table puts on this node. A node
@@ -186,12 +195,16 @@ class NodeActor(Actor[NodeMsg]):
                         await self._drained()
                         return None
                     log.info("node disconnected", extra={"node_id": self.node_id})
+                    # status first: a placement rebuilding meanwhile leaves it out
                     await self._set_status("disconnected")
+                    await self._unready()
                 return None
             case Beat():
                 self.last_seen = clock.now()
                 self.last_beat_ms = wall_ms()
                 await self.deps.record_beat(self.node_id, self.last_beat_ms)
+                if self.unready and self.outbox is not None and not self.draining:
+                    await self._announce()  # it takes orders again
                 return None
             case Deliver(order):
                 if self.draining and isinstance(order, p.Run):
@@ -200,7 +213,10 @@ class NodeActor(Actor[NodeMsg]):
                         extra={"node_id": self.node_id, "job_id": order.job_id},
                     )
                     return False  # the job actor requeues it
-                return self._deliver(order)
+                delivered = self._deliver(order)
+                if not delivered and isinstance(order, p.Run):
+                    await self._unready()
+                return delivered
             case Drain(outbox, deadline_sec):
                 if outbox is self.outbox and not self.draining:
                     await self._drain(deadline_sec)
@@ -220,21 +236,32 @@ class NodeActor(Actor[NodeMsg]):
                 return None
 
     def _deliver(self, order: p.Run | p.Cancel | p.FinishedAck) -> bool:
-        if isinstance(order, p.Run):
-            self.attempts[order.job_id] = order.attempt
+        """Hand ``order`` to the session; a run order's attempt is this node's only once
+        it went out (one that did not is requeued by its job actor, uncounted)."""
         if self.outbox is None:
             return False
         try:
             self.outbox.send_nowait(p.encode(order))
         except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
             return False
+        if isinstance(order, p.Run):
+            self.attempts[order.job_id] = order.attempt
         return True
+
+    async def _unready(self) -> None:
+        """Out of placement until the agent shows life again (a new session, or a beat of
+        this one): it cannot take run orders now (disconnected, or its session would not
+        take one). Its attempts stay: the grace clock decides whether they are lost."""
+        if not self.unready:
+            self.unready = True
+            await self.deps.node_down(self.node_id)
 
     async def _attach(self, outbox: trio.MemorySendChannel[str], hello: p.Hello) -> None:
         if self.outbox is not None and self.outbox is not outbox:
             self.outbox.close()  # the old session is stale: its writer ends and closes it
         self.outbox = outbox
         self.draining = False  # a new session: its agent says again if it still drains
+        self.unready = False  # announced below
         self.last_seen = clock.now()
         self.last_beat_ms = wall_ms()  # the hello counts as a beat
         # supersedes a beat of the previous session still waiting for its batch
@@ -318,6 +345,7 @@ class NodeActor(Actor[NodeMsg]):
         """Tell placement the node's shape (facts and overrides from its row)."""
         row = await nodes_repo.get(self.deps.store, self.node_id)
         if row is not None:
+            self.unready = False
             await self.deps.node_up(shape_of(row))
 
     async def _set_status(self, status: str) -> None:

@@ -19,4 +19,5 @@ def demand_of(job_id: str, priority: int, spec: Mapping[str, Any]) -> JobDemand:
         requires=spec.get("requires") or {},
         weights=spec.get("weights") or {},
         weights_preset=spec.get("weights_preset"),
+        isolation=spec.get("isolation"),
     )

@@ -3,9 +3,11 @@
     queued -> assigned -> pulling -> running -> succeeded | failed | timeout | cancelled
       ^          |           |          |
       +----------+-----------+----------+   node lost (or its agent drained and handed
-                                            the attempt back): back to queued, attempts + 1,
-                                            ``error`` says why until the next assignment
-                                            (failed after MAX_ATTEMPTS losses)
+      |          |                          the attempt back): back to queued, attempts + 1,
+      |          |                          ``error`` says why until the next assignment
+      |          |                          (failed after MAX_ATTEMPTS losses)
+      +----------+  run order not delivered (the node went away between the plan and the
+                    order): back to queued, attempts unchanged: the loss is the node's
     any non-terminal -> cancelled           cancel
 
 Agent reports carry the attempt they belong to; a report for another attempt is refused
@@ -99,11 +101,20 @@ class NodeLost:
 
 
 @dataclass(frozen=True, slots=True)
+class Undelivered:
+    """The run order of ``attempt`` never reached the node: nothing ran, so the job goes
+    back to the queue without a requeue counted against it (the node's loss counts)."""
+
+    attempt: int
+    reason: str = "node went away before the run order"
+
+
+@dataclass(frozen=True, slots=True)
 class CancelRequested:
     pass
 
 
-Event = Assigned | Pulling | Running | Finished | NodeLost | CancelRequested
+Event = Assigned | Pulling | Running | Finished | NodeLost | Undelivered | CancelRequested
 
 
 class InvalidTransition(ValueError):
@@ -196,6 +207,12 @@ def transition(state: JobState, event: Event, now_ms: int) -> tuple[JobState, tu
                 ),
                 (Effect.RELEASE, Effect.COUNT_LOST, Effect.ENQUEUE),
             )
-    if isinstance(event, Pulling | Running | Finished | NodeLost):
+        case Undelivered(attempt, reason) if phase is Phase.ASSIGNED:
+            _check_attempt(state, attempt)
+            return (
+                replace(state, phase=Phase.QUEUED, node_id=None, started_at=None, error=reason),
+                (Effect.RELEASE, Effect.COUNT_LOST, Effect.ENQUEUE),
+            )
+    if isinstance(event, Pulling | Running | Finished | NodeLost | Undelivered):
         _check_attempt(state, event.attempt)
     raise InvalidTransition(state, event)

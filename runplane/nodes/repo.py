@@ -74,6 +74,17 @@ async def get(store: Store, node_id: str) -> NodeRow | None:
     return None if row is None else NodeRow.of(row)
 
 
+async def offering(store: Store, capability: str) -> list[str]:
+    """The enabled nodes (any status: an offline one may come back) that report
+    ``capability``. Reads every node's facts: for rare checks (an isolation asked)."""
+    rows = await store.fetchall("SELECT id, facts, overrides FROM nodes WHERE disabled = ?", (0,))
+    return [
+        r["id"]
+        for r in rows
+        if capability in NodeFacts.parse(r["facts"], r["overrides"]).capabilities
+    ]
+
+
 async def page(
     store: Store, *, after: str | None = None, limit: int | None = None
 ) -> list[NodeRow]:
@@ -128,8 +139,10 @@ async def mark_all_offline(store: Store) -> None:
 
 
 async def connected_ids(store: Store) -> list[str]:
-    """The nodes placement may use: not offline, and not draining (their agent stops)."""
-    rows = await store.fetchall("SELECT id FROM nodes WHERE status NOT IN ('offline', 'draining')")
+    """The nodes placement may use: online (connected and ready). A disconnected node is
+    not (its agent may be back within the grace period, and is then placed on again);
+    a draining one stops, an offline one is gone."""
+    rows = await store.fetchall("SELECT id FROM nodes WHERE status = 'online'")
     return [r["id"] for r in rows]
 
 

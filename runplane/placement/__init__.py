@@ -59,6 +59,7 @@ from .model import (
     Tier,
     cuda_at_least,
     cuda_version,
+    isolation_capability,
 )
 from .plan import (
     Assignment,
@@ -140,6 +141,7 @@ __all__ = [
     "explain_static",
     "feasible",
     "first_rejection",
+    "isolation_capability",
     "place",
     "plan",
     "queue_order",

@@ -380,8 +380,11 @@ class JobDemand:
         requires: Mapping[str, Any] | None = None,
         weights: Mapping[str, Any] | None = None,
         weights_preset: str | None = None,
+        isolation: str | None = None,
     ) -> JobDemand:
-        """Build from the submit body's ``limits``/``requires``/``weights`` maps.
+        """Build from the submit body's ``limits``/``requires``/``weights`` maps. An
+        ``isolation`` other than ``none`` is one more required capability
+        (:func:`isolation_capability`): only a node whose executor gives it may run the job.
 
         Raises :class:`DemandError` listing every problem (keys like ``requires.gpu.vendor``).
         """
@@ -461,6 +464,8 @@ class JobDemand:
         problems.extend(weight_problems(weight_map, weights_preset))
         arch = strings(requires.get("arch"), "requires.arch")
         caps = strings(requires.get("capabilities"), "requires.capabilities")
+        if isolation and isolation != "none":
+            caps = (*caps, isolation_capability(isolation))
         spec = Requires(
             gpu=GpuRequirement(
                 required=bool(gpu_map.get("required", False)),
@@ -492,6 +497,11 @@ class JobDemand:
         )
 
 
+def isolation_capability(isolation: str) -> str:
+    """The node capability that says its executor gives ``isolation`` (gvisor, kata)."""
+    return f"isolation-{isolation}"
+
+
 __all__ = [
     "DEFAULT_CPU_CORES",
     "DEFAULT_RAM_GB",
@@ -508,5 +518,6 @@ __all__ = [
     "Tier",
     "cuda_at_least",
     "cuda_version",
+    "isolation_capability",
     "normalize_arch",
 ]

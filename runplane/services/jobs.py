@@ -12,7 +12,7 @@ which every transition reaches before it is announced.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -24,6 +24,7 @@ from runplane.actors import placement as pl
 from runplane.actors.job import JOBS, Cancel, CancelOutcome, JobActor, JobDeps, SetPriority
 from runplane.ids import new_id
 from runplane.jobs import repo
+from runplane.jobs.demand import demand_of
 from runplane.jobs.events import JobEvent
 from runplane.jobs.follow import JobEventSource, follow
 from runplane.jobs.phase import Phase
@@ -36,8 +37,9 @@ from runplane.jobs.spec import (
     finish,
     raise_issues,
 )
+from runplane.nodes import repo as nodes_repo
 from runplane.persistence import Store
-from runplane.placement import DemandError, JobDemand
+from runplane.placement import DemandError, isolation_capability
 from runplane.policy import LIMIT_KEYS
 from runplane.policy.refusal import AdmissionRefused
 from runplane.problems import FieldProblem, Problem, not_found
@@ -57,20 +59,35 @@ class Submitter:
 
 
 def _check_placeable(resolved: ResolvedJob) -> None:
-    spec = resolved.spec
     try:
-        JobDemand.from_spec(
-            job_id="check",
-            priority=resolved.priority,
-            created_at="",
-            limits=spec["limits"],
-            requires=spec["requires"],
-            weights=spec["weights"],
-            weights_preset=spec["weights_preset"],
-        )
+        demand_of("check", resolved.priority, resolved.spec)
     except DemandError as exc:
         errors = [FieldProblem(pr.key, pr.code, pr.message) for pr in exc.problems]
         raise Problem(422, "invalid_placement", str(exc), errors) from None
+
+
+async def _check_isolation(store: Store, spec: Mapping[str, Any]) -> None:
+    """A job asking an isolation (gvisor, kata) that no node of the fleet gives is refused
+    (422) rather than queued for ever: the process executor gives neither. With such a
+    node enrolled the job is admitted and placement puts it only there."""
+    isolation = spec.get("isolation") or "none"
+    if isolation == "none":
+        return
+    capability = isolation_capability(isolation)
+    if await nodes_repo.offering(store, capability):
+        return
+    message = (
+        f"no node can give isolation {isolation}: runplane's process executor runs jobs as "
+        f"plain processes (docs/executor.md); {isolation} needs a node whose container "
+        f"executor reports the capability {capability}. Submit with isolation none, or "
+        "enroll such a node first"
+    )
+    raise Problem(
+        422,
+        "isolation_unavailable",
+        message,
+        [FieldProblem("isolation", "unavailable", message)],
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +208,7 @@ class Jobs:
             )
             try:
                 _check_placeable(resolved)
+                await _check_isolation(self.store, resolved.spec)
                 digest = resolved.spec_hash
             except Problem as exc:
                 errors += [runs.RunProblem(e.key, e.code, e.message) for e in exc.errors]
@@ -255,6 +273,7 @@ class Jobs:
         prior = await repo.idempotent_prior(self.store, new)
         if prior is not None:
             return await self._replay(prior)
+        await _check_isolation(self.store, spec)
         request = adm.Request(
             who.org_id, who.subject, project, {k: spec["limits"].get(k) for k in LIMIT_KEYS}
         )

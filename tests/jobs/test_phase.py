@@ -17,6 +17,7 @@ from runplane.jobs.phase import (
     Pulling,
     Running,
     StaleAttempt,
+    Undelivered,
     transition,
 )
 
@@ -45,6 +46,14 @@ VALID = [
     (st(R), NodeLost(1), Q, (Effect.RELEASE, Effect.COUNT_LOST, Effect.ENQUEUE)),
     (st(A), NodeLost(1), Q, (Effect.RELEASE, Effect.COUNT_LOST, Effect.ENQUEUE)),
     (st(R, 3, MAX_ATTEMPTS - 1), NodeLost(3), F, (Effect.RELEASE, Effect.COUNT_LOST)),
+    (st(A), Undelivered(1), Q, (Effect.RELEASE, Effect.COUNT_LOST, Effect.ENQUEUE)),
+    # never a failure: an order that never reached a node is not a loss of the job's
+    (
+        st(A, 3, MAX_ATTEMPTS - 1),
+        Undelivered(3),
+        Q,
+        (Effect.RELEASE, Effect.COUNT_LOST, Effect.ENQUEUE),
+    ),
 ]
 
 
@@ -70,6 +79,8 @@ INVALID = [
     *[(st(term), Finished(1, S)) for term in (S, F, T, C)],
     *[(st(term), NodeLost(1)) for term in (S, F, T, C)],
     *[(st(term), Running(1)) for term in (S, F, T, C)],
+    # the order of a job the agent already started was delivered
+    *[(st(ph), Undelivered(1)) for ph in (Q, P, R, S, F, T, C)],
 ]
 
 
@@ -79,7 +90,9 @@ def test_invalid_transitions_are_refused(state: JobState, event: object) -> None
         transition(state, event, now_ms=1000)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("event", [Pulling(1), Running(1), Finished(1, S), NodeLost(1)])
+@pytest.mark.parametrize(
+    "event", [Pulling(1), Running(1), Finished(1, S), NodeLost(1), Undelivered(1)]
+)
 def test_report_from_old_attempt_is_fenced(event: object) -> None:
     state = st(R, attempt=2, attempts=1)
     with pytest.raises(StaleAttempt):
@@ -115,3 +128,10 @@ def test_a_requeued_job_says_why_until_it_is_assigned_again() -> None:
     assert effects == (Effect.RELEASE, Effect.COUNT_LOST, Effect.ENQUEUE)
     state, _ = transition(state, Assigned("node_b"), 50)
     assert (state.phase, state.attempt, state.error) == (A, 2, None)
+
+
+def test_an_undelivered_order_requeues_without_counting_a_requeue() -> None:
+    state = st(A, attempt=2, attempts=1)
+    nxt, _ = transition(state, Undelivered(2, "node node_a went away"), now_ms=1000)
+    assert (nxt.phase, nxt.attempt, nxt.attempts) == (Q, 2, 1)
+    assert (nxt.node_id, nxt.error) == (None, "node node_a went away")

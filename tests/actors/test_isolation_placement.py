@@ -1,0 +1,90 @@
+"""A job asking an isolation (gvisor, kata) runs only where a node's executor gives it
+(#13 item 6): refused at submit with a reason when no node of the fleet reports the
+capability ``isolation-<kind>``, and placed only on such a node when one is enrolled
+(never on a plain process-executor node beside it). The actor tree runs in process on a
+real store; agents are played by the test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runplane.agent import protocol as p
+from runplane.jobs.spec import SubmitJobBody
+from runplane.nodes.enrollment import NodeIdentity
+from runplane.persistence import Store
+from runplane.placement import isolation_capability
+from runplane.problems import Problem
+from runplane.system import Root
+from tests.actors.harness import WHO, Agent, all_in, eventually, running_root, store
+
+pytestmark = pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+
+__all__ = ["store"]  # the fixture, imported
+
+
+class SandboxNode(Agent):
+    """A node whose executor reports ``capabilities`` (a container executor would)."""
+
+    capabilities: tuple[str, ...] = ()
+
+    async def connect(self) -> None:
+        hello = p.Hello(
+            protocol=p.PROTOCOL_VERSION,
+            agent_version="test",
+            facts=p.Facts(
+                name=self.node_id,
+                cpu_cores=self.cpu,
+                ram_gb=64,
+                arch="x86_64",
+                os="linux",
+                max_concurrency=8,
+                capabilities=list(self.capabilities),
+            ),
+        )
+        identity = NodeIdentity(node_id=self.node_id, tier="community", org_id="org_default")
+        await self.root.fleet.attach(identity, hello, self._send)
+        self.nursery.start_soon(self._read)
+
+
+async def submit_isolated(root: Root, isolation: str) -> str:
+    body = SubmitJobBody.model_validate(
+        {"stack": "shell", "command": ["true"], "isolation": isolation}
+    )
+    return (await root.jobs.submit(body, WHO)).row.id
+
+
+async def test_an_isolation_no_node_gives_is_refused_with_the_reason(
+    store: Store, tmp_path: Path
+) -> None:
+    async with running_root(store, tmp_path) as (root, agents):
+        plain = Agent(root, agents, "node_plain", cpu=4)
+        await plain.connect()
+        with pytest.raises(Problem) as refused:
+            await submit_isolated(root, "gvisor")
+        problem = refused.value
+        assert problem.status == 422
+        assert [e.key for e in problem.errors] == ["isolation"]
+        assert "no node can give isolation gvisor" in problem.detail
+        assert "isolation-gvisor" in problem.detail
+        # the plain node still takes a job that asks none
+        job_id = await submit_isolated(root, "none")
+        await eventually(lambda: all_in(plain.runs, [job_id]), "placed on the plain node")
+
+
+async def test_an_isolated_job_goes_only_to_a_node_that_gives_it(
+    store: Store, tmp_path: Path
+) -> None:
+    async with running_root(store, tmp_path) as (root, agents):
+        plain = Agent(root, agents, "node_plain", cpu=64)  # the roomier node
+        await plain.connect()
+        sandbox = SandboxNode(root, agents, "node_sandbox", cpu=8)
+        sandbox.capabilities = (isolation_capability("kata"),)
+        await sandbox.connect()
+        jobs = [await submit_isolated(root, "kata") for _ in range(3)]
+        await eventually(lambda: all_in(sandbox.runs, jobs), "all on the sandbox node")
+        assert not set(jobs) & set(plain.runs)
