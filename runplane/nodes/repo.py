@@ -74,17 +74,6 @@ async def get(store: Store, node_id: str) -> NodeRow | None:
     return None if row is None else NodeRow.of(row)
 
 
-async def offering(store: Store, capability: str) -> list[str]:
-    """The enabled nodes (any status: an offline one may come back) that report
-    ``capability``. Reads every node's facts: for rare checks (an isolation asked)."""
-    rows = await store.fetchall("SELECT id, facts, overrides FROM nodes WHERE disabled = ?", (0,))
-    return [
-        r["id"]
-        for r in rows
-        if capability in NodeFacts.parse(r["facts"], r["overrides"]).capabilities
-    ]
-
-
 async def page(
     store: Store, *, after: str | None = None, limit: int | None = None
 ) -> list[NodeRow]:

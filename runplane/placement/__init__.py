@@ -49,6 +49,7 @@ from .index import (
 from .model import (
     DEFAULT_CPU_CORES,
     DEFAULT_RAM_GB,
+    ISOLATION_PREFIX,
     DemandError,
     Gpu,
     GpuRequirement,
@@ -100,6 +101,7 @@ __all__ = [
     "GPU_FREE",
     "GPU_VENDOR",
     "GPU_VRAM",
+    "ISOLATION_PREFIX",
     "MOMENTARY_FILTERS",
     "MOMENTARY_REASONS",
     "NODE_FILTERS",

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from . import filters as f
-from .model import JobDemand
+from .model import ISOLATION_PREFIX, JobDemand
 
 EMPTY_FLEET = "no nodes in the fleet"
 
@@ -76,6 +76,15 @@ def gpu_phrase(job: JobDemand) -> str:
     return text
 
 
+def _capability(name: str) -> str:
+    """A required capability as the wait reason says it: an isolation one says what
+    gives it."""
+    if name.startswith(ISOLATION_PREFIX):
+        kind = name.removeprefix(ISOLATION_PREFIX)
+        return f"{name} (isolation {kind}: a container executor; the process executor gives none)"
+    return name
+
+
 def requirement(reason: str, job: JobDemand) -> str:
     """The job's requirement that a static ``reason`` says a node fails."""
     req = job.requires
@@ -86,7 +95,7 @@ def requirement(reason: str, job: JobDemand) -> str:
     if reason == f.ARCH:
         return "arch " + " or ".join(req.arch)
     if reason == f.CAPABILITY:
-        return "capabilities " + " and ".join(sorted(req.capabilities))
+        return "capabilities " + " and ".join(_capability(c) for c in sorted(req.capabilities))
     if reason == f.CPU:
         return f"{job.cpu_min:g} CPU cores"
     if reason == f.RAM:

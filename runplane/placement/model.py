@@ -497,14 +497,19 @@ class JobDemand:
         )
 
 
+#: The node capability ``isolation-<kind>`` says its executor gives isolation ``kind``.
+ISOLATION_PREFIX = "isolation-"
+
+
 def isolation_capability(isolation: str) -> str:
     """The node capability that says its executor gives ``isolation`` (gvisor, kata)."""
-    return f"isolation-{isolation}"
+    return ISOLATION_PREFIX + isolation
 
 
 __all__ = [
     "DEFAULT_CPU_CORES",
     "DEFAULT_RAM_GB",
+    "ISOLATION_PREFIX",
     "WEIGHT_NAMES",
     "CreatedAt",
     "DemandError",

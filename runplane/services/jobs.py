@@ -12,7 +12,7 @@ which every transition reaches before it is announced.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -64,30 +64,6 @@ def _check_placeable(resolved: ResolvedJob) -> None:
     except DemandError as exc:
         errors = [FieldProblem(pr.key, pr.code, pr.message) for pr in exc.problems]
         raise Problem(422, "invalid_placement", str(exc), errors) from None
-
-
-async def _check_isolation(store: Store, spec: Mapping[str, Any]) -> None:
-    """A job asking an isolation (gvisor, kata) that no node of the fleet gives is refused
-    (422) rather than queued for ever: the process executor gives neither. With such a
-    node enrolled the job is admitted and placement puts it only there."""
-    isolation = spec.get("isolation") or "none"
-    if isolation == "none":
-        return
-    capability = isolation_capability(isolation)
-    if await nodes_repo.offering(store, capability):
-        return
-    message = (
-        f"no node can give isolation {isolation}: runplane's process executor runs jobs as "
-        f"plain processes (docs/executor.md); {isolation} needs a node whose container "
-        f"executor reports the capability {capability}. Submit with isolation none, or "
-        "enroll such a node first"
-    )
-    raise Problem(
-        422,
-        "isolation_unavailable",
-        message,
-        [FieldProblem("isolation", "unavailable", message)],
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +184,6 @@ class Jobs:
             )
             try:
                 _check_placeable(resolved)
-                await _check_isolation(self.store, resolved.spec)
                 digest = resolved.spec_hash
             except Problem as exc:
                 errors += [runs.RunProblem(e.key, e.code, e.message) for e in exc.errors]
@@ -273,7 +248,6 @@ class Jobs:
         prior = await repo.idempotent_prior(self.store, new)
         if prior is not None:
             return await self._replay(prior)
-        await _check_isolation(self.store, spec)
         request = adm.Request(
             who.org_id, who.subject, project, {k: spec["limits"].get(k) for k in LIMIT_KEYS}
         )

@@ -1,8 +1,8 @@
 """A job asking an isolation (gvisor, kata) runs only where a node's executor gives it
-(#13 item 6): refused at submit with a reason when no node of the fleet reports the
-capability ``isolation-<kind>``, and placed only on such a node when one is enrolled
-(never on a plain process-executor node beside it). The actor tree runs in process on a
-real store; agents are played by the test.
+(#13 item 6): while no connected node reports the capability ``isolation-<kind>`` it waits
+with a reason saying what it needs, and it is placed only on such a node (never on a plain
+process-executor node beside it, however roomy). The actor tree runs in process on a real
+store; agents are played by the test.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from runplane.actors import placement as pl
 from runplane.agent import protocol as p
 from runplane.jobs.spec import SubmitJobBody
 from runplane.nodes.enrollment import NodeIdentity
 from runplane.persistence import Store
 from runplane.placement import isolation_capability
-from runplane.problems import Problem
 from runplane.system import Root
 from tests.actors.harness import WHO, Agent, all_in, eventually, running_root, store
 
@@ -58,22 +58,32 @@ async def submit_isolated(root: Root, isolation: str) -> str:
     return (await root.jobs.submit(body, WHO)).row.id
 
 
-async def test_an_isolation_no_node_gives_is_refused_with_the_reason(
+async def waits(root: Root, job_id: str) -> str | None:
+    return (await root.placement.ask(pl.WaitReasons((job_id,)))).get(job_id)
+
+
+async def test_an_isolation_no_node_gives_waits_with_the_reason(
     store: Store, tmp_path: Path
 ) -> None:
     async with running_root(store, tmp_path) as (root, agents):
         plain = Agent(root, agents, "node_plain", cpu=4)
         await plain.connect()
-        with pytest.raises(Problem) as refused:
-            await submit_isolated(root, "gvisor")
-        problem = refused.value
-        assert problem.status == 422
-        assert [e.key for e in problem.errors] == ["isolation"]
-        assert "no node can give isolation gvisor" in problem.detail
-        assert "isolation-gvisor" in problem.detail
+        job_id = await submit_isolated(root, "gvisor")
+
+        async def reason() -> bool:
+            return (await waits(root, job_id) or "").startswith("no node meets")
+
+        await eventually(reason, "a wait reason")
+        said = await waits(root, job_id)
+        assert said == (
+            "no node meets: capabilities isolation-gvisor (isolation gvisor: a container "
+            "executor; the process executor gives none) (1 node lacks them)"
+        ), said
+        assert job_id not in plain.runs
         # the plain node still takes a job that asks none
-        job_id = await submit_isolated(root, "none")
-        await eventually(lambda: all_in(plain.runs, [job_id]), "placed on the plain node")
+        other = await submit_isolated(root, "none")
+        await eventually(lambda: all_in(plain.runs, [other]), "placed on the plain node")
+        assert job_id not in plain.runs
 
 
 async def test_an_isolated_job_goes_only_to_a_node_that_gives_it(
