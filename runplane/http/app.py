@@ -18,6 +18,7 @@ from werkzeug.exceptions import HTTPException
 from runplane.artifacts import open_artifact_store
 from runplane.http.auth_hook import install as install_auth
 from runplane.http.context import Services
+from runplane.http.input_checks import check_request_text
 from runplane.http.middleware import RequestLogMiddleware
 from runplane.http.problems import problem_response
 from runplane.http.query import check_query
@@ -168,6 +169,8 @@ def create_app(
     app.register_blueprint(runs.blueprint)
     app.register_blueprint(policy.blueprint)
     app.register_blueprint(me.blueprint)
+    # first: control characters in path ids and query values never reach auth or the store
+    app.before_request(check_request_text)
     install_auth(app)  # the auth layer: runplane/auth/rules.py says what each route needs
     app.before_request(check_query)  # after auth: unknown query parameters are a 400
 

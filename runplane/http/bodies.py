@@ -1,13 +1,13 @@
 """Request bodies: strict pydantic models and the one place JSON is parsed.
 
 Unknown fields are a 400 naming the field and the fields accepted at that place, with the
-close one when there is one (typos must not be silently ignored); malformed JSON is a 400
-saying where it broke, and every validation failure lists RunProblem entries.
+close one when there is one (typos must not be silently ignored); malformed or hostile JSON
+is a 400 saying where it broke (``input_checks.py``), and every validation failure lists
+RunProblem entries.
 """
 
 from __future__ import annotations
 
-import json
 import types
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
@@ -17,6 +17,8 @@ from quart import request
 
 from runplane.problems import FieldProblem, Problem
 from runplane.suggest import accepted_phrase
+
+from .input_checks import decode_json
 
 B = TypeVar("B", bound=BaseModel)
 
@@ -117,19 +119,13 @@ def validation_problem(
 
 
 async def read_json() -> Any:
+    """The request's JSON body, checked by :func:`runplane.http.input_checks.decode_json` (depth,
+    int64 range, finite numbers, no NUL or lone surrogate in a string): a 400 naming
+    where it is wrong, never a 500."""
     raw = await request.get_data(as_text=False)
     if not raw:
         raise Problem(400, "missing_body", "request body is empty; send a JSON object")
-    try:
-        return json.loads(raw)
-    except UnicodeDecodeError:
-        raise Problem(400, "malformed_json", "request body is not UTF-8") from None
-    except json.JSONDecodeError as exc:
-        raise Problem(
-            400,
-            "malformed_json",
-            f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
-        ) from None
+    return decode_json(raw)
 
 
 async def parse_body(model: type[B]) -> B:

@@ -101,17 +101,25 @@ def _bad(name: str, message: str) -> Problem:
     )
 
 
-def int_arg(name: str, default: int, *, minimum: int = 0, maximum: int | None = None) -> int:
+#: The largest integer a query parameter may be when its route sets no maximum: what a
+#: 64-bit column (or SQL ``LIMIT``/``OFFSET``) takes.
+INT64_MAX = 2**63 - 1
+#: Longest integer literal looked at: no work converting a 4,400-digit string.
+_INT_CHARS = 20
+
+
+def int_arg(name: str, default: int, *, minimum: int = 0, maximum: int = INT64_MAX) -> int:
     raw = request.args.get(name)
     if raw is None or raw == "":
         return default
     try:
+        if len(raw.strip()) > _INT_CHARS:
+            raise _bad(name, f"must be between {minimum} and {maximum}, got {raw[:24]}...")
         value = int(raw)
     except ValueError:
-        raise _bad(name, f"expected an integer, got {raw!r}") from None
-    if value < minimum or (maximum is not None and value > maximum):
-        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
-        raise _bad(name, f"must be {bound}, got {value}")
+        raise _bad(name, f"expected an integer, got {raw[:40]!r}") from None
+    if not minimum <= value <= maximum:
+        raise _bad(name, f"must be between {minimum} and {maximum}, got {value}")
     return value
 
 
@@ -143,12 +151,16 @@ def number_arg(name: str, *, minimum: float = 0) -> float | int | None:
     if raw is None or raw == "":
         return None
     try:
+        if len(raw) > 64:
+            raise ValueError(raw)
         value: float | int = int(raw)
     except ValueError:
         try:
-            value = float(raw)
+            value = float(raw[:64])
+            if len(raw) > 64:
+                raise ValueError(raw)
         except ValueError:
-            raise _bad(name, f"expected a number, got {raw!r}") from None
+            raise _bad(name, f"expected a number, got {raw[:40]!r}") from None
     if value != value or value in (float("inf"), float("-inf")):
         raise _bad(name, f"expected a finite number, got {raw!r}")
     if value < minimum:

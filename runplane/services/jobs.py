@@ -37,9 +37,8 @@ from runplane.jobs.spec import (
     finish,
     raise_issues,
 )
-from runplane.nodes import repo as nodes_repo
 from runplane.persistence import Store
-from runplane.placement import DemandError, isolation_capability
+from runplane.placement import DemandError
 from runplane.policy import LIMIT_KEYS
 from runplane.policy.refusal import AdmissionRefused
 from runplane.problems import FieldProblem, Problem, not_found

@@ -16,7 +16,7 @@ from quart import Blueprint, Response, request
 
 from runplane.http.caller import current_caller
 from runplane.http.context import services
-from runplane.http.query import accepts_query
+from runplane.http.query import INT64_MAX, accepts_query
 from runplane.jobs import repo
 from runplane.jobs.events import JobEvent
 from runplane.problems import FieldProblem, Problem, not_found
@@ -29,10 +29,10 @@ KEEPALIVE = b": keepalive\n\n"
 def _since() -> int:
     raw = request.headers.get("Last-Event-ID") or request.args.get("since_seq") or "0"
     try:
-        value = int(raw)
+        value = int(raw) if len(raw) <= 20 else -1
     except ValueError:
         value = -1
-    if value < 0:
+    if not 0 <= value <= INT64_MAX:
         raise Problem(
             400,
             "invalid_query",
