@@ -118,8 +118,11 @@ async def serve(settings: Settings, host: str, port: int) -> None:
 
     from runplane.agent.client import Agent
     from runplane.http.app import create_app
+    from runplane.http.capacity import raise_open_file_limit
     from runplane.http.serving import Config  # hypercorn's Config + serving fixes
 
+    before, after = raise_open_file_limit()
+    log.info("open-file limit", extra={"soft_before": before, "soft": after})
     config = Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.graceful_timeout = GRACEFUL_TIMEOUT

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -36,7 +36,13 @@ def _env(data_dir: Path, **extra: str) -> dict[str, str]:
 
 
 class Server:
-    def __init__(self, data_dir: Path, log: Path, **env: str) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        log: Path,
+        preexec: Callable[[], None] | None = None,
+        **env: str,
+    ) -> None:
         self.port = _free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = log
@@ -46,6 +52,7 @@ class Server:
             env=_env(data_dir, **env),
             stderr=self._log_fh,
             stdout=subprocess.DEVNULL,
+            preexec_fn=preexec,
         )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:

@@ -13,9 +13,24 @@ never a stream such as SSE), the head is held and sent together with the first b
 chunk or the end of the message, and empty writes are skipped. Streaming responses (no
 content-length) are sent exactly as upstream does, so SSE headers still go out at once.
 
-It is installed once per process, only on the hypercorn version it was written against
-and tested on (``_CHECKED``); on any other version it is skipped with a warning and
-``installed()`` says so, so an upgrade never runs a patch written for other internals.
+**A request answered before its body was read keeps its connection working.** A route
+may answer without reading the body (404 for an unknown job, 401, 413 on Content-Length).
+Upstream (0.18), ``H11Protocol._maybe_recycle`` then sees the client still sending the
+body (h11 ``their_state`` ``SEND_BODY``) and sends ``Closed`` to close the connection,
+but it does so from the app's task, which quart-trio has already cancelled: the close is
+cancelled at its first checkpoint (``TCPServer._close``: before ``shutdown``/``close``),
+so the socket stays open with nobody reading requests on it, and the next request on a
+keep-alive connection never gets an answer (a client with a connection pool hangs).
+Here the rest of the body is read and dropped (up to ``DISCARD_MAX`` bytes) and the
+connection then serves the next request as usual; a longer leftover closes the
+connection, and every close runs shielded, so it is never cancelled half way.
+
+Building a Config also installs ``capacity.py``'s answer at the open-file limit.
+
+The hypercorn fixes are installed once per process, only on the hypercorn version they
+were written against and tested on (``_CHECKED``); on any other version they are skipped
+with a warning and ``installed()`` says so, so an upgrade never runs a patch written for
+other internals.
 """
 
 from __future__ import annotations
@@ -25,9 +40,16 @@ import logging
 from typing import Any
 
 import h11
+import trio
 from hypercorn.config import Config as _HypercornConfig
 
+from . import capacity
+
 log = logging.getLogger("runplane.http")
+
+#: Most bytes of an early-answered request's body read and dropped to keep the connection;
+#: past it the connection is closed (the client sees the answer, then the close).
+DISCARD_MAX = 8 * 1024 * 1024
 
 #: hypercorn versions whose internals the fix below was written against and tested on.
 _CHECKED = ("0.18.",)
@@ -57,6 +79,7 @@ def install() -> bool:
     global _installed
     if _installed is not None:
         return _installed
+    capacity.install()  # at the open-file limit: answer 503, never hang (trio's, any version)
     version = importlib.metadata.version("hypercorn")
     if not supported(version):
         log.warning(
@@ -65,8 +88,14 @@ def install() -> bool:
         _installed = False
         return False
     from hypercorn.protocol import h11 as h11_protocol
+    from hypercorn.trio import tcp_server
 
-    h11_protocol.H11Protocol._send_h11_event = _send_h11_event  # type: ignore[method-assign]
+    global _upstream_recycle, _upstream_close
+    protocol, server = h11_protocol.H11Protocol, tcp_server.TCPServer
+    _upstream_recycle, _upstream_close = protocol._maybe_recycle, server._close
+    protocol._send_h11_event = _send_h11_event  # type: ignore[method-assign]
+    protocol._maybe_recycle = _maybe_recycle  # type: ignore[method-assign]
+    server._close = _close  # type: ignore[method-assign]
     _installed = True
     return True
 
@@ -96,3 +125,58 @@ async def _send_h11_event(self: Any, event: Any) -> None:
         data = head + data
     if data:
         await self.send(RawData(data=data))
+
+
+# -- an early answer keeps the connection ---------------------------------------------------
+
+_upstream_recycle: Any = None
+_upstream_close: Any = None
+
+
+async def _close(self: Any) -> None:
+    """Replaces ``hypercorn.trio.tcp_server.TCPServer._close``: the same close, shielded
+    (it is called from the app's task, which may be cancelled already)."""
+    with trio.CancelScope(shield=True):
+        await _upstream_close(self)
+
+
+async def _maybe_recycle(self: Any) -> None:
+    """Replaces ``hypercorn.protocol.h11.H11Protocol._maybe_recycle``: a response sent
+    while the client still sends the request's body leaves a :class:`_Discard` in the
+    stream's place to read the rest; anything else is upstream's (recycle or close)."""
+    with trio.CancelScope(shield=True):  # called from the app's (cancelled) task
+        await self._close_stream()
+        connection = self.connection
+        if (
+            isinstance(connection, h11.Connection)
+            and not self.context.terminated.is_set()
+            and connection.our_state is h11.DONE
+            and connection.their_state is h11.SEND_BODY
+        ):
+            self.stream = _Discard(self)
+            await self.can_read.set()  # reading was paused while the app ran
+            return
+        await _upstream_recycle(self)
+
+
+class _Discard:
+    """Stands in for the finished stream while the rest of an early-answered request's
+    body arrives: drops it, and at its end has the connection recycled for the next
+    request (both sides are then done). Past ``DISCARD_MAX`` bytes it closes instead."""
+
+    def __init__(self, protocol: Any) -> None:
+        self.protocol = protocol
+        self.dropped = 0
+
+    async def handle(self, event: Any) -> None:
+        from hypercorn.events import Closed
+        from hypercorn.protocol.events import Body, EndBody
+
+        if isinstance(event, Body):
+            self.dropped += len(event.data)
+            if self.dropped > DISCARD_MAX:
+                self.protocol.stream = None
+                await self.protocol.send(Closed())
+        elif isinstance(event, EndBody):
+            self.protocol.stream = None
+            await _upstream_recycle(self.protocol)  # both sides done: the next cycle

@@ -16,11 +16,11 @@ from typing import Any
 import httpx
 import pytest
 import trio
-from hypercorn.config import Config
 from hypercorn.trio import serve
 
 from runplane.agent import credentials
 from runplane.http.app import create_app
+from runplane.http.serving import Config  # the serving config `runplane serve` uses
 from runplane.settings import Settings, load_settings
 
 ADMIN = "e2e-admin-token-0123456789"
