@@ -71,6 +71,28 @@ def _parser() -> argparse.ArgumentParser:
         help="on SIGTERM/SIGINT, how long running jobs may finish before they are stopped "
         "and handed back to the server to requeue (default 60; 0: at once)",
     )
+    agent.add_argument(
+        "--host-path",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="DIR",
+        help="a node directory whose files jobs may copy as file/dir/git inputs (repeatable; "
+        "none by default; never the agent's data dir or job directories)",
+    )
+    agent.add_argument(
+        "--run-as",
+        metavar="USER",
+        help="the user jobs run as when the agent runs as root (default: runplane-job, "
+        "created when missing; root: jobs run as root, which lets them read the credential)",
+    )
+    agent.add_argument(
+        "--work-dir",
+        type=Path,
+        metavar="DIR",
+        help="where job working directories live (default: <data dir>/jobs, or "
+        "/var/lib/runplane/jobs-<hash of the data dir> when jobs run as another user)",
+    )
     agent.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
     return parser
 
@@ -200,6 +222,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_concurrency=args.max_concurrency,
             capabilities=args.capability,
             drain_timeout=args.drain_timeout,
+            host_paths=args.host_path,
+            run_as=args.run_as,
+            work_dir=args.work_dir,
         )
     try:
         settings = ensure_secret_key(load_settings())

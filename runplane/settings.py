@@ -214,7 +214,7 @@ def ensure_secret_key(settings: Settings) -> Settings:
     ``<data_dir>/secret.key`` with mode 0600 and reused on every later start."""
     if settings.secret_key is not None:
         return settings
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # database, keys
     path = settings.data_dir / SECRET_KEY_FILE
     if not path.exists():
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

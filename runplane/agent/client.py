@@ -52,6 +52,16 @@ from runplane.agent.executor import (
 )
 from runplane.agent.facts import collect_facts
 from runplane.agent.finish_store import FinishStore
+from runplane.agent.isolation import (
+    HostPaths,
+    JobUser,
+    RunAsError,
+    isolation_refusal,
+    make_workdir,
+    prepare_work_root,
+    protect_data_dir,
+    resolve_job_user,
+)
 from runplane.agent.outbox import JobKey, Outbox, Queued, check_job_ref, job_key
 from runplane.agent.outputs import collect_outputs
 from runplane.agent.protocol import (
@@ -238,6 +248,9 @@ class Agent:
         backoff_min: float = BACKOFF_MIN_SEC,
         backoff_max: float = BACKOFF_MAX_SEC,
         rng: random.Random | None = None,
+        host_paths: Sequence[Path | str] = (),
+        run_as: str | None = None,
+        work_dir: Path | None = None,
     ) -> None:
         self.server_url = server_url
         self.url = connect_url(server_url)
@@ -272,8 +285,26 @@ class Agent:
         self._welcomes = 0
         self._connect_attempts = 0
         self._last_error: str | None = None
+        #: isolation (runplane/agent/isolation.py): settled when the agent starts
+        self.allowed_host_paths = tuple(Path(p) for p in host_paths)
+        self.run_as = run_as
+        self.work_dir = work_dir
+        self._job_user: JobUser | None = None
+        self._work_root = self.data_dir / "jobs"
+        self._host_paths = HostPaths()
 
     # -- public
+
+    @property
+    def work_root(self) -> Path:
+        """Where job working directories live (``<work root>/<job id>/<attempt>``); settled
+        when the agent starts (``<data dir>/jobs`` until then)."""
+        return self._work_root
+
+    @property
+    def job_user(self) -> JobUser | None:
+        """The user jobs run as (None: the agent's own); settled when the agent starts."""
+        return self._job_user
 
     @property
     def node_id(self) -> str | None:
@@ -393,10 +424,37 @@ class Agent:
                 f"cannot use data dir {self.data_dir}: {exc.strerror or exc}"
             ) from None
         try:
+            self._isolate()  # (blocking, once; no worker thread for autojump-clock tests)
+        except RunAsError as exc:
+            os.close(lock_fd)
+            raise AgentError(str(exc)) from None
+        except OSError as exc:
+            os.close(lock_fd)
+            where = f" ({exc.filename})" if exc.filename else ""
+            raise AgentError(f"cannot set up job isolation: {exc.strerror or exc}{where}") from None
+        try:
             await self._start_and_serve()
         finally:
             os.close(lock_fd)  # releases the lock
         log.info("agent stopped")
+
+    def _isolate(self) -> None:
+        """Settle who jobs run as, where their directories live and which node paths they
+        may copy (``isolation.py``; blocking: may run ``useradd``)."""
+        user = resolve_job_user(self.run_as)
+        if user is not None:
+            protect_data_dir(self.data_dir, self.data_dir / credentials.CREDENTIAL_FILE)
+        self._work_root = prepare_work_root(self.data_dir, user, self.work_dir)
+        self._job_user = user
+        self._host_paths = HostPaths.of(self.allowed_host_paths, [self.data_dir, self._work_root])
+        fields = {
+            "run_as": user.name if user else "(the agent's own user)",
+            "work_root": str(self._work_root),
+            "host_paths": [str(p) for p in self._host_paths.allowed],
+        }
+        log.info("job isolation", extra=fields)
+        if user is None and os.geteuid() == 0:
+            log.warning("jobs run as root (--run-as root): they can read the node credential")
 
     def _lock_data_dir(self) -> int:
         """Lock the data dir for this agent (``flock``: released when the fd is closed)."""
@@ -860,7 +918,7 @@ class Agent:
                 "running more jobs than max_concurrency",
                 extra={**fields, "running": len(self._jobs) + 1, "max_concurrency": limit},
             )
-        workdir = self.data_dir / "jobs" / msg.job_id / str(msg.attempt)
+        workdir = self._work_root / msg.job_id / str(msg.attempt)
         job = _Job(msg.job_id, msg.attempt, workdir)
         self._jobs[key] = job
         self._changed.notify()
@@ -944,6 +1002,11 @@ class Agent:
                 )
             )
 
+    def _node_name(self) -> str:
+        if self._facts is not None:
+            return self._facts.name
+        return self.name or self._node_id or "?"
+
     async def _system(self, job: _Job, line: str) -> None:
         await self._emit(
             job, JobLogs(job_id=job.job_id, attempt=job.attempt, lines=[("system", line)])
@@ -971,7 +1034,11 @@ class Agent:
             with trio.move_on_after(timeout) as deadline:
                 try:
                     await prepare_mounts(
-                        job.workdir, mounts, scratch=scratch, note=lambda s: self._system(job, s)
+                        job.workdir,
+                        mounts,
+                        scratch=scratch,
+                        note=lambda s: self._system(job, s),
+                        host_paths=self._host_paths,
                     )
                 except MountError as exc:
                     outcome = Finished("failed", None, str(exc), {}, 0)
@@ -1006,6 +1073,7 @@ class Agent:
                     self.server_url,
                     job.job_id,
                     note=lambda s: self._system(job, s),
+                    owner=self._job_user.uid if self._job_user is not None else None,
                 )
                 nursery.cancel_scope.cancel()
 
@@ -1024,6 +1092,12 @@ class Agent:
         log.info("job started", extra={**ids, "workdir": str(job.workdir)})
         try:
             await self._emit(job, JobPhase(job_id=job.job_id, attempt=job.attempt, phase="pulling"))
+            refusal = isolation_refusal(spec.isolation, self._node_name())
+            if refusal is not None:
+                await self._system(job, refusal)
+                await self._on_event(job, Finished("failed", None, refusal, {}, 0))
+                return
+            await trio.to_thread.run_sync(make_workdir, job.workdir, self._work_root)
             failed = await self._prepare(job, spec)
             if failed is not None:
                 await self._on_event(job, failed)
@@ -1039,6 +1113,7 @@ class Agent:
                 # inline_files of older servers are still written by the executor
                 inline_files={} if (spec.workspace or spec.inputs) else dict(spec.inline_files),
                 grace_sec=self.grace_sec,
+                user=self._job_user,
             )
 
             async def report(event: Event) -> None:

@@ -13,15 +13,17 @@ import re
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias
 
 import trio
 
+from runplane.agent.isolation import JobUser, hand_over
 from runplane.agent.metrics_line import MetricLineError, parse_metric_line, quote
 
 Stream: TypeAlias = Literal["stdout", "stderr", "system"]
@@ -69,6 +71,9 @@ class ExecSpec:
     timeout_sec: float | None = None
     inline_files: dict[str, str] = field(default_factory=dict)
     grace_sec: float = 10.0
+    #: run every process of the job as this user (its primary group, no supplementary
+    #: groups), the workdir handed to it first; None: as the agent's own user
+    user: JobUser | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,6 +400,10 @@ class _Job:
         self.spec = spec
         self.out = out
         self.workdir = spec.workdir.absolute()
+        user = spec.user
+        self.identity: dict[str, Any] = (
+            {} if user is None else {"user": user.uid, "group": user.gid, "extra_groups": []}
+        )
         self.cancel = cancel
         self.started_at = trio.current_time()
         timeout = spec.timeout_sec
@@ -451,7 +460,9 @@ class _Job:
         if not spec.command:
             return await self._fail("empty command")
         try:
-            await trio.to_thread.run_sync(_prepare_workdir, self.workdir, spec.inline_files)
+            await trio.to_thread.run_sync(
+                _prepare_workdir, self.workdir, spec.inline_files, spec.user
+            )
         except _WorkdirError as exc:
             return await self._fail(str(exc))
 
@@ -514,6 +525,11 @@ class _Job:
             return None
         lines = requirement_lines(text)
         target = self.workdir.with_name(f"{self.workdir.name}.deps")
+        if self.spec.user is not None:  # the job user may not create it next to the workdir
+            try:
+                await trio.to_thread.run_sync(_own_dir, target, self.spec.user)
+            except OSError as exc:
+                return await self._fail(f"cannot create {target}: {exc.strerror or exc}")
         argv = [python, "-m", "pip", "install", *PIP_OPTIONS, "--target", str(target)]
         argv += ["-r", REQUIREMENTS_FILE]
         short = [python, "-m", "pip", "install", "-r", REQUIREMENTS_FILE]
@@ -559,6 +575,7 @@ class _Job:
                 cwd=self.workdir,
                 env=self.env,
                 start_new_session=True,
+                **self.identity,
             )
         except (OSError, ValueError) as exc:
             await self._system(label)
@@ -684,12 +701,24 @@ class _WorkdirError(Exception):
     pass
 
 
-def _prepare_workdir(workdir: Path, inline_files: Mapping[str, str]) -> None:
-    """Create the workdir and write the inline files (blocking; run in a thread)."""
+def _prepare_workdir(
+    workdir: Path, inline_files: Mapping[str, str], user: JobUser | None = None
+) -> None:
+    """Create the workdir, write the inline files, and hand it all to ``user`` (blocking;
+    run in a thread). With a user the workdir must still be the agent's alone: it is
+    written and walked as the agent, and given away last."""
     try:
         workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise _WorkdirError(f"cannot create workdir {workdir}: {exc.strerror or exc}") from None
+    if user is not None:
+        st = os.lstat(workdir)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            raise _WorkdirError(
+                f"workdir {workdir} must be a directory of the agent's user before the job's "
+                "user gets it"
+            )
+        os.chmod(workdir, 0o700)
     root = workdir.resolve()
     for rel, content in inline_files.items():
         path = Path(rel)
@@ -708,6 +737,21 @@ def _prepare_workdir(workdir: Path, inline_files: Mapping[str, str]) -> None:
             raise _WorkdirError(
                 f"cannot write inline file {rel!r}: {exc.strerror or exc}"
             ) from None
+    if user is not None:
+        try:
+            hand_over(workdir, user)
+        except OSError as exc:
+            raise _WorkdirError(
+                f"cannot give workdir {workdir} to user {user.name}: {exc.strerror or exc}"
+            ) from None
+
+
+def _own_dir(path: Path, user: JobUser) -> None:
+    """A fresh empty directory at ``path`` (0700) owned by ``user``."""
+    if os.path.lexists(path):
+        shutil.rmtree(path)
+    path.mkdir(mode=0o700)
+    os.chown(path, user.uid, user.gid)
 
 
 def _start_error(program: str, workdir: Path, exc: OSError | ValueError) -> str:

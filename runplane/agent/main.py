@@ -168,8 +168,12 @@ def main(
     max_concurrency: int | None = None,
     capabilities: Sequence[str] = (),
     drain_timeout: float = DRAIN_TIMEOUT_SEC,
+    host_paths: Sequence[Path] = (),
+    run_as: str | None = None,
+    work_dir: Path | None = None,
 ) -> int:
-    """Entry of ``runplane agent``: exit 0 after a requested stop, 1 if refused, 2 bad input."""
+    """Entry of ``runplane agent``: exit 0 after a requested stop, 1 if refused, 2 bad input.
+    ``host_paths``, ``run_as``, ``work_dir``: see :mod:`runplane.agent.isolation`."""
     try:
         agent = Agent(
             server,
@@ -179,6 +183,9 @@ def main(
             max_concurrency=max_concurrency,
             extra_capabilities=capabilities,
             drain_timeout=drain_timeout,
+            host_paths=host_paths,
+            run_as=run_as,
+            work_dir=work_dir,
         )
     except ValueError as exc:
         print(f"runplane agent: {exc}", file=sys.stderr)

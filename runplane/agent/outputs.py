@@ -7,6 +7,9 @@ Glob syntax (matched per path segment, relative to the working directory; ``/wor
 matches a directory takes every file under it (``out`` = ``out/**``). Dot files match like
 any other. A symlink is uploaded (its target's bytes) only when it resolves to a regular
 file inside the working directory; otherwise it is skipped and a system line says so.
+When the job ran as a job user of the agent (``owner``), only files that user owns are
+uploaded, checked again on the file as opened: the agent reads them with its own rights,
+and a job must not get it to upload what the job itself could not read.
 
 A file matched by several globs is uploaded once, labelled with the first glob's artifact.
 A non-optional glob that matches nothing is reported in :attr:`Matched.missing`; the agent
@@ -99,14 +102,15 @@ def _base(pattern: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(base)
 
 
-def _regular_inside(root: Path, path: str) -> tuple[Path, int] | None:
-    """(what to read, size) for a regular file or a symlink resolving to one inside root."""
+def _regular_inside(root: Path, path: str) -> tuple[Path, int, int] | None:
+    """(what to read, size, owner uid) for a regular file or a symlink resolving to one
+    inside root."""
     try:
         st = os.lstat(path)
     except OSError:
         return None
     if stat.S_ISREG(st.st_mode):
-        return Path(path), st.st_size
+        return Path(path), st.st_size, st.st_uid
     if not stat.S_ISLNK(st.st_mode):
         return None
     real = Path(os.path.realpath(path))
@@ -116,11 +120,14 @@ def _regular_inside(root: Path, path: str) -> tuple[Path, int] | None:
         st = os.stat(real)
     except OSError:
         return None
-    return (real, st.st_size) if stat.S_ISREG(st.st_mode) else None
+    return (real, st.st_size, st.st_uid) if stat.S_ISREG(st.st_mode) else None
 
 
-def match_outputs(workdir: Path, outputs: Sequence[OutputGlob]) -> Matched:
-    """Match every output glob in ``workdir`` (blocking: run it in a thread)."""
+def match_outputs(
+    workdir: Path, outputs: Sequence[OutputGlob], owner: int | None = None
+) -> Matched:
+    """Match every output glob in ``workdir`` (blocking: run it in a thread); with
+    ``owner``, files of other users are skipped."""
     root = Path(os.path.realpath(workdir))
     result = Matched()
     seen: set[str] = set()
@@ -150,6 +157,9 @@ def match_outputs(workdir: Path, outputs: Sequence[OutputGlob]) -> Matched:
             found = _regular_inside(root, full)
             if found is None:
                 result.notes.append(f"output {rel} skipped: not a regular file inside /work")
+                continue
+            if owner is not None and found[2] != owner:
+                result.notes.append(f"output {rel} skipped: not a file of the job's user")
                 continue
             matched += 1
             if rel in seen:
@@ -200,22 +210,47 @@ class Uploaded:
     seconds: float = 0.0
 
 
+def _open_owned(path: Path, owner: int) -> int:
+    """Open ``path`` (no symlink at its end) as a regular file of ``owner``; the fd."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != owner:
+        os.close(fd)
+        raise TransferError("it changed after it was matched: not a file of the job's user")
+    return fd
+
+
 async def upload_outputs(
-    server_url: str, job_id: str, files: Sequence[OutputFile], *, note: Note | None = None
+    server_url: str,
+    job_id: str,
+    files: Sequence[OutputFile],
+    *,
+    note: Note | None = None,
+    owner: int | None = None,
 ) -> Uploaded:
-    """Upload ``files`` one by one; every file is tried, the first failure is reported."""
+    """Upload ``files`` one by one; every file is tried, the first failure is reported.
+    With ``owner``, each file is opened once and read through that descriptor only if it
+    is still a regular file of that user."""
     result = Uploaded()
     started = time.monotonic()
     for item in files:
         url = artifact_url(server_url, f"{job_id}/{item.rel}")
+        fd: int | None = None
         try:
-            done = await upload(url, item.path)
+            path = item.path
+            if owner is not None:
+                fd = await trio.to_thread.run_sync(_open_owned, item.path, owner)
+                path = Path(f"/proc/self/fd/{fd}")
+            done = await upload(url, path)
         except (TransferError, OSError) as exc:
             message = f"uploading output {item.rel} failed: {exc}"
             if note is not None:
                 await note(message)
             result.error = result.error or message
             continue
+        finally:
+            if fd is not None:
+                os.close(fd)
         result.bytes += done.size
         result.refs.append(
             {
@@ -236,18 +271,20 @@ async def collect_outputs(
     job_id: str,
     *,
     note: Note | None = None,
+    owner: int | None = None,
 ) -> tuple[list[dict[str, Any]], str | None]:
     """Match and upload; returns the ArtifactRefs and the error that should fail a job that
-    had succeeded (a missing non-optional glob, too many files, a failed upload), if any."""
+    had succeeded (a missing non-optional glob, too many files, a failed upload), if any.
+    ``owner``: the uid the job ran as, whose files alone are uploaded."""
     if not outputs:
         return [], None
-    matched = await trio.to_thread.run_sync(match_outputs, workdir, list(outputs))
+    matched = await trio.to_thread.run_sync(match_outputs, workdir, list(outputs), owner)
     if note is not None:
         for line in matched.notes:
             await note(line)
     if matched.error is not None:
         return [], matched.error
-    uploaded = await upload_outputs(server_url, job_id, matched.files, note=note)
+    uploaded = await upload_outputs(server_url, job_id, matched.files, note=note, owner=owner)
     if note is not None and matched.files:
         mb = uploaded.bytes / 1e6
         await note(

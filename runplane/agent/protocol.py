@@ -39,7 +39,14 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    model_serializer,
+)
 
 PROTOCOL_VERSION = 1
 #: WebSocket close codes the server uses (4000-4999 are application codes).
@@ -200,6 +207,18 @@ class RunSpec(_Msg):
     workspace: MountSpec | None = None
     inputs: list[MountSpec] = []
     outputs: list[OutputGlob] = []
+    #: the sandbox asked for (``gvisor``, ``kata``); sent only when not ``none``, so agents
+    #: from before the field still read run orders. Any string: an agent that cannot give
+    #: it (one it does not know included) fails the job saying so, instead of ignoring
+    #: the whole order
+    isolation: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_isolation(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("isolation") is None:
+            data.pop("isolation", None)
+        return data
 
 
 class Run(_Msg):

@@ -14,13 +14,20 @@ git        ``<url>[#<branch, tag or commit>]``: fetched with the git CLI into ``
            checked out detached; the resolved commit is reported in a system log line
 file       an http(s) URL downloaded as is, or a path on the node copied, to ``path``
 dir        empty: an empty directory; an http(s) URL: an archive, as ``archive``; a path on
-           the node: the directory copied (symlinks kept as links)
+           the node: the directory copied (symlinks kept as links; devices, FIFOs and
+           sockets skipped)
 =========  ==================================================================================
+
+A path on the node (a ``file``/``dir`` ref, or a ``git`` repository given as a path or a
+``file://`` URL) is copied only under a directory the node's operator allows (``HostPaths``:
+``runplane agent --host-path DIR``; nothing by default), judged with symlinks followed,
+never from the agent's own data dir or job directories (``runplane/agent/isolation.py``).
 
 ``mode: ro`` removes every write permission bit from what the mount put there (once all
 mounts are in place, so inputs can nest inside a read-only workspace); a mount at the
 working directory itself keeps the directory writable so the job can still write outputs
-next to its code. Permissions do not bind root: run agents as an unprivileged user.
+next to its code. The job user owns what the mounts put there (it is handed over before
+the first process starts), so ``ro`` guards against accidents, not against the job.
 
 Any failure raises :class:`MountError`, whose message names the mount (``workspace`` or
 ``inputs[i]``), its type and ref; the agent fails the job with it.
@@ -29,6 +36,7 @@ Any failure raises :class:`MountError`, whose message names the mount (``workspa
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import os
 import posixpath
@@ -47,6 +55,7 @@ from urllib.parse import unquote, urlsplit
 
 import trio
 
+from runplane.agent.isolation import HostPathRefused, HostPaths
 from runplane.agent.protocol import MountSpec
 from runplane.artifacts.client import TransferError, download, redact_url
 
@@ -58,6 +67,8 @@ GIT_LOW_SPEED_SEC = 60
 _CHUNK = 1024 * 1024
 
 Note = Callable[[str], Awaitable[None]]
+#: No node path allowed: the default of a node whose operator allowed none.
+NO_HOST_PATHS = HostPaths()
 ArchiveKind = Literal["zip", "tar.gz"]
 
 
@@ -89,18 +100,24 @@ def mounts_of(workspace: MountSpec | None, inputs: list[MountSpec]) -> list[Moun
 
 
 async def prepare_mounts(
-    workdir: Path, mounts: list[Mount], *, scratch: Path, note: Note | None = None
+    workdir: Path,
+    mounts: list[Mount],
+    *,
+    scratch: Path,
+    note: Note | None = None,
+    host_paths: HostPaths = NO_HOST_PATHS,
 ) -> None:
     """Prepare ``mounts`` in order inside ``workdir`` (created if missing). ``scratch`` is a
-    directory for downloads on the same filesystem (created and removed here)."""
+    directory for downloads on the same filesystem (created and removed here). Node paths
+    are copied only where ``host_paths`` allows."""
     root = await trio.to_thread.run_sync(_make_dirs, workdir, scratch)
     try:
         read_only: list[tuple[Path, bool]] = []
         for mount in mounts:
             try:
                 target = await trio.to_thread.run_sync(_target, workdir, mount.spec.path)
-                await _prepare_one(mount, target, scratch, note)
-            except (_Refused, TransferError, OSError) as exc:
+                await _prepare_one(mount, target, scratch, note, host_paths)
+            except (_Refused, HostPathRefused, TransferError, OSError) as exc:
                 raise MountError(f"{mount.describe()}: {_reason(exc)}") from None
             if mount.spec.mode == "ro":
                 read_only.append((target, target == root))
@@ -139,14 +156,16 @@ def _target(workdir: Path, rel: str) -> Path:
     return target
 
 
-async def _prepare_one(mount: Mount, target: Path, scratch: Path, note: Note | None) -> None:
+async def _prepare_one(
+    mount: Mount, target: Path, scratch: Path, note: Note | None, host_paths: HostPaths
+) -> None:
     spec = mount.spec
     ref = spec.ref
     if spec.type == "inline":
         if ref:  # an inline mount without code (the Mount defaults) puts nothing there
             await trio.to_thread.run_sync(_write_text, target, ref)
     elif spec.type == "git":
-        commit = await clone_git(ref, target)
+        commit = await clone_git(ref, target, host_paths)
         if note is not None:
             url, _, rev = ref.partition("#")
             await note(
@@ -164,10 +183,10 @@ async def _prepare_one(mount: Mount, target: Path, scratch: Path, note: Note | N
             fetched = await _fetch(ref, scratch)
             await trio.to_thread.run_sync(_place_file, fetched, target)
         else:
-            await trio.to_thread.run_sync(_copy_file, _node_path(ref), target)
+            await trio.to_thread.run_sync(_copy_file, _node_path(ref), target, host_paths)
     elif spec.type == "dir":
         if ref:
-            await trio.to_thread.run_sync(_copy_dir, _node_path(ref), target)
+            await trio.to_thread.run_sync(_copy_dir, _node_path(ref), target, host_paths)
         else:
             await trio.to_thread.run_sync(_make_empty_dir, target)
     else:  # pragma: no cover - the protocol model refuses other types
@@ -179,7 +198,7 @@ def _is_http(ref: str) -> bool:
 
 
 def _node_path(ref: str) -> Path:
-    if ref.startswith("file://"):
+    if ref[:7].lower() == "file://":
         parts = urlsplit(ref)
         if parts.netloc not in ("", "localhost"):
             raise _Refused("a file:// ref must name a path on this node")
@@ -224,19 +243,102 @@ def _place_file(fetched: Path, target: Path) -> None:
     os.replace(fetched, target)
 
 
-def _copy_file(source: Path, target: Path) -> None:
-    if not source.is_file():
-        raise _Refused(f"{source} is not a file on this node")
-    if target.is_dir():
-        raise _Refused("the path is a directory")
-    target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    shutil.copyfile(source, target, follow_symlinks=True)
+# Node paths are opened once, after the host-path check, and checked again on what was
+# opened; a directory is then read through its descriptors (no path is looked up twice),
+# so a path changed meanwhile (a symlink swapped in) cannot make the agent copy another
+# file than the one allowed.
+_OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_OPEN_DIR = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
 
 
-def _copy_dir(source: Path, target: Path) -> None:
-    if not source.is_dir():
-        raise _Refused(f"{source} is not a directory on this node")
-    shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+def _open_node_path(path: Path, host_paths: HostPaths, flags: int) -> int:
+    real = host_paths.check(path)
+    try:
+        fd = os.open(real, flags)
+    except FileNotFoundError:
+        fd = -1
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        fd = -1
+    if fd < 0:
+        kind = "directory" if flags & os.O_DIRECTORY else "file"
+        raise _Refused(f"{path} is not a {kind} on this node")
+    try:
+        host_paths.check_open(fd, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _copy_file(source: Path, target: Path, host_paths: HostPaths = NO_HOST_PATHS) -> None:
+    fd = _open_node_path(source, host_paths, _OPEN_FILE)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _Refused(f"{source} is not a file on this node")
+        if target.is_dir():
+            raise _Refused("the path is a directory")
+        target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        _copy_fd(fd, target)
+    finally:
+        os.close(fd)
+
+
+def _copy_fd(fd: int, target: Path) -> None:
+    """Copy the open regular file ``fd`` to ``target`` (replaced, never written through a
+    symlink), with its permission bits and modification time."""
+    st = os.fstat(fd)
+    if os.path.islink(target):
+        os.unlink(target)
+    out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        with open(fd, "rb", closefd=False) as src, open(out, "wb", closefd=False) as dst:
+            shutil.copyfileobj(src, dst, _CHUNK)
+        os.fchmod(out, stat.S_IMODE(st.st_mode) & 0o777)
+        os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
+    finally:
+        os.close(out)
+
+
+def _copy_dir(source: Path, target: Path, host_paths: HostPaths = NO_HOST_PATHS) -> None:
+    fd = _open_node_path(source, host_paths, _OPEN_DIR)
+    try:
+        target.mkdir(mode=0o755, parents=True, exist_ok=True)
+        _copy_dir_fd(fd, target)
+    finally:
+        os.close(fd)
+
+
+def _copy_dir_fd(fd: int, target: Path) -> None:
+    """Copy the directory open as ``fd`` into ``target``: files with their modes,
+    directories, symlinks as links; other kinds (devices, FIFOs, sockets) are skipped."""
+    for name in sorted(os.listdir(fd)):
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        dest = target / name
+        if stat.S_ISLNK(st.st_mode):
+            if os.path.lexists(dest):
+                os.unlink(dest)
+            os.symlink(os.readlink(name, dir_fd=fd), dest)
+            continue
+        flags = _OPEN_DIR if stat.S_ISDIR(st.st_mode) else _OPEN_FILE
+        if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+            continue
+        child = os.open(name, flags, dir_fd=fd)
+        try:
+            now = os.fstat(child)
+            if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+                raise _Refused(f"{name!r} changed while it was copied")
+            if stat.S_ISDIR(st.st_mode):
+                if os.path.islink(dest):
+                    os.unlink(dest)
+                dest.mkdir(mode=0o700, exist_ok=True)
+                _copy_dir_fd(child, dest)
+                os.chmod(dest, stat.S_IMODE(st.st_mode) & 0o777)
+            else:
+                _copy_fd(child, dest)
+        finally:
+            os.close(child)
 
 
 def _make_empty_dir(target: Path) -> None:
@@ -275,6 +377,9 @@ def _git_env() -> dict[str, str]:
             "GIT_HTTP_LOW_SPEED_LIMIT": "1000",
             "GIT_HTTP_LOW_SPEED_TIME": str(GIT_LOW_SPEED_SEC),
             "LC_ALL": "C",
+            # no ext:: (runs a command), fd:: or other remote helpers; local paths only
+            # after the host-path check (``clone_git``)
+            "GIT_ALLOW_PROTOCOL": "http:https:git:ssh:file",
         }
     )
     return env
@@ -301,8 +406,21 @@ async def _git(*args: str, cwd: Path | None = None) -> str:
     return result.stdout.decode("utf-8", errors="replace").strip()
 
 
-async def clone_git(ref: str, target: Path) -> str:
+def _local_repository(url: str) -> Path | None:
+    """The node path a git URL names (``file://``, a path, or git's ``host:path`` form
+    without a host part), or None for a remote repository."""
+    if url[:7].lower() == "file://":
+        return _node_path(url)
+    if "://" in url or "::" in url:
+        return None  # a remote URL, or a remote helper (refused by GIT_ALLOW_PROTOCOL)
+    if url.startswith(("/", ".", "~")) or ":" not in url.split("/", 1)[0]:
+        return Path(url) if url.startswith("/") else Path(os.path.abspath(url))
+    return None  # user@host:path (ssh)
+
+
+async def clone_git(ref: str, target: Path, host_paths: HostPaths = NO_HOST_PATHS) -> str:
     """Fetch ``<url>[#<rev>]`` into ``target`` and check it out detached; return the commit.
+    A repository on the node itself is fetched only where ``host_paths`` allows.
 
     A shallow fetch of the revision is tried first (branches, tags, and commits the server
     lets us ask for); if the server refuses, everything is fetched and the revision resolved
@@ -310,6 +428,9 @@ async def clone_git(ref: str, target: Path) -> str:
     url, _, rev = ref.partition("#")
     if not url or url.startswith("-") or rev.startswith("-"):
         raise _Refused("a git ref is '<repository url>[#<branch, tag or commit>]'")
+    local = _local_repository(url)
+    if local is not None:
+        url = str(host_paths.check(local))
     await trio.to_thread.run_sync(lambda: target.mkdir(mode=0o755, parents=True, exist_ok=True))
     await _git("init", "-q", str(target))
     await _git("remote", "add", "origin", url, cwd=target)

@@ -3,7 +3,7 @@ built from the job's row (``runplane/agent/protocol.py`` is the wire format)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from runplane.agent import protocol as p
 from runplane.jobs.rows import JobRow
@@ -46,8 +46,18 @@ def run_order(row: JobRow, attempt: int) -> p.Run:
                 )
                 for o in spec.get("outputs") or []
             ],
+            isolation=_isolation(spec.get("isolation")),
         ),
     )
+
+
+def _isolation(value: object) -> Literal["gvisor", "kata"] | None:
+    """The sandbox a run order asks for: only a real one (``none`` is not sent)."""
+    if value == "gvisor":
+        return "gvisor"
+    if value == "kata":
+        return "kata"
+    return None
 
 
 def cancel_order(job_id: str, attempt: int) -> p.Cancel:

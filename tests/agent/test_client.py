@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import random
 import stat
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -43,6 +42,7 @@ from runplane.agent.protocol import (
     decode_agent,
     encode,
 )
+from tests.agent.workroot import reachable_work_dir
 
 M = TypeVar("M")
 
@@ -217,6 +217,7 @@ def make_agent(tmp_path: Path, server: FakeServer, **kwargs: Any) -> Agent:
         "grace_sec": 1.0,
         "backoff_min": 0.05,
         "backoff_max": 0.2,
+        "work_dir": reachable_work_dir(),  # as root, jobs run as the job user
     }
     options.update(kwargs)
     return Agent(server.url, tmp_path / "agent", **options)
@@ -426,7 +427,7 @@ async def test_run_echo_reports_phases_logs_and_finish(
     assert kinds[:2] == [("job_phase", "pulling"), ("job_phase", "running")]
     assert kinds[-1] == ("job_finished", None)
     assert server.stdout() == ["hi"]
-    assert (agent.data_dir / "jobs" / "job_1" / "1").is_dir()
+    assert (agent.work_root / "job_1" / "1").is_dir()
     await agent_until(agent, lambda: agent.statistics().unacked_finished == ())
     assert agent.statistics().running == ()
     assert list((agent.data_dir / "outbox").iterdir()) == []
@@ -436,10 +437,10 @@ async def test_metric_lines_become_job_metric(nursery: trio.Nursery, tmp_path: P
     server = await FakeServer.start(nursery)
     await nursery.start(make_agent(tmp_path, server).run)
     script = (
-        "print('::metric {\"step\": 1, \"loss\": 0.5}'); print('plain');"
-        'print(\'::metric {"loss": 0.25, "acc": 0.9}\')'
+        """echo '::metric {"step": 1, "loss": 0.5}'; echo plain; """
+        """echo '::metric {"loss": 0.25, "acc": 0.9}'"""
     )
-    await server.send(run_msg([sys.executable, "-c", script]))
+    await server.send(run_msg(["sh", "-c", script]))
     fin = await server.wait(JobFinished)
     metrics = server.of(JobMetric)
     assert [(m.step, m.values) for m in metrics] == [
@@ -563,7 +564,7 @@ async def test_jobs_survive_a_disconnect_and_finishes_are_resent_until_acked(
     server.reject_status = 503
     await server.drop()
     await agent_until(agent, lambda: not agent.statistics().connected)
-    (agent.data_dir / "jobs" / "job_1" / "1" / "go").touch()
+    (agent.work_root / "job_1" / "1" / "go").touch()
     await agent_until(agent, lambda: agent.statistics().unacked_finished == (("job_1", 1),))
     assert agent.statistics().running == ()
     assert server.of(JobFinished) == []
@@ -605,7 +606,7 @@ async def test_output_while_disconnected_is_bounded(
     server.reject_status = 503
     await server.drop()
     await agent_until(agent, lambda: not agent.statistics().connected)
-    (agent.data_dir / "jobs" / "job_1" / "1" / "go").touch()
+    (agent.work_root / "job_1" / "1" / "go").touch()
     await agent_until(agent, lambda: agent.statistics().unacked_finished != ())
     server.reject_status = None
     fin = await server.wait(JobFinished, conn=1)

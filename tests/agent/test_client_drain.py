@@ -63,7 +63,7 @@ async def test_drain_lets_a_running_job_finish_with_its_real_outcome(
             notice = await server.wait(Draining)
             assert 0 < notice.deadline_sec <= 30
             assert agent.statistics().draining
-            (tmp_path / "agent" / "jobs" / "job_1" / "1" / "go").touch()
+            (agent.work_root / "job_1" / "1" / "go").touch()
             # run() returns by itself once the job ended and its finish was acked
     assert [f.outcome for f in server.of(JobFinished)] == ["succeeded"]
     assert server.of(JobReleased) == []
@@ -128,7 +128,7 @@ async def test_a_run_arriving_while_draining_is_handed_back_unstarted(
             agent.drain()
     released = {(m.job_id, m.attempt) for m in server.of(JobReleased)}
     assert released == {("job_1", 1), ("job_2", 1)}
-    assert not (tmp_path / "agent" / "jobs" / "job_2").exists()
+    assert not (agent.work_root / "job_2").exists()
 
 
 async def test_drain_before_the_first_welcome_is_said_after_it(

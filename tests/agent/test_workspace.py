@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from runplane.agent.isolation import HostPaths
 from runplane.agent.protocol import MountSpec
 from runplane.agent.workspace import (
     Mount,
@@ -224,7 +225,7 @@ async def test_git_checks_out_branches_tags_and_default(
 ) -> None:
     bare, commits = repo
     target = tmp_path / "out"
-    commit = await clone_git(f"file://{bare}{rev}", target)
+    commit = await clone_git(f"file://{bare}{rev}", target, HostPaths.of([tmp_path], []))
     assert commit == commits[expect]
     assert (target / "n.txt").read_text() == content
 
@@ -233,18 +234,21 @@ async def test_git_checks_out_a_commit_by_sha(
     tmp_path: Path, repo: tuple[Path, dict[str, str]]
 ) -> None:
     bare, commits = repo
+    allowed = HostPaths.of([tmp_path], [])
     for rev in (commits["c2"], commits["c1"][:10]):
         target = tmp_path / f"out-{rev}"
-        assert await clone_git(f"file://{bare}#{rev}", target) in (commits["c2"], commits["c1"])
+        got = await clone_git(f"file://{bare}#{rev}", target, allowed)
+        assert got in (commits["c2"], commits["c1"])
     assert (tmp_path / f"out-{commits['c1'][:10]}" / "n.txt").read_text() == "1\n"
 
 
 async def test_git_failures_say_why(tmp_path: Path, repo: tuple[Path, dict[str, str]]) -> None:
     bare, _ = repo
+    allowed = HostPaths.of([tmp_path], [])
     with pytest.raises(_Refused, match="no branch, tag or commit 'nope'"):
-        await clone_git(f"file://{bare}#nope", tmp_path / "a")
+        await clone_git(f"file://{bare}#nope", tmp_path / "a", allowed)
     with pytest.raises(_Refused, match="git fetch failed"):
-        await clone_git(f"file://{tmp_path}/missing.git", tmp_path / "b")
+        await clone_git(f"file://{tmp_path}/missing.git", tmp_path / "b", allowed)
     with pytest.raises(_Refused, match="a git ref is"):
         await clone_git("--upload-pack=touch /tmp/pwned", tmp_path / "c")
 
@@ -276,7 +280,8 @@ async def test_every_mount_type_and_read_only(
             MountSpec(type="dir", path="scratch"),
         ],
     )
-    await prepare_mounts(workdir, mounts, scratch=tmp_path / "pull", note=note)
+    allowed = HostPaths.of([tmp_path], [tmp_path / "jobs"])
+    await prepare_mounts(workdir, mounts, scratch=tmp_path / "pull", note=note, host_paths=allowed)
     assert (workdir / "main.py").read_text() == "print('hi')\n"
     assert (workdir / "lib" / "n.txt").read_text() == "1\n"
     assert (workdir / "conf" / "app.cfg").read_text() == "cfg"
@@ -316,8 +321,9 @@ async def test_read_only_workspace_at_the_root_keeps_the_root_writable(tmp_path:
 )
 async def test_a_failing_mount_names_itself(tmp_path: Path, spec: MountSpec, why: str) -> None:
     mounts = [Mount("workspace", MountSpec(type="dir", path="")), Mount("inputs[0]", spec)]
+    allowed = HostPaths.of(["/no"], [])
     with pytest.raises(MountError) as caught:
-        await prepare_mounts(tmp_path / "w", mounts, scratch=tmp_path / "pull")
+        await prepare_mounts(tmp_path / "w", mounts, scratch=tmp_path / "pull", host_paths=allowed)
     message = str(caught.value)
     assert message.startswith(f"inputs[0] ({spec.type} "), message
     assert why in message

@@ -73,8 +73,8 @@ async def _upload(client: httpx.AsyncClient, name: str, data: bytes) -> dict[str
     return dict(response.json())
 
 
-async def _agent(server: LiveServer, start_agent: StartAgent) -> None:
-    start_agent(server.url, "a")
+async def _agent(server: LiveServer, start_agent: StartAgent, *flags: str) -> None:
+    start_agent(server.url, "a", *flags)
     async with server.client() as client:
         await wait_for(lambda: online_nodes(client), 30, "the agent to come online")
 
@@ -82,7 +82,7 @@ async def _agent(server: LiveServer, start_agent: StartAgent) -> None:
 async def test_uploaded_workspace_and_git_input_run_and_outputs_come_back_identical(
     server: LiveServer, start_agent: StartAgent, tmp_path: Path
 ) -> None:
-    await _agent(server, start_agent)
+    await _agent(server, start_agent, "--host-path", str(tmp_path))  # the git repo's
     blob = os.urandom(3 * 1024 * 1024 + 17)
     script = (
         b"set -e\n"
@@ -215,7 +215,7 @@ async def test_zip_slip_workspace_fails_the_job_naming_the_mount(
 async def test_git_mount_of_a_missing_revision_fails_naming_the_mount(
     server: LiveServer, start_agent: StartAgent, tmp_path: Path
 ) -> None:
-    await _agent(server, start_agent)
+    await _agent(server, start_agent, "--host-path", str(tmp_path))  # the git repo's
     bare, _ = _bare_repo(tmp_path)
     async with server.client() as client:
         job_id = await submit(

@@ -9,11 +9,15 @@ job ends ``cancelled``. Nothing here waits on time: jobs wait for files the test
 from __future__ import annotations
 
 import json
+import shutil
 import signal
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import trio
 import trio_websocket
 
@@ -29,6 +33,16 @@ from .conftest import (
     wait_for,
     wait_phase,
 )
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """Where the test and its jobs leave files for each other: a root agent runs jobs as
+    its job user, who cannot enter pytest's tmp_path (under a 0700 dir)."""
+    top = Path(tempfile.mkdtemp(prefix="runplane-e2e-drain-"))
+    top.chmod(0o777)
+    yield top
+    shutil.rmtree(top, ignore_errors=True)
 
 
 def records(agent: AgentProcess) -> list[dict[str, Any]]:
@@ -56,10 +70,10 @@ async def wait_exit(agent: AgentProcess, within: float = 60) -> int:
 
 
 async def test_a_job_running_at_sigterm_finishes_and_the_agent_exits_0(
-    server: LiveServer, start_agent: StartAgent, tmp_path: Path
+    server: LiveServer, start_agent: StartAgent, shared_dir: Path
 ) -> None:
     agent = start_agent(server.url, "drained", "--drain-timeout", "30")
-    go = tmp_path / "go"
+    go = shared_dir / "go"
     async with server.client() as client:
         await wait_for(lambda: online_nodes(client), 30, "the agent to come online")
         script = f"while [ ! -e {go} ]; do sleep 0.05; done; echo finished"
@@ -85,10 +99,10 @@ async def test_a_job_running_at_sigterm_finishes_and_the_agent_exits_0(
 
 
 async def test_a_job_running_at_the_drain_timeout_is_requeued_and_runs_elsewhere(
-    server: LiveServer, start_agent: StartAgent, tmp_path: Path
+    server: LiveServer, start_agent: StartAgent, shared_dir: Path
 ) -> None:
     first = start_agent(server.url, "first", "--drain-timeout", "1")
-    ran = tmp_path / "ran-once"
+    ran = shared_dir / "ran-once"
     # the first attempt marks the file and runs "forever"; the next one finishes
     script = f"if [ -e {ran} ]; then echo second attempt; else touch {ran}; exec sleep 600; fi"
     async with server.client() as client:
