@@ -138,13 +138,12 @@ async def serve(settings: Settings, host: str, port: int) -> None:
     the next start runs them again."""
     from hypercorn.trio import serve as hypercorn_serve
 
+    from runplane import fdlimit
     from runplane.agent.client import Agent
     from runplane.http.app import create_app
-    from runplane.http.capacity import raise_open_file_limit
     from runplane.http.serving import Config  # hypercorn's Config + serving fixes
 
-    before, after = raise_open_file_limit()
-    log.info("open-file limit", extra={"soft_before": before, "soft": after})
+    fdlimit.raise_open_file_limit(log)  # soft to hard: every connection holds one (logged)
     config = Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.graceful_timeout = GRACEFUL_TIMEOUT

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import trio
 
+from runplane import fdlimit
 from runplane.agent.client import DRAIN_TIMEOUT_SEC, Agent
 from runplane.agent.errors import AgentError
 
@@ -190,6 +191,7 @@ def main(
     except ValueError as exc:
         print(f"runplane agent: {exc}", file=sys.stderr)
         return 2
+    fdlimit.raise_open_file_limit(log)  # soft to hard (logged)
     try:
         trio.run(run_agent, agent)
     except AgentError as exc:

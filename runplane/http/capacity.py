@@ -1,24 +1,26 @@
-"""Open files at the limit: the server raises its own limit at start, and at the limit
-answers new connections at once instead of leaving them to hang.
+"""Open files at the limit: new connections are answered at once instead of left to hang.
 
-**The limit.** :func:`raise_open_file_limit` lifts the soft ``RLIMIT_NOFILE`` to the hard
-one (capped at ``NOFILE_CAP``), as nginx's ``worker_rlimit_nofile`` or systemd's
-``LimitNOFILE`` would: every connection holds a descriptor, and the common default soft
-limit of 1,024 stopped the server at about 1,000 connections.
+(The limit itself is raised at start: :mod:`runplane.fdlimit`.)
 
-**At the limit.** When ``accept`` fails with ``EMFILE``/``ENFILE``, trio's accept loop
-(``trio.serve_listeners``) logs the error with a traceback and retries every 100 ms,
-while new connections, ``/healthz`` too, wait in the kernel's backlog: clients hang, and
-the log grows by ten tracebacks a second. Here ``trio.SocketListener.accept`` (wrapped
-once per process by :func:`install`, calling trio's own) sheds instead: it closes a spare
-descriptor kept for this, accepts the waiting connection with it, answers ``503`` with
-``Retry-After`` and ``Connection: close``, closes it and takes the spare again; the
-condition is logged once per ``LOG_EVERY`` seconds with the number of connections shed,
-never a traceback per accept. The connections already open are served as usual.
+When ``accept`` fails with ``EMFILE``/``ENFILE``, trio's accept loop
+(``trio.serve_listeners``, which hypercorn's trio worker runs) logs the error with a
+traceback and retries every 100 ms, while new connections, ``/healthz`` too, wait in the
+kernel's backlog: clients hang, and the log grows by ten tracebacks a second. Here
+``trio.SocketListener.accept`` (wrapped once per process by :func:`install`, calling
+trio's own) sheds instead: it closes a spare descriptor kept for this, accepts the waiting
+connection with it, answers ``503`` with ``Retry-After`` and ``Connection: close``, closes
+it and takes the spare again. ``ENOMEM``/``ENOBUFS`` (no room to accept at all) wait
+``RETRY_SEC`` and retry. Each condition is logged once per ``LOG_EVERY`` seconds with the
+number of connections shed, never a traceback per accept. The connections already open
+are served as usual.
 """
 
 from __future__ import annotations
 
+# The idna codec is imported on first use (werkzeug's ``Map.bind`` encodes the host with
+# it, first request): at the open-file limit that import fails with EMFILE, and every
+# request with it (a 500). Imported here, while descriptors are free.
+import encodings.idna  # noqa: F401
 import errno
 import logging
 import os
@@ -30,8 +32,6 @@ import trio
 
 log = logging.getLogger("runplane.http")
 
-#: The soft limit is raised to the hard one, but no higher than this.
-NOFILE_CAP = 1_048_576
 #: The "out of descriptors" condition is logged at most once per this many seconds.
 LOG_EVERY = 10.0
 #: How long a shed connection's request may take to arrive before the answer (seconds):
@@ -40,7 +40,8 @@ LOG_EVERY = 10.0
 SHED_READ_SEC = 0.005
 #: When no spare descriptor could be kept, wait this long before accepting again.
 RETRY_SEC = 0.1
-_FULL = frozenset({errno.EMFILE, errno.ENFILE})
+_FULL = frozenset({errno.EMFILE, errno.ENFILE})  # a spare descriptor makes room
+_NO_ROOM = frozenset({errno.ENOMEM, errno.ENOBUFS})  # nothing to make room with: wait
 _SHED_BODY = (
     b'{"type":"https://runplane.dev/problems/overloaded","title":"Service Unavailable",'
     b'"status":503,"code":"overloaded","detail":"the server is at its open-file limit; '
@@ -53,20 +54,6 @@ SHED_RESPONSE = (
     b"Connection: close\r\n"
     b"Content-Length: " + str(len(_SHED_BODY)).encode() + b"\r\n\r\n" + _SHED_BODY
 )
-
-
-def raise_open_file_limit() -> tuple[int, int]:
-    """Raise the soft open-file limit to the hard one (capped); (before, after)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = NOFILE_CAP if hard == resource.RLIM_INFINITY else min(hard, NOFILE_CAP)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        except (ValueError, OSError) as exc:
-            log.warning("could not raise the open-file limit", extra={"error": str(exc)})
-            return soft, soft
-        return soft, target
-    return soft, soft
 
 
 class _Shedding:
@@ -92,7 +79,9 @@ class _Shedding:
         self.last_log = now
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         log.warning(
-            "out of file descriptors: new connections are answered 503 and closed",
+            "out of file descriptors: new connections are answered 503 and closed"
+            if code in _FULL
+            else "no memory to accept connections: retrying",
             extra={
                 "errno": errno.errorcode.get(code, str(code)),
                 "open_file_limit": soft,
@@ -123,9 +112,13 @@ async def _accept(self: trio.SocketListener) -> trio.SocketStream:
             stream: trio.SocketStream = await _upstream_accept(self)
             return stream
         except OSError as exc:
-            if exc.errno not in _FULL:
+            if exc.errno in _FULL:
+                await _shed_one(self.socket)
+            elif exc.errno in _NO_ROOM:
+                _state.refused += 1
+                await trio.sleep(RETRY_SEC)
+            else:
                 raise
-            await _shed_one(self.socket)
             _state.note(exc.errno)
 
 

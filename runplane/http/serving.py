@@ -21,9 +21,20 @@ but it does so from the app's task, which quart-trio has already cancelled: the 
 cancelled at its first checkpoint (``TCPServer._close``: before ``shutdown``/``close``),
 so the socket stays open with nobody reading requests on it, and the next request on a
 keep-alive connection never gets an answer (a client with a connection pool hangs).
-Here the rest of the body is read and dropped (up to ``DISCARD_MAX`` bytes) and the
-connection then serves the next request as usual; a longer leftover closes the
-connection, and every close runs shielded, so it is never cancelled half way.
+(The cancel comes from that same call: it first tells the app ``http.disconnect``, on
+which quart-trio's message reader returns and cancels the request's nursery, the app's
+task included.) Nor is the connection recycled: the reader, with no stream to hand the
+rest of the body to, stops parsing at each body chunk (``_handle_events``: ``stream is
+None: break``), so what the client already sent (the body's end, the next request) lies
+unparsed until more bytes arrive, which never happens while the client waits for its
+answer; and even parsed, the next request would meet h11 ``PAUSED`` (``start_next_cycle``
+is only called when both sides are ``DONE`` at the response's end), the reader waiting on
+``can_read`` for good. Here the rest of the body
+is read and dropped (up to ``DISCARD_MAX`` bytes) and the connection then serves the next
+request as usual; a longer leftover closes the connection, and every close runs
+shielded, so it is never cancelled half way. While the body is dropped the connection's
+keep-alive timer runs, restarted by each chunk: a client that stops sending for
+``keep_alive_timeout`` is closed like an idle connection, and never holds its descriptor.
 
 Building a Config also installs ``capacity.py``'s answer at the open-file limit.
 
@@ -144,6 +155,8 @@ async def _maybe_recycle(self: Any) -> None:
     """Replaces ``hypercorn.protocol.h11.H11Protocol._maybe_recycle``: a response sent
     while the client still sends the request's body leaves a :class:`_Discard` in the
     stream's place to read the rest; anything else is upstream's (recycle or close)."""
+    from hypercorn.events import Updated
+
     with trio.CancelScope(shield=True):  # called from the app's (cancelled) task
         await self._close_stream()
         connection = self.connection
@@ -154,7 +167,8 @@ async def _maybe_recycle(self: Any) -> None:
             and connection.their_state is h11.SEND_BODY
         ):
             self.stream = _Discard(self)
-            await self.can_read.set()  # reading was paused while the app ran
+            await self.send(Updated(idle=True))  # the keep-alive timer runs while dropping
+            await self.can_read.set()  # as upstream does on each way out
             return
         await _upstream_recycle(self)
 
@@ -169,7 +183,7 @@ class _Discard:
         self.dropped = 0
 
     async def handle(self, event: Any) -> None:
-        from hypercorn.events import Closed
+        from hypercorn.events import Closed, Updated
         from hypercorn.protocol.events import Body, EndBody
 
         if isinstance(event, Body):
@@ -177,6 +191,8 @@ class _Discard:
             if self.dropped > DISCARD_MAX:
                 self.protocol.stream = None
                 await self.protocol.send(Closed())
+            else:  # the keep-alive timer, from this chunk on: a stalled client is closed
+                await self.protocol.send(Updated(idle=True))
         elif isinstance(event, EndBody):
             self.protocol.stream = None
             await _upstream_recycle(self.protocol)  # both sides done: the next cycle

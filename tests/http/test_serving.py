@@ -1,5 +1,6 @@
 """runplane.http.serving: hypercorn's trio worker with one write per response, checked over
-real sockets (responses, keep-alive, streaming, HEAD, idle close)."""
+real sockets (responses, keep-alive, streaming, HEAD, idle close, a body the app never
+read). The real app's early answers over keep-alive: tests/http/test_keepalive.py."""
 
 from __future__ import annotations
 
@@ -90,6 +91,8 @@ def test_installed_on_this_hypercorn() -> None:
     serving.Config()
     assert serving.installed()
     assert hypercorn_h11.H11Protocol._send_h11_event is serving._send_h11_event
+    assert hypercorn_h11.H11Protocol._maybe_recycle is serving._maybe_recycle
+    assert hypercorn_tcp.TCPServer._close is serving._close
 
 
 def test_only_checked_versions() -> None:
@@ -175,4 +178,34 @@ async def test_busy_connection_is_not_timed_out(served: Served) -> None:
         while not rest.endswith(b"0\r\n\r\n"):
             rest += await stream.receive_some(65536)
     assert b"late" in rest
+    await stream.aclose()
+
+
+async def test_an_unread_body_is_dropped_and_the_connection_kept(served: Served) -> None:
+    """The app answers without reading the body: the rest of it is dropped and the next
+    request on the same connection is answered (upstream closed the connection)."""
+    stream = await trio.open_tcp_stream("127.0.0.1", served.port)
+    body = b"x" * 300_000
+    buf = bytearray()
+    with trio.fail_after(10):  # a hang detector
+        async with trio.open_nursery() as nursery:
+            head = f"POST /early HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+            nursery.start_soon(stream.send_all, head.encode() + body)
+            assert (await _response(stream, buf)).endswith(b"\r\n\r\n/early")
+        await stream.send_all(b"GET /next HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert (await _response(stream, buf)).endswith(b"\r\n\r\n/next")
+    await stream.aclose()
+
+
+async def test_a_stalled_unread_body_is_closed_like_an_idle_connection(served: Served) -> None:
+    """The client stops sending the rest of a body the app did not read: the connection is
+    closed after the keep-alive timeout (0.5 s here) instead of holding its descriptor."""
+    stream = await trio.open_tcp_stream("127.0.0.1", served.port)
+    await stream.send_all(b"POST /early HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nxx")
+    buf = bytearray()
+    with trio.fail_after(10):  # a hang detector
+        assert (await _response(stream, buf)).startswith(b"HTTP/1.1 200")
+        await stream.send_all(b"x" * 1000)  # progress restarts the timer; then nothing
+        while await stream.receive_some(65536):
+            pass
     await stream.aclose()
