@@ -1,16 +1,18 @@
 """local_lifecycle: N real trivial jobs (``true``) through the server's in-process agent.
 
     python -m bench.local_lifecycle [--quick] [--jobs N] [--connections C]
+        [--executor sandbox]
 
 The server runs with ``RUNPLANE_LOCAL_AGENT=1``: its own node agent, connected over
 loopback like any other, starts each job as a real process group (``true``) with the
-process executor and reports it. N jobs are submitted from a separate process (C
-connections) as fast as they are taken (``burst``), then M more paced at R jobs/s, below
-capacity (``paced``: the node's slots are mostly free); each phase ends when its jobs are
-terminal (polled in the SQLite file) or at the time limit. Figures, from the store (unix
-ms): completed jobs/s in the burst (first submit -> last finish), submit-to-running
-p50/p99 in both phases. This is the figure to hold against Slurm's 37 jobs/s
-(32 jobs per core) on this machine. Prints ONE JSON object.
+process executor (``--executor sandbox``: the sandbox executor) and reports it. N jobs
+are submitted from a separate process (C connections) as fast as they are taken
+(``burst``), then M more paced at R jobs/s, below capacity (``paced``: the node's slots
+are mostly free); each phase ends when its jobs are terminal (polled in the SQLite file)
+or at the time limit. Figures, from the store (unix ms): completed jobs/s in the burst
+(first submit -> last finish), submit-to-running p50/p99 in both phases. This is the
+figure to hold against Slurm's 37 jobs/s (32 jobs per core) on this machine. Prints ONE
+JSON object.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--connections", type=int, default=10)
     parser.add_argument("--paced-rate", type=float, default=20.0, help="jobs/s, paced phase")
     parser.add_argument("--paced-jobs", type=int, default=None)
+    parser.add_argument("--executor", choices=["process", "sandbox"], default="process")
     args = parser.parse_args(argv)
     n = args.jobs or (300 if args.quick else 2000)
     m = args.paced_jobs or (60 if args.quick else 300)
@@ -51,13 +54,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "jobs": n,
             "submit_connections": args.connections,
             "agent": "in-process local agent (RUNPLANE_LOCAL_AGENT=1), default slots",
+            "executor": args.executor,
             "command": ["true"],
             "store": "sqlite (default)",
             "paced_jobs": m,
             "paced_rate": args.paced_rate,
         },
     }
-    with common.server(local_agent=True) as srv:
+    env = {"RUNPLANE_LOCAL_AGENT_EXECUTOR": args.executor}
+    with common.server(local_agent=True, env=env) as srv:
         meter = common.CpuMeter(srv.pid).start()
         submit = common.http_load(
             srv.pid,

@@ -63,7 +63,8 @@ def hello(i: int, cores: int, slots: int) -> str:
         disk_gb=100,
         arch="x86_64",
         os="linux",
-        capabilities=["process"],
+        # simulated: runs nothing, enforces no limit (takes jobs with limits, best effort)
+        capabilities=["process", "limits-best-effort"],
         max_concurrency=slots,
         dlperf=20.0,
     )

@@ -93,6 +93,20 @@ def _parser() -> argparse.ArgumentParser:
         help="where job working directories live (default: <data dir>/jobs, or "
         "/var/lib/runplane/jobs-<hash of the data dir> when jobs run as another user)",
     )
+    agent.add_argument(
+        "--executor",
+        choices=["process", "sandbox"],
+        default="process",
+        help="how jobs run: process (a process group, the host as it is) or sandbox "
+        "(bubblewrap: the host read-only, a private /tmp, no view of the agent's data or "
+        "other jobs, its own pid namespace); see docs/executor.md",
+    )
+    agent.add_argument(
+        "--best-effort-limits",
+        action="store_true",
+        help="also run jobs whose limits this node cannot enforce (each such job's log says "
+        "which limit is not enforced); by default placement sends them elsewhere",
+    )
     agent.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
     return parser
 
@@ -172,7 +186,15 @@ async def serve(settings: Settings, host: str, port: int) -> None:
                 agent_dir = settings.data_dir / "local-agent"
                 if settings.auth == "required":
                     await _local_agent_credential(app, agent_dir)
-                agent = Agent(_loopback(binds[0]), agent_dir, name="local")
+                # the built-in agent runs what it cannot enforce, saying so in the job's
+                # log (a laptop without cgroups still runs jobs with limits)
+                agent = Agent(
+                    _loopback(binds[0]),
+                    agent_dir,
+                    name="local",
+                    best_effort_limits=True,
+                    executor=settings.local_agent_executor,
+                )
                 agent_done = trio.Event()
 
                 async def run_agent(agent: Agent = agent, done: trio.Event = agent_done) -> None:
@@ -224,6 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             host_paths=args.host_path,
             run_as=args.run_as,
             work_dir=args.work_dir,
+            executor=args.executor,
+            best_effort_limits=args.best_effort_limits,
         )
     try:
         settings = ensure_secret_key(load_settings())

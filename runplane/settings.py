@@ -72,6 +72,8 @@ class Settings(BaseSettings):
     egress_allow: Annotated[tuple[str, ...], NoDecode] = ()
     stacks_dir: Path | None = None
     local_agent: bool = True
+    #: the in-process agent's executor (``runplane agent --executor``)
+    local_agent_executor: Literal["process", "sandbox"] = "process"
 
     @field_validator("database_url", "public_url", "admin_token", "secret_key", mode="before")
     @classmethod

@@ -67,6 +67,8 @@ class AgentPhase:
     node_id: str
     attempt: int
     phase: str  # pulling | running
+    #: the GPU devices the agent assigned to the attempt (sent with ``pulling``)
+    gpus: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +272,7 @@ class JobActor(Actor[JobMsg]):
         self.wait_reason = row.wait_reason if row.phase is Phase.QUEUED else None
         self._finish_artifacts: list[dict[str, Any]] | None = None
         self._finish_exit: tuple[int | None, str | None] | None = None
+        self._gpus: tuple[str, ...] | None = None  # reported with the phase being applied
         self.exit_code: int | None = row.exit_code
         self.signal: str | None = row.signal
         self.ring: Ring[JobEvent] = self._ring()
@@ -304,11 +307,15 @@ class JobActor(Actor[JobMsg]):
                     on_node = self.state.node_id if self.state.phase.on_node else None
                     return AssignAnswer(taken=False, on_node=on_node)
                 return AssignAnswer(taken=True)
-            case AgentPhase(node_id, attempt, phase):
+            case AgentPhase(node_id, attempt, phase, gpus):
                 if not self._from_current_node(node_id, attempt):
                     return False
                 event: PhaseEvent = Pulling(attempt) if phase == "pulling" else Running(attempt)
-                return await self._apply(event) is not None
+                self._gpus = gpus or None
+                try:
+                    return await self._apply(event) is not None
+                finally:
+                    self._gpus = None
             case AgentLogs(node_id, attempt, lines):
                 if not self._from_current_node(node_id, attempt):
                     return False
@@ -452,6 +459,12 @@ class JobActor(Actor[JobMsg]):
                 self._system_line(events, note)
         if after.phase is Phase.QUEUED:
             extra["wait_reason"] = None
+            if self.row.gpus:
+                extra["gpus"] = None
+                self.row = replace(self.row, gpus=())
+        elif self._gpus is not None:
+            extra["gpus"] = to_json(list(self._gpus))
+            self.row = replace(self.row, gpus=self._gpus)
         await self.deps.store.transaction(
             repo.save_state(self.id, after, events, self.seq, **extra)
         )

@@ -52,7 +52,9 @@ from runplane.agent.executor import (
 )
 from runplane.agent.facts import collect_facts
 from runplane.agent.finish_store import FinishStore
+from runplane.agent.gpus import GpuPool
 from runplane.agent.isolation import (
+    DEFAULT_WORK_PARENT,
     HostPaths,
     JobUser,
     RunAsError,
@@ -62,6 +64,9 @@ from runplane.agent.isolation import (
     protect_data_dir,
     resolve_job_user,
 )
+from runplane.agent.jobplan import EXECUTORS, Executor, JobPlan, NodeRules
+from runplane.agent.launch import find_setpriv
+from runplane.agent.limits import probe
 from runplane.agent.outbox import JobKey, Outbox, Queued, check_job_ref, job_key
 from runplane.agent.outputs import collect_outputs
 from runplane.agent.protocol import (
@@ -110,6 +115,9 @@ STOP_FLUSH_SEC = 5.0
 DRAIN_TIMEOUT_SEC = 60.0
 #: While connected, a job's reporting waits (back-pressure) once this many are queued.
 HIGH_WATER_UNITS = 2_000
+#: A job placed while its GPUs are still held by an ending job waits the grace period and
+#: this long for them before it is handed back (``_plan_waiting``).
+GPU_WAIT_EXTRA_SEC = 5.0
 #: Largest frame accepted from the server (a ``run`` may carry inline files).
 MAX_INCOMING_MESSAGE = 64 * 1024 * 1024
 
@@ -251,7 +259,14 @@ class Agent:
         host_paths: Sequence[Path | str] = (),
         run_as: str | None = None,
         work_dir: Path | None = None,
+        executor: str = "process",
+        best_effort_limits: bool = False,
+        enforce_limits: bool = True,
     ) -> None:
+        if executor not in EXECUTORS:
+            raise ValueError(
+                f"unknown executor {executor!r}; choose one of: {', '.join(EXECUTORS)}"
+            )
         self.server_url = server_url
         self.url = connect_url(server_url)
         self.data_dir = Path(data_dir)
@@ -292,6 +307,12 @@ class Agent:
         self._job_user: JobUser | None = None
         self._work_root = self.data_dir / "jobs"
         self._host_paths = HostPaths()
+        #: limits and executor (runplane/agent/jobplan.py): settled when the agent starts
+        self.executor: Executor = "sandbox" if executor == "sandbox" else "process"
+        self.best_effort_limits = best_effort_limits
+        #: False: do not look for cgroups (tests of many agents in one process)
+        self.enforce_limits = enforce_limits
+        self._rules = NodeRules(node=name or "")
 
     # -- public
 
@@ -455,6 +476,46 @@ class Agent:
         log.info("job isolation", extra=fields)
         if user is None and os.geteuid() == 0:
             log.warning("jobs run as root (--run-as root): they can read the node credential")
+        self._settle_limits(user)
+
+    def _settle_limits(self, user: JobUser | None) -> None:
+        """Find what this node enforces and how its jobs start (blocking: probes)."""
+        enforcement = probe(want_cgroups=self.enforce_limits)
+        if self.executor == "sandbox" and enforcement.bwrap is None:
+            raise RunAsError(
+                "--executor sandbox needs bubblewrap able to create namespaces here "
+                "(apt-get install bubblewrap; in a container, allow user namespaces)"
+            )
+        setpriv = find_setpriv()
+        wraps = enforcement.cgroups is not None or enforcement.bwrap is not None
+        if user is not None and wraps and setpriv is None:
+            raise RunAsError(
+                f"running jobs as {user.name} with limits needs setpriv (util-linux) on PATH"
+            )
+        self._rules = NodeRules(
+            node=self.name or "",
+            executor=self.executor,
+            enforcement=enforcement,
+            best_effort=self.best_effort_limits,
+            user=user,
+            hidden=tuple(
+                dict.fromkeys((self.data_dir.absolute(), self._work_root, DEFAULT_WORK_PARENT))
+            ),
+            setpriv=setpriv or "setpriv",
+        )
+        cgroups = enforcement.cgroups
+        log.info(
+            "job limits",
+            extra={
+                "executor": self.executor,
+                "cgroups": cgroups.version if cgroups else None,
+                "controllers": sorted(cgroups.controllers) if cgroups else [],
+                "bwrap": enforcement.bwrap,
+                "capabilities": self._rules.capabilities(),
+                "not_enforced": list(enforcement.notes),
+                "best_effort": self.best_effort_limits,
+            },
+        )
 
     def _lock_data_dir(self) -> int:
         """Lock the data dir for this agent (``flock``: released when the fd is closed)."""
@@ -481,11 +542,16 @@ class Agent:
             update["name"] = self.name
         if self.max_concurrency:
             update["max_concurrency"] = self.max_concurrency
-        extra = [c for c in self.extra_capabilities if c not in self._facts.capabilities]
+        wanted = [*self._rules.capabilities(), *self.extra_capabilities]
+        extra = [c for c in dict.fromkeys(wanted) if c not in self._facts.capabilities]
         if extra:
             update["capabilities"] = [*self._facts.capabilities, *extra]
+        if self._facts.executors != [self.executor]:
+            update["executors"] = [self.executor]
         if update:
             self._facts = self._facts.model_copy(update=update)
+        self._rules.node = self._facts.name
+        self._rules.gpus = GpuPool(self._facts.gpus)
         log.info(
             "agent starting",
             extra={
@@ -1091,12 +1157,29 @@ class Agent:
         ids = {"job_id": job.job_id, "attempt": job.attempt}
         log.info("job started", extra={**ids, "workdir": str(job.workdir)})
         try:
-            await self._emit(job, JobPhase(job_id=job.job_id, attempt=job.attempt, phase="pulling"))
-            refusal = isolation_refusal(spec.isolation, self._node_name())
+            plan = await self._plan_waiting(job, spec)
+            if plan.hand_back is not None and job.cancel.is_set():
+                await self._on_event(job, Finished("cancelled", None, "cancelled", {}, 0))
+                return
+            if plan.hand_back is not None:
+                log.info("job handed back", extra={**ids, "reason": plan.hand_back})
+                self._hand_back(job.job_id, job.attempt)
+                return
+            gpus = [d.id for d in plan.gpus]
+            await self._emit(
+                job,
+                JobPhase(job_id=job.job_id, attempt=job.attempt, phase="pulling", gpus=gpus),
+            )
+            refusal = isolation_refusal(spec.isolation, self._node_name(), self.executor)
+            refusal = refusal or plan.refusal
             if refusal is not None:
                 await self._system(job, refusal)
                 await self._on_event(job, Finished("failed", None, refusal, {}, 0))
                 return
+            if gpus:
+                await self._system(job, f"GPUs assigned: {', '.join(gpus)}")
+            for note in plan.notes:
+                await self._system(job, note)
             await trio.to_thread.run_sync(make_workdir, job.workdir, self._work_root)
             failed = await self._prepare(job, spec)
             if failed is not None:
@@ -1105,7 +1188,7 @@ class Agent:
             exec_spec = ExecSpec(
                 job_id=job.job_id,
                 command=list(spec.command),
-                env=dict(spec.env),
+                env={**spec.env, **plan.env},
                 workdir=job.workdir,
                 setup=spec.setup,
                 timeout_sec=spec.timeout_sec,
@@ -1114,6 +1197,7 @@ class Agent:
                 inline_files={} if (spec.workspace or spec.inputs) else dict(spec.inline_files),
                 grace_sec=self.grace_sec,
                 user=self._job_user,
+                launch=plan.launch,
             )
 
             async def report(event: Event) -> None:
@@ -1135,8 +1219,32 @@ class Agent:
                     )
                 )
         finally:
+            self._rules.release(job.key)
             del self._jobs[job.key]
             self._changed.notify()
+
+    async def _plan_waiting(self, job: _Job, spec: RunSpec) -> JobPlan:
+        """:meth:`_plan`, waiting a while for GPUs still held by a job that is ending: the
+        server frees a cancelled job's reservation at once, the agent its devices once its
+        processes are gone (up to the grace period later). Still none free after that:
+        the plan says to hand the job back."""
+        plan = self._plan(job, spec)
+        if plan.hand_back is None:
+            return plan
+        with trio.move_on_after(self.grace_sec + GPU_WAIT_EXTRA_SEC):
+            while plan.hand_back is not None and not job.cancel.is_set():
+                await self._changed.wait()
+                plan = self._plan(job, spec)
+        return plan
+
+    def _plan(self, job: _Job, spec: RunSpec) -> JobPlan:
+        """Limits, GPUs and the launch of this attempt (``jobplan.py``)."""
+        read_only = tuple(
+            job.workdir / m.path
+            for m in (spec.workspace, *spec.inputs)
+            if m and m.mode == "ro" and m.path
+        )
+        return self._rules.plan(job.key, spec.limits, read_only)
 
 
 def _rejection_reason(exc: trio_websocket.ConnectionRejected) -> str:

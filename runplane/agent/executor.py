@@ -18,12 +18,14 @@ import subprocess
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeAlias
 
 import trio
 
 from runplane.agent.isolation import JobUser, hand_over
+from runplane.agent.launch import CommandNotExecutable, CommandNotFound, Launch, resolve_program
 from runplane.agent.metrics_line import MetricLineError, parse_metric_line, quote
 
 Stream: TypeAlias = Literal["stdout", "stderr", "system"]
@@ -74,6 +76,9 @@ class ExecSpec:
     #: run every process of the job as this user (its primary group, no supplementary
     #: groups), the workdir handed to it first; None: as the agent's own user
     user: JobUser | None = None
+    #: how the processes start when limits or the sandbox apply (cgroups, bubblewrap,
+    #: setpriv; ``runplane/agent/launch.py``); None: directly
+    launch: Launch | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,6 +416,8 @@ class _Job:
         self.grace = max(0.0, spec.grace_sec)
         self.final_metrics: dict[str, float] = {}
         self.env = job_environment(spec)
+        #: directories beside the workdir the job may write (the requirements target)
+        self.writable: list[Path] = []
 
     # -- results
 
@@ -429,6 +436,19 @@ class _Job:
         signal: str | None = None,
     ) -> Finished:
         duration = self._elapsed()
+        launch = self.spec.launch
+        if (
+            outcome == "failed"
+            and launch is not None
+            and launch.ram_gb is not None
+            and await trio.to_thread.run_sync(launch.out_of_memory)
+        ):
+            error = (
+                f"out of memory: the job went over its {launch.ram_gb:g} GB memory limit "
+                f"(limits.ram_gb) and the kernel killed it ({error}); raise limits.ram_gb "
+                "or use less memory"
+            )
+            summary = error
         await self._system(f"{summary} ({duration:.2f} s)")
         return Finished(
             outcome=outcome,
@@ -465,6 +485,22 @@ class _Job:
             )
         except _WorkdirError as exc:
             return await self._fail(str(exc))
+        launch = spec.launch
+        if launch is None:
+            return await self._stages()
+        try:
+            await trio.to_thread.run_sync(launch.setup)
+        except OSError as exc:
+            return await self._fail(f"cannot set up the job's cgroup: {exc.strerror or exc}")
+        try:
+            return await self._stages()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(launch.teardown)
+
+    async def _stages(self) -> Finished:
+        """setup, the requirements install, the command: each a process, in order."""
+        spec = self.spec
 
         if spec.setup:
             script = shown(shlex.quote(spec.setup), spec.job_id, "spec.setup")
@@ -525,11 +561,15 @@ class _Job:
             return None
         lines = requirement_lines(text)
         target = self.workdir.with_name(f"{self.workdir.name}.deps")
+        launch = self.spec.launch
         if self.spec.user is not None:  # the job user may not create it next to the workdir
             try:
                 await trio.to_thread.run_sync(_own_dir, target, self.spec.user)
             except OSError as exc:
                 return await self._fail(f"cannot create {target}: {exc.strerror or exc}")
+        elif launch is not None and launch.sandbox:  # outside the workdir: bound in, so made
+            await trio.to_thread.run_sync(partial(target.mkdir, mode=0o700, exist_ok=True))
+        self.writable.append(target)
         argv = [python, "-m", "pip", "install", *PIP_OPTIONS, "--target", str(target)]
         argv += ["-r", REQUIREMENTS_FILE]
         short = [python, "-m", "pip", "install", "-r", REQUIREMENTS_FILE]
@@ -566,6 +606,22 @@ class _Job:
         if self.cancel is not None and self.cancel.is_set():
             result.stopped = "cancelled"
             return result
+        identity = self.identity
+        launch = self.spec.launch
+        if launch is not None and launch.wraps:
+            try:
+                program = resolve_program(argv[0], self.env.get("PATH"), self.workdir, launch.user)
+            except CommandNotFound:
+                await self._system(label)
+                result.start_error = f"command not found: {argv[0]}"
+                return result
+            except CommandNotExecutable:
+                await self._system(label)
+                result.start_error = f"command not executable: {argv[0]}"
+                return result
+            writable = [p for p in self.writable if p.is_dir()]
+            argv = launch.argv([program, *argv[1:]], self.workdir, writable)
+            identity = {}  # the launch chain switches user (setpriv)
         try:
             proc = await trio.lowlevel.open_process(
                 argv,
@@ -575,7 +631,7 @@ class _Job:
                 cwd=self.workdir,
                 env=self.env,
                 start_new_session=True,
-                **self.identity,
+                **identity,
             )
         except (OSError, ValueError) as exc:
             await self._system(label)
@@ -618,6 +674,15 @@ class _Job:
                     await self._system(
                         f"{stage} exited; killed the background processes it left running"
                     )
+                cgroup = launch.cgroup if launch is not None else None
+                if result.stopped is None and cgroup is not None:
+                    killed = await trio.to_thread.run_sync(cgroup.kill_all)
+                    if killed:
+                        await self._system(
+                            f"{stage} exited; killed {killed} process"
+                            f"{'' if killed == 1 else 'es'} it left running outside its "
+                            "process group"
+                        )
                 drain.start()
             done = True
         finally:

@@ -45,7 +45,7 @@ DLPERF_UNITS_PER_POINT = 200.0
 
 NVIDIA_SMI_QUERY = [
     "nvidia-smi",
-    "--query-gpu=name,memory.total,driver_version",
+    "--query-gpu=index,uuid,name,memory.total,driver_version",
     "--format=csv,noheader,nounits",
 ]
 PROBE_TIMEOUT_SEC = 5.0
@@ -117,7 +117,8 @@ def disk_free_gb(path: Path) -> int:
 
 
 def parse_nvidia_smi(csv_text: str, cuda: str = "") -> list[Gpu]:
-    """GPUs from ``nvidia-smi --query-gpu=name,memory.total,driver_version`` CSV output.
+    """GPUs from ``nvidia-smi --query-gpu=index,uuid,name,memory.total,driver_version``
+    CSV output.
 
     ``memory.total`` is in MiB (``nounits``); ``vram_gb`` is it in GiB, rounded to the
     nearest. Lines that do not parse (``[N/A]``, warnings) are skipped.
@@ -125,15 +126,25 @@ def parse_nvidia_smi(csv_text: str, cuda: str = "") -> list[Gpu]:
     gpus: list[Gpu] = []
     for raw in csv_text.splitlines():
         fields = [f.strip() for f in raw.split(",")]
-        if len(fields) < 2 or not fields[0]:
+        if len(fields) < 4 or not fields[0].isdigit() or not fields[2]:
             continue
         try:
-            mib = float(fields[1])
+            mib = float(fields[3])
         except ValueError:
             continue
         if not math.isfinite(mib) or mib < 0:
             continue
-        gpus.append(Gpu(model=fields[0], vendor="nvidia", vram_gb=round(mib / 1024), cuda=cuda))
+        uuid = fields[1] if fields[1].upper().startswith(("GPU-", "MIG-")) else ""
+        gpus.append(
+            Gpu(
+                model=fields[2],
+                vendor="nvidia",
+                vram_gb=round(mib / 1024),
+                cuda=cuda,
+                index=int(fields[0]),
+                uuid=uuid,
+            )
+        )
     return gpus
 
 

@@ -281,12 +281,17 @@ def _under(path: Path, root: Path) -> bool:
 # --------------------------------------------------------------------------- isolation
 
 
-def isolation_refusal(isolation: str | None, node: str) -> str | None:
+def isolation_refusal(isolation: str | None, node: str, executor: str = "process") -> str | None:
     """Why this node cannot run a job asking ``isolation``; None when it can."""
     if isolation is None or isolation in PROCESS_ISOLATIONS:
         return None
+    how = (
+        "runs jobs as plain processes"
+        if executor == "process"
+        else "runs jobs in bubblewrap namespaces on the host kernel"
+    )
     return (
-        f"node {node} cannot give isolation {isolation}: its process executor runs jobs as "
-        f"plain processes; {isolation} needs a container executor (a node with the "
-        f"capability isolation-{isolation})"
+        f"node {node} cannot give isolation {isolation}: its {executor} executor {how}; "
+        f"{isolation} needs a container executor (a node with the capability "
+        f"isolation-{isolation})"
     )

@@ -172,9 +172,12 @@ def main(
     host_paths: Sequence[Path] = (),
     run_as: str | None = None,
     work_dir: Path | None = None,
+    executor: str = "process",
+    best_effort_limits: bool = False,
 ) -> int:
     """Entry of ``runplane agent``: exit 0 after a requested stop, 1 if refused, 2 bad input.
-    ``host_paths``, ``run_as``, ``work_dir``: see :mod:`runplane.agent.isolation`."""
+    ``host_paths``, ``run_as``, ``work_dir``: see :mod:`runplane.agent.isolation`;
+    ``executor``, ``best_effort_limits``: :mod:`runplane.agent.jobplan`."""
     try:
         agent = Agent(
             server,
@@ -187,6 +190,8 @@ def main(
             host_paths=host_paths,
             run_as=run_as,
             work_dir=work_dir,
+            executor=executor,
+            best_effort_limits=best_effort_limits,
         )
     except ValueError as exc:
         print(f"runplane agent: {exc}", file=sys.stderr)

@@ -66,6 +66,9 @@ class Gpu(_Msg):
     vendor: str = "nvidia"
     vram_gb: int = Field(0, ge=0)
     cuda: str = ""
+    #: the device's index and UUID (nvidia-smi); the agent assigns devices by them
+    index: int | None = Field(None, ge=0)
+    uuid: str = ""
 
 
 class Facts(_Msg):
@@ -108,6 +111,8 @@ class JobPhase(_Msg):
     job_id: str
     attempt: int
     phase: Literal["pulling", "running"]
+    #: the GPU devices (UUIDs, else indices) the agent assigned to this attempt
+    gpus: list[str] = []
 
 
 class JobLogs(_Msg):
@@ -198,6 +203,18 @@ class OutputGlob(_Msg):
     optional: bool = False
 
 
+class RunLimits(_Msg):
+    """What the agent enforces of the job's ``limits`` (0 / false / empty: not asked).
+    ``gpus`` is the number of devices to assign (the job's GPU reservation)."""
+
+    ram_gb: float = Field(0, ge=0)
+    cpu_cores: float = Field(0, ge=0)
+    pids: int = Field(0, ge=0)
+    gpus: int = Field(0, ge=0)
+    no_internet: bool = False
+    egress_allow: list[str] = []
+
+
 class RunSpec(_Msg):
     command: list[str]
     env: dict[str, str] = {}
@@ -212,12 +229,16 @@ class RunSpec(_Msg):
     #: it (one it does not know included) fails the job saying so, instead of ignoring
     #: the whole order
     isolation: str | None = None
+    #: the limits the agent enforces; sent only when the job has any (as ``isolation``)
+    limits: RunLimits | None = None
 
     @model_serializer(mode="wrap")
-    def _without_unset_isolation(self, handler: SerializerFunctionWrapHandler) -> Any:
+    def _without_unset_fields(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
-        if isinstance(data, dict) and data.get("isolation") is None:
-            data.pop("isolation", None)
+        if isinstance(data, dict):
+            for key in ("isolation", "limits"):
+                if data.get(key) is None:
+                    data.pop(key, None)
         return data
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from runplane.agent import protocol as p
+from runplane.jobs.demand import demand_of
 from runplane.jobs.rows import JobRow
 from runplane.jobs.spec import SETUP_KEY, execution_env, inline_path, mount_relpath, output_glob
 
@@ -47,8 +48,25 @@ def run_order(row: JobRow, attempt: int) -> p.Run:
                 for o in spec.get("outputs") or []
             ],
             isolation=_isolation(spec.get("isolation")),
+            limits=_limits(row),
         ),
     )
+
+
+def _limits(row: JobRow) -> p.RunLimits | None:
+    """What the agent enforces: the limits given, and the GPUs to assign (the job's GPU
+    reservation: ``gpu_count``, or one for ``requires.gpu.required``); None when none."""
+    limits = row.spec.get("limits") or {}
+    gpus = demand_of(row.id, row.priority, row.spec).gpus
+    order = p.RunLimits(
+        ram_gb=limits.get("ram_gb") or 0,
+        cpu_cores=limits.get("cpu_cores") or 0,
+        pids=limits.get("pids") or 0,
+        gpus=gpus,
+        no_internet=bool(limits.get("no_internet")),
+        egress_allow=list(limits.get("egress_allow") or []),
+    )
+    return order if order != p.RunLimits() else None
 
 
 def _isolation(value: object) -> Literal["gvisor", "kata"] | None:

@@ -61,6 +61,8 @@ class JobRow:
     #: or never started) and the signal's name
     exit_code: int | None = None
     signal: str | None = None
+    #: the GPU devices the agent assigned to the current attempt (UUIDs, else indices)
+    gpus: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> JobRow:
@@ -96,4 +98,5 @@ class JobRow:
             rerun_of=row.get("rerun_of"),
             exit_code=row.get("exit_code"),
             signal=row.get("signal"),
+            gpus=tuple(_decoded(row.get("gpus")) or ()),
         )

@@ -99,6 +99,8 @@ def job_view(row: JobRow, *, wait_reason: str | None = None) -> dict[str, Any]:
         # additions: how the process ended, as its agent saw it (null until it ended)
         "exit_code": row.exit_code,
         "signal": row.signal,
+        # addition: the GPU devices its node assigned (UUIDs, else indices; [] for none)
+        "gpus": list(row.gpus),
     }
     reason = wait_reason or row.wait_reason
     if row.phase is Phase.QUEUED and reason:

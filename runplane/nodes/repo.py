@@ -183,6 +183,8 @@ class NodeJob:
     phase: Phase
     priority: int
     spec: dict[str, Any]  # decoded: the node view sums the jobs' demands
+    #: the GPU devices its agent assigned (empty until it reported them)
+    gpus: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> NodeJob:
@@ -193,6 +195,7 @@ class NodeJob:
             phase=Phase(row["phase"]),
             priority=row["priority"],
             spec=from_json(row["spec"]),
+            gpus=tuple(from_json(row["gpus"]) or ()) if row.get("gpus") else (),
         )
 
 
@@ -202,7 +205,7 @@ async def jobs_on(store: Store, node_ids: Sequence[str]) -> dict[str, list[NodeJ
         return {}
     marks = ",".join("?" * len(node_ids))
     rows = await store.fetchall(
-        f"SELECT id, org_id, stack, phase, node_id, priority, spec FROM jobs WHERE node_id IN"
+        f"SELECT id, org_id, stack, phase, node_id, priority, spec, gpus FROM jobs WHERE node_id IN"
         f" ({marks}) AND phase IN ({_ON_NODE_MARKS}) ORDER BY id",
         (*node_ids, *_ON_NODE),
     )

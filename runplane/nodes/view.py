@@ -33,13 +33,17 @@ def node_view(
         demand = demand_of(job.id, job.priority, job.spec)
         used_cpu += demand.cpu
         used_ram += demand.ram
-        used_gpu += demand.gpus
+        # the devices its agent assigned, once reported (the reservation until then)
+        used_gpu += len(job.gpus) if job.gpus else demand.gpus
         mine = org_id is None or job.org_id == org_id
         running.append(
             {
                 "job_id": job.id if mine else "",
                 "stack": job.stack if mine else "",
                 "phase": job.phase.value,
+                # addition: the GPU devices the job holds (shown for every org's slot: a
+                # device, not the job)
+                "gpus": list(job.gpus),
             }
         )
     last_heartbeat = row.last_heartbeat

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from . import filters as f
-from .model import ISOLATION_PREFIX, JobDemand
+from .model import ISOLATION_PREFIX, LIMIT_CAPABILITIES, JobDemand
 
 EMPTY_FLEET = "no nodes in the fleet"
 
@@ -47,6 +47,7 @@ _NODE_PHRASES: dict[str, tuple[str, str]] = {
     f.TRUST_TIER: ("is of a lower tier", "are of a lower tier"),
     f.ARCH: ("has another arch", "have another arch"),
     f.CAPABILITY: ("lacks them", "lack them"),
+    f.LIMITS: ("cannot enforce them", "cannot enforce them"),
     f.NO_GPU: ("has no GPU", "have no GPU"),
     f.GPU_COUNT: ("has fewer GPUs", "have fewer GPUs"),
     f.GPU_VENDOR: ("has GPUs of another vendor", "have GPUs of another vendor"),
@@ -96,6 +97,12 @@ def requirement(reason: str, job: JobDemand) -> str:
         return "arch " + " or ".join(req.arch)
     if reason == f.CAPABILITY:
         return "capabilities " + " and ".join(_capability(c) for c in sorted(req.capabilities))
+    if reason == f.LIMITS:
+        named = " and ".join(f"limits.{n} ({LIMIT_CAPABILITIES[n]})" for n in sorted(req.limits))
+        return (
+            f"enforcing {named}: a node whose agent can (cgroups, bubblewrap), or one started "
+            "with --best-effort-limits"
+        )
     if reason == f.CPU:
         return f"{job.cpu_min:g} CPU cores"
     if reason == f.RAM:

@@ -18,13 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from .model import JobDemand, NodeLoad, NodeShape
+from .model import LIMIT_CAPABILITIES, JobDemand, NodeLoad, NodeShape, missing_limits
 
 # Static reasons: the node can never run the job as the node is.
 DISABLED = "DISABLED"
 TRUST_TIER = "TRUST_TIER"
 ARCH = "ARCH"
 CAPABILITY = "CAPABILITY"
+LIMITS = "LIMITS"
 NO_GPU = "NO_GPU"
 GPU_COUNT = "GPU_COUNT"
 GPU_VENDOR = "GPU_VENDOR"
@@ -42,7 +43,7 @@ RAM_FREE = "RAM_FREE"
 
 #: Every reason, in filter order.
 REASONS: tuple[str, ...] = (
-    DISABLED, TRUST_TIER, ARCH, CAPABILITY, NO_GPU, GPU_COUNT, GPU_VENDOR, CUDA_VERSION,
+    DISABLED, TRUST_TIER, ARCH, CAPABILITY, LIMITS, NO_GPU, GPU_COUNT, GPU_VENDOR, CUDA_VERSION,
     GPU_VRAM, CPU, RAM, DISK, NO_SLOTS, SLOTS_FULL, GPU_FREE, CPU_FREE, RAM_FREE,
 )  # fmt: skip
 MOMENTARY_REASONS: frozenset[str] = frozenset({SLOTS_FULL, GPU_FREE, CPU_FREE, RAM_FREE})
@@ -188,6 +189,14 @@ def check_capabilities(node: NodeShape, load: NodeLoad, job: JobDemand) -> Rejec
     return None
 
 
+def check_limits(node: NodeShape, load: NodeLoad, job: JobDemand) -> Rejection | None:
+    missing = missing_limits(node, job)
+    if missing:
+        named = ", ".join(f"limits.{n} ({LIMIT_CAPABILITIES[n]})" for n in missing)
+        return Rejection(LIMITS, f"node cannot enforce {named}")
+    return None
+
+
 def check_gpu(node: NodeShape, load: NodeLoad, job: JobDemand) -> Rejection | None:
     if job.gpus == 0:
         return None
@@ -255,6 +264,7 @@ FILTERS: tuple[Filter, ...] = (
     Filter("trust", "class", check_trust),
     Filter("arch", "class", check_arch),
     Filter("capabilities", "class", check_capabilities),
+    Filter("limits", "class", check_limits),
     Filter("gpu", "class", check_gpu),
     Filter("cpu", "node", check_cpu),
     Filter("ram", "node", check_ram),

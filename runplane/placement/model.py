@@ -272,6 +272,9 @@ class Requires:
     arch: tuple[str, ...] = ()
     min_tier: Tier = Tier.COMMUNITY
     capabilities: frozenset[str] = field(default_factory=frozenset)
+    #: the job's ``limits`` a node must enforce (``ram_gb``, ``pids``, ...; see
+    #: :data:`LIMIT_CAPABILITIES`)
+    limits: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
         _finite("requires.cpu.min_cores", self.min_cores)
@@ -282,6 +285,10 @@ class Requires:
         )
         object.__setattr__(self, "min_tier", Tier.parse(self.min_tier))
         object.__setattr__(self, "capabilities", frozenset(self.capabilities))
+        unknown = set(self.limits) - set(LIMIT_CAPABILITIES)
+        if unknown:
+            raise ValueError(f"not an enforceable limit: {', '.join(sorted(unknown))}")
+        object.__setattr__(self, "limits", frozenset(self.limits))
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,7 +365,7 @@ class JobDemand:
         gpu_sig: tuple[object, ...] = (
             (self.gpus, gpu.min_vram_gb, gpu.vendor, cuda_min) if self.gpus else (0,)
         )
-        class_sig = (req.min_tier, req.arch, req.capabilities, gpu_sig)
+        class_sig = (req.min_tier, req.arch, req.capabilities, req.limits, gpu_sig)
         static_sig = (class_sig, self.cpu_min, self.ram_min, self.disk_min)
         set_(self, "class_signature", class_sig)
         set_(self, "static_signature", static_sig)
@@ -479,6 +486,7 @@ class JobDemand:
             arch=arch,
             min_tier=tier,
             capabilities=frozenset(caps),
+            limits=enforced_limits(limits),
         )
         cpu_cores = num(limits, "cpu_cores", "limits.cpu_cores")
         ram_gb = num(limits, "ram_gb", "limits.ram_gb")
@@ -500,6 +508,33 @@ class JobDemand:
 #: The node capability ``isolation-<kind>`` says its executor gives isolation ``kind``.
 ISOLATION_PREFIX = "isolation-"
 
+#: limit -> the node capability that says its agent enforces it (``runplane/agent/limits.py``
+#: reports them). ``gpu_count`` and ``timeout_sec`` every agent enforces.
+LIMIT_CAPABILITIES: Mapping[str, str] = {
+    "ram_gb": "limit-ram",
+    "cpu_cores": "limit-cpu",
+    "pids": "limit-pids",
+    "no_internet": "limit-no-internet",
+    "egress_allow": "limit-egress",
+}
+#: A node with this capability runs jobs whose limits it cannot enforce (the job's log
+#: says which): ``runplane agent --best-effort-limits``.
+BEST_EFFORT_LIMITS = "limits-best-effort"
+
+
+def enforced_limits(limits: Mapping[str, Any]) -> frozenset[str]:
+    """The limits of a job's ``limits`` map a node must enforce (those given: non-zero,
+    true or non-empty)."""
+    return frozenset(name for name in LIMIT_CAPABILITIES if limits.get(name))
+
+
+def missing_limits(node: NodeShape, job: JobDemand) -> list[str]:
+    """The job's limits ``node`` cannot enforce (none under best effort), sorted."""
+    wanted = job.requires.limits
+    if not wanted or BEST_EFFORT_LIMITS in node.capabilities:
+        return []
+    return sorted(n for n in wanted if LIMIT_CAPABILITIES[n] not in node.capabilities)
+
 
 def isolation_capability(isolation: str) -> str:
     """The node capability that says its executor gives ``isolation`` (gvisor, kata)."""
@@ -507,9 +542,11 @@ def isolation_capability(isolation: str) -> str:
 
 
 __all__ = [
+    "BEST_EFFORT_LIMITS",
     "DEFAULT_CPU_CORES",
     "DEFAULT_RAM_GB",
     "ISOLATION_PREFIX",
+    "LIMIT_CAPABILITIES",
     "WEIGHT_NAMES",
     "CreatedAt",
     "DemandError",
@@ -523,6 +560,8 @@ __all__ = [
     "Tier",
     "cuda_at_least",
     "cuda_version",
+    "enforced_limits",
     "isolation_capability",
+    "missing_limits",
     "normalize_arch",
 ]

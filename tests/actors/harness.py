@@ -101,6 +101,8 @@ class Agent:
                 arch="x86_64",
                 os="linux",
                 max_concurrency=8,
+                # a simulated node runs nothing, so it enforces nothing: best effort
+                capabilities=["limits-best-effort"],
             ),
         )
         identity = NodeIdentity(node_id=self.node_id, tier="community", org_id="org_default")

@@ -289,7 +289,10 @@ async def test_enroll_saves_credential_then_reconnects_with_it(
     assert first.credential is None
     assert first.protocol == PROTOCOL_VERSION
     assert first.agent_version == __version__
-    assert first.facts == FACTS
+    # the given facts, with what this node enforces of jobs' limits (docs/executor.md)
+    assert first.facts == FACTS.model_copy(
+        update={"capabilities": [*FACTS.capabilities, *agent._rules.capabilities()]}
+    )
     assert first.channel == "stable"
     assert first.running == []
 

@@ -26,8 +26,8 @@ from runplane.agent.facts import (
 from runplane.agent.protocol import Gpu
 
 NVIDIA_CSV = """\
-NVIDIA GeForce RTX 4090, 24564, 550.54.14
-NVIDIA A100-SXM4-80GB, 81920, 550.54.14
+0, GPU-5d6c1f2a-0000-4000-8000-000000000001, NVIDIA GeForce RTX 4090, 24564, 550.54.14
+1, GPU-5d6c1f2a-0000-4000-8000-000000000002, NVIDIA A100-SXM4-80GB, 81920, 550.54.14
 """
 
 NVIDIA_BANNER = """\
@@ -40,14 +40,31 @@ Tue Mar 19 10:00:00 2024
 
 def test_parse_nvidia_smi_csv() -> None:
     assert parse_nvidia_smi(NVIDIA_CSV, cuda="12.4") == [
-        Gpu(model="NVIDIA GeForce RTX 4090", vendor="nvidia", vram_gb=24, cuda="12.4"),
-        Gpu(model="NVIDIA A100-SXM4-80GB", vendor="nvidia", vram_gb=80, cuda="12.4"),
+        Gpu(
+            model="NVIDIA GeForce RTX 4090",
+            vendor="nvidia",
+            vram_gb=24,
+            cuda="12.4",
+            index=0,
+            uuid="GPU-5d6c1f2a-0000-4000-8000-000000000001",
+        ),
+        Gpu(
+            model="NVIDIA A100-SXM4-80GB",
+            vendor="nvidia",
+            vram_gb=80,
+            cuda="12.4",
+            index=1,
+            uuid="GPU-5d6c1f2a-0000-4000-8000-000000000002",
+        ),
     ]
 
 
 def test_parse_nvidia_smi_skips_what_does_not_parse() -> None:
-    text = "No devices were found\nTesla T4, [N/A], 535.1\n\nTesla T4, 15360, 535.1\n, 100, x\n"
-    assert parse_nvidia_smi(text) == [Gpu(model="Tesla T4", vram_gb=15)]
+    text = (
+        "No devices were found\n0, GPU-a, Tesla T4, [N/A], 535.1\n\n"
+        "1, [N/A], Tesla T4, 15360, 535.1\n2, GPU-c, , 100, x\nx, GPU-d, Tesla T4, 1, 1\n"
+    )
+    assert parse_nvidia_smi(text) == [Gpu(model="Tesla T4", vram_gb=15, index=1)]
     assert parse_nvidia_smi("") == []
 
 

@@ -116,7 +116,9 @@ async def test_node_view_shows_load_and_running_jobs(
         await wait_phase(client, job_id, "running")
         busy = (await client.get("/v1/nodes")).json()[0]
         assert busy["active_jobs"] == 1 and busy["used_cpu"] == 1
-        assert busy["running_jobs"] == [{"job_id": job_id, "stack": "shell", "phase": "running"}]
+        assert busy["running_jobs"] == [
+            {"job_id": job_id, "stack": "shell", "phase": "running", "gpus": []}
+        ]
         page = (await client.get("/v1/nodes?paginate=1&limit=1")).json()
         assert page["items"][0]["id"] == node["id"]
         assert page["has_more"] is False and page["next_cursor"] == ""

@@ -136,8 +136,8 @@ async def _dispatch(
     match msg:
         case p.Heartbeat(running=running):
             await node.tell(Beat(tuple((r.job_id, r.attempt) for r in running)))
-        case p.JobPhase(job_id=job_id, attempt=attempt, phase=phase):
-            await _to_job(registry, job_id, AgentPhase(node_id, attempt, phase))
+        case p.JobPhase(job_id=job_id, attempt=attempt, phase=phase, gpus=gpus):
+            await _to_job(registry, job_id, AgentPhase(node_id, attempt, phase, tuple(gpus)))
         case p.JobLogs(job_id=job_id, attempt=attempt, lines=lines):
             await _to_job(registry, job_id, AgentLogs(node_id, attempt, tuple(lines)))
         case p.JobMetric(job_id=job_id, attempt=attempt, step=step, values=values):
