@@ -275,7 +275,40 @@ def _jobs_parent(base: Path) -> Path | None:
         probe.rmdir()
     except OSError:
         return None
+    sweep_stale(parent)
     return parent
+
+
+def sweep_stale(parent: Path) -> int:
+    """Remove the job cgroups an agent that is gone left behind (it crashed or was
+    SIGKILLed: its jobs were requeued by the server): every ``<job>.<pid>`` whose agent
+    pid is not running, what is still in it killed first. How many were removed."""
+    removed = 0
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return 0
+    for entry in entries:
+        pid = entry.name.rpartition(".")[2]
+        if not entry.is_dir() or not pid.isdigit() or _alive(int(pid)):
+            continue
+        JobCgroup("v1", {"any": entry}).remove()
+        removed += not entry.exists()
+    if removed:
+        log.info(
+            "removed job cgroups of a gone agent", extra={"parent": str(parent), "count": removed}
+        )
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _find_v2(base: Path) -> Cgroups | None:
@@ -296,6 +329,7 @@ def _find_v2(base: Path) -> Cgroups | None:
             _write(base / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
         jobs = base / JOBS_DIR
         jobs.mkdir(exist_ok=True)
+        sweep_stale(jobs)
         _write(jobs / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
         probe = jobs / f"probe-{os.getpid()}"
         probe.mkdir(exist_ok=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -356,3 +357,28 @@ def test_the_probe_reports_capabilities_it_can_back() -> None:
     assert ("limit-ram" in caps) == ENFORCEMENT.enforces("ram_gb")
     assert ("limit-no-internet" in caps) == (ENFORCEMENT.bwrap is not None)
     assert "limit-egress" not in caps  # no executor enforces egress_allow yet
+
+
+@needs_cgroups
+def test_cgroups_of_a_gone_agent_are_swept(tmp_path: Path) -> None:
+    assert CGROUPS is not None
+    dead = _exited_pid()
+    parents = list(dict.fromkeys(CGROUPS.parents.values()))
+    for parent in parents:
+        (parent / f"job_x-1.{dead}").mkdir()
+        (parent / f"job_y-1.{os.getpid()}").mkdir()  # a live agent's: kept
+    try:
+        assert all(cgroups.sweep_stale(p) == 1 for p in parents)
+        assert not any((p / f"job_x-1.{dead}").exists() for p in parents)
+        assert all((p / f"job_y-1.{os.getpid()}").exists() for p in parents)
+    finally:
+        for parent in parents:
+            for name in (f"job_x-1.{dead}", f"job_y-1.{os.getpid()}"):
+                if (parent / name).exists():
+                    (parent / name).rmdir()
+
+
+def _exited_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
