@@ -185,18 +185,23 @@ def prepare_work_root(data_dir: Path, user: JobUser | None, work_dir: Path | Non
     return root
 
 
+def may_execute(st: os.stat_result, user: JobUser) -> bool:
+    """Whether ``user`` (its primary group only) has the execute (search) bit of a file
+    or directory with status ``st``."""
+    if st.st_uid == user.uid:
+        bit = stat.S_IXUSR
+    elif st.st_gid == user.gid:
+        bit = stat.S_IXGRP
+    else:
+        bit = stat.S_IXOTH
+    return bool(st.st_mode & bit)
+
+
 def unreachable_parent(path: Path, user: JobUser) -> Path | None:
     """The first directory from ``/`` down to ``path`` that ``user`` (its primary group
     only) may not traverse; None when it reaches ``path``."""
     for directory in [*reversed(path.parents), path]:
-        st = os.stat(directory)
-        if st.st_uid == user.uid:
-            bit = stat.S_IXUSR
-        elif st.st_gid == user.gid:
-            bit = stat.S_IXGRP
-        else:
-            bit = stat.S_IXOTH
-        if not st.st_mode & bit:
+        if not may_execute(os.stat(directory), user):
             return directory
     return None
 

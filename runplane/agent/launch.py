@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from runplane.agent.cgroups import JobCgroup
-from runplane.agent.isolation import JobUser, unreachable_parent
+from runplane.agent.isolation import JobUser, may_execute, unreachable_parent
 
 #: The cgroup-joining first link (``$1..`` are cgroup.procs files up to ``--``).
 JOIN_SCRIPT = (
@@ -177,16 +176,9 @@ def _may_run(path: Path, user: JobUser | None) -> bool:
     try:
         if unreachable_parent(path.parent.absolute(), user) is not None:
             return False
-        st = path.stat()
+        return may_execute(path.stat(), user)
     except OSError:
         return False
-    if st.st_uid == user.uid:
-        bit = stat.S_IXUSR
-    elif st.st_gid == user.gid:
-        bit = stat.S_IXGRP
-    else:
-        bit = stat.S_IXOTH
-    return bool(st.st_mode & bit)
 
 
 def find_setpriv() -> str | None:

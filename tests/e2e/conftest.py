@@ -4,9 +4,11 @@ agent processes (`python -m runplane agent`) connected to it over WebSocket."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -165,6 +167,21 @@ async def saved_credential(agent: AgentProcess, within: float = 30) -> str:
         return credentials.load_credential(agent.data_dir)
 
     return str(await wait_for(saved, within, f"the agent to save {agent.credential_file}"))
+
+
+@pytest.fixture
+def work_dir() -> Iterator[Path]:
+    """A ``--work-dir`` the job user can reach (pytest's tmp_path is under a 0700 dir)."""
+    top = Path(tempfile.mkdtemp(prefix="runplane-e2e-work-"))
+    top.chmod(0o711)
+    yield top / "jobs"
+    shutil.rmtree(top, ignore_errors=True)
+
+
+async def job_logs(client: httpx.AsyncClient, job_id: str, stream: str) -> list[str]:
+    """The lines of one stream of a job's log (up to 1,000)."""
+    body = (await client.get(f"/v1/jobs/{job_id}/logs?stream={stream}&limit=1000")).json()
+    return [e["line"] for e in body["logs"]]
 
 
 async def job(client: httpx.AsyncClient, job_id: str) -> dict[str, Any]:

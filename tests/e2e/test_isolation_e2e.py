@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ from runplane.agent.isolation import DEFAULT_JOB_USER, default_work_root
 from .conftest import (
     LiveServer,
     StartAgent,
+    job_logs,
     online_nodes,
     saved_credential,
     submit,
@@ -33,20 +32,6 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (jobs run a
 NOT_ALLOWED = "is not under a host path this node allows"
 OPERATOR = "the node's operator allows host paths with `runplane agent --host-path DIR`"
 OWN_DATA = "is inside the agent's own data dir or job working directories"
-
-
-@pytest.fixture
-def work_dir() -> Iterator[Path]:
-    """A ``--work-dir`` the job user can reach (pytest's tmp_path is under a 0700 dir)."""
-    top = Path(tempfile.mkdtemp(prefix="runplane-e2e-work-"))
-    top.chmod(0o711)
-    yield top / "jobs"
-    shutil.rmtree(top, ignore_errors=True)
-
-
-async def _logs(client: httpx.AsyncClient, job_id: str, stream: str) -> list[str]:
-    body = (await client.get(f"/v1/jobs/{job_id}/logs?stream={stream}&limit=1000")).json()
-    return [e["line"] for e in body["logs"]]
 
 
 async def _run(client: httpx.AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
@@ -103,7 +88,7 @@ async def test_file_inputs_come_only_from_allowed_host_paths(
 
             view = await _run(client, file_input(shared / "data.txt"))
             assert view["phase"] == "succeeded", view
-            assert await _logs(client, view["job_id"], "stdout") == ["shared data"]
+            assert await job_logs(client, view["job_id"], "stdout") == ["shared data"]
     finally:
         outside.unlink()
 
@@ -133,9 +118,9 @@ async def test_a_root_agents_jobs_run_as_its_job_user_and_cannot_read_the_creden
                 },
             )
             assert view["phase"] == "succeeded", view
-            stdout = await _logs(client, view["job_id"], "stdout")
-            stderr = await _logs(client, view["job_id"], "stderr")
-            system = await _logs(client, view["job_id"], "system")
+            stdout = await job_logs(client, view["job_id"], "stdout")
+            stderr = await job_logs(client, view["job_id"], "stderr")
+            system = await job_logs(client, view["job_id"], "system")
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
 
@@ -173,8 +158,8 @@ async def test_a_job_asking_gvisor_of_a_process_node_fails_saying_why(
     async with server.client() as client:
         await wait_for(lambda: online_nodes(client), 30, "the agent to come online")
         view = await _run(client, {"command": ["echo", "ran"], "isolation": "gvisor"})
-        stdout = await _logs(client, view["job_id"], "stdout")
-        system = await _logs(client, view["job_id"], "system")
+        stdout = await job_logs(client, view["job_id"], "stdout")
+        system = await job_logs(client, view["job_id"], "system")
     refusal = (
         "node claims-gvisor cannot give isolation gvisor: its process executor runs jobs as "
         "plain processes; gvisor needs a container executor (a node with the capability "

@@ -8,9 +8,6 @@ credential and from another job's workdir, which the process executor does not."
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,6 +22,7 @@ from .conftest import (
     LiveServer,
     StartAgent,
     job,
+    job_logs,
     online_nodes,
     saved_credential,
     submit,
@@ -39,20 +37,6 @@ TWO_GPUS = (
     "1, GPU-11111111-2222-3333-4444-000000000001, NVIDIA L4, 23034, 550.54.14\n"
 )
 BANNER = "| NVIDIA-SMI 550.54.14   Driver Version: 550.54.14   CUDA Version: 12.4 |\n"
-
-
-@pytest.fixture
-def work_dir() -> Iterator[Path]:
-    """A ``--work-dir`` the job user can reach (pytest's tmp_path is under a 0700 dir)."""
-    top = Path(tempfile.mkdtemp(prefix="runplane-e2e-work-"))
-    top.chmod(0o711)
-    yield top / "jobs"
-    shutil.rmtree(top, ignore_errors=True)
-
-
-async def _logs(client: httpx.AsyncClient, job_id: str, stream: str) -> list[str]:
-    body = (await client.get(f"/v1/jobs/{job_id}/logs?stream={stream}&limit=1000")).json()
-    return [e["line"] for e in body["logs"]]
 
 
 async def _finish(client: httpx.AsyncClient, job_id: str) -> dict[str, Any]:
@@ -96,7 +80,7 @@ async def test_one_gpu_jobs_get_disjoint_devices_and_a_third_waits(
             await wait_phase(client, job_id, "running")
 
         async def cuda_line(job_id: str) -> str | None:
-            lines = await _logs(client, job_id, "stdout")
+            lines = await job_logs(client, job_id, "stdout")
             return lines[0].removeprefix("cuda=") if lines else None
 
         seen = []
@@ -134,7 +118,7 @@ async def test_one_gpu_jobs_get_disjoint_devices_and_a_third_waits(
             client, {"stack": "shell", "command": ["sh", "-c", 'echo "[$CUDA_VISIBLE_DEVICES]"']}
         )
         assert (await _finish(client, plain))["gpus"] == []
-        assert await _logs(client, plain, "stdout") == ["[]"]
+        assert await job_logs(client, plain, "stdout") == ["[]"]
 
 
 @root_only
@@ -182,7 +166,7 @@ async def test_a_limit_no_node_enforces_waits_until_a_best_effort_node_runs_it(
             server.url, "lenient", "--work-dir", str(work_dir) + "-2", "--best-effort-limits"
         )
         view = await _finish(client, job_id)
-        system = await _logs(client, job_id, "system")
+        system = await job_logs(client, job_id, "system")
     assert view["phase"] == "succeeded", view
     assert view["node_id"] != ""
     assert any(
@@ -223,7 +207,7 @@ async def test_a_sandboxed_job_cannot_read_the_credential_or_another_jobs_workdi
             view = await _finish(client, prober)
             assert view["phase"] == "succeeded", view
             assert view["node_id"] == holder_view["node_id"]
-            results[executor] = await _logs(client, prober, "stdout")
+            results[executor] = await job_logs(client, prober, "stdout")
             await client.post(f"/v1/jobs/{holder}/cancel")
         agent.terminate()
     # the process executor: one uid for every job, so a job reads another's files
