@@ -4,10 +4,11 @@
     python -m bench SCENARIO [--quick] [...]   # one scenario (its own flags pass through)
 
 Scenarios: submit, lifecycle, placement, fanout, agents, store, local_lifecycle,
-admission. Each runs in its own process, starts its own server on loopback with a fresh
-data dir, and prints ONE JSON object; ``all`` prints them as they finish, then a last
-``summary`` line with the headline figures. ``--quick`` keeps all of them under 5 minutes
-on the 2-core development machine; without it they run at the issue's full sizes.
+admission, teleop_rtt, stream_fanout. Each runs in its own process, starts its own server
+on loopback with a fresh data dir, and prints ONE JSON object; ``all`` prints them as
+they finish, then a last ``summary`` line with the headline figures. ``--quick`` keeps all
+of them under 5 minutes on the 2-core development machine; without it they run at the
+issue's full sizes.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ SCENARIOS: dict[str, str] = {
     "store": "bench.store_run",
     "local_lifecycle": "bench.local_lifecycle",
     "admission": "bench.admission",
+    "teleop_rtt": "bench.teleop_rtt",
+    "stream_fanout": "bench.stream_fanout",
 }
 #: seconds one scenario may take before ``all`` gives up on it
 LIMIT_QUICK, LIMIT_FULL = 180, 1200
@@ -38,6 +41,8 @@ HEADLINES: dict[str, tuple[str, ...]] = {
     "lifecycle": ("completed_per_s", "submit_to_running_ms", "paced_submit_to_running_ms"),
     "placement": ("decision_p50_us", "growth_100_to_10000"),
     "fanout": ("delivered_lines_per_s", "latency_ms", "every_line_in_order"),
+    "teleop_rtt": ("rtt", "lost", "in_order", "rate_achieved_hz"),
+    "stream_fanout": ("delivered_per_s", "latency_ms", "every_chunk_in_order", "p99_ratio_stalled"),
     "agents": ("agents_connected", "rss_per_agent_kb", "idle_cpu_share"),
     "store": ("summary",),
     "local_lifecycle": (

@@ -72,6 +72,8 @@ class Settings(BaseSettings):
     egress_allow: Annotated[tuple[str, ...], NoDecode] = ()
     stacks_dir: Path | None = None
     local_agent: bool = True
+    #: chunks each realtime stream's replay ring keeps (docs/streams.md)
+    stream_ring: int = Field(1024, ge=16, le=1_000_000)
     #: the in-process agent's executor (``runplane agent --executor``)
     local_agent_executor: Literal["process", "sandbox"] = "process"
 

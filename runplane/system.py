@@ -36,8 +36,10 @@ from runplane.policy import platform_caps
 from runplane.runtime import ActorRef, ChildSpec, Hub, Registry, Supervisor
 from runplane.services.fleet import Fleet
 from runplane.services.jobs import Jobs
+from runplane.services.streams import Streams
 from runplane.settings import Settings
 from runplane.stacks import Catalog
+from runplane.streams.acks import TeleopAcks
 
 #: Seconds between agent heartbeats, and how many may be missed before a node is lost.
 HEARTBEAT_SEC = 5.0
@@ -57,6 +59,8 @@ class Root:
         self.store = store
         self.heartbeat_sec = heartbeat_sec
         self.hub = Hub()
+        #: teleop frames waiting for their agent's confirmation (runplane/streams/acks.py)
+        self.teleop_acks = TeleopAcks()
         self.actors = Supervisor(name="actors", intensity=1000, period=1.0)
         self.registry = Registry(self.actors)
         self.supervisor = Supervisor(
@@ -87,6 +91,8 @@ class Root:
         self.fleet = Fleet(settings, store, self.registry)
         self._catalog = catalog
         self._jobs: Jobs | None = None
+        #: the streams service (runplane/services/streams.py): asks the job actors
+        self.streams = Streams(store, self.hub, self.registry, catalog, settings, self.teleop_acks)
 
     async def _assign(self, job_id: str, node_id: str) -> pl.Handover:
         answer = await self.registry.ask(JOBS, job_id, Assign(node_id))
@@ -153,6 +159,10 @@ class Root:
                 run_order=run_order,
                 cancel_order=cancel_order,
                 phase_changed=phase_changed,
+                stream_kinds=self._stream_kinds,
+                stream_ring=self.settings.stream_ring,
+                teleop_acks=self.teleop_acks,
+                stream_counters=self.streams.counters,
             )
         )
         fleet.register(
@@ -166,6 +176,11 @@ class Root:
                 record_beat=fleet.record_beat,
             )
         )
+
+    def _stream_kinds(self, stack: str) -> dict[str, str]:
+        """The streams a stack declares, by name: their kinds."""
+        found = self._catalog.get(stack)
+        return {s.name: s.kind for s in found.streams} if found is not None else {}
 
     @property
     def jobs(self) -> Jobs:

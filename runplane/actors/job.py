@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from runplane.agent import protocol as p
@@ -45,6 +45,9 @@ from runplane.jobs.phase import Event as PhaseEvent
 from runplane.jobs.rows import JobRow
 from runplane.persistence import Store, now_ms, to_json
 from runplane.runtime import Actor, ActorKind, Asks, Hub, Ring
+from runplane.streams.acks import AckKey, Pending, TeleopAcks
+from runplane.streams.chunks import DEFAULT_RING, StreamChunk
+from runplane.streams.job_streams import JobStreams
 
 log = logging.getLogger("runplane.jobs")
 
@@ -132,6 +135,44 @@ class WaitReason:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class AgentStream:
+    """Chunks of one stream the job wrote (``job_stream``), in order."""
+
+    node_id: str
+    attempt: int
+    stream: str
+    chunks: tuple[Any, ...]  # protocol.StreamChunkIn
+
+
+@dataclass(frozen=True, slots=True)
+class OpenStream(Asks[Ring[StreamChunk] | None]):
+    """The replay ring of one of the job's streams; None once the job is terminal."""
+
+    stream: str
+
+
+@dataclass(frozen=True, slots=True)
+class SendTeleop(Asks["TeleopOrder"]):
+    """Number a teleop frame (compact JSON text) and send it to the job's node."""
+
+    stream: str
+    frame: str
+
+
+@dataclass(frozen=True, slots=True)
+class TeleopOrder:
+    """What became of a teleop frame: ``not_live`` (409) says why the run cannot take it;
+    else ``sent`` tells whether the node's connection took it, and ``pending`` waits for
+    the agent's confirmation."""
+
+    not_live: str | None = None
+    sent: bool = False
+    seq: int = 0
+    key: AckKey | None = None
+    pending: Pending | None = None
+
+
 JobMsg = (
     Assign
     | AgentPhase
@@ -143,6 +184,9 @@ JobMsg = (
     | Cancel
     | SetPriority
     | WaitReason
+    | AgentStream
+    | OpenStream
+    | SendTeleop
 )
 
 #: The job actors, one per live job, addressed by job id in the registry.
@@ -176,7 +220,7 @@ class JobDeps:
     store: Store
     hub: Hub
     #: deliver a protocol message to a node's agent; True when handed to a live connection
-    deliver: Callable[[str, p.Run | p.Cancel], Awaitable[bool]]
+    deliver: Callable[[str, p.Run | p.Cancel | p.Teleop], Awaitable[bool]]
     #: placement hooks
     enqueue: Callable[[JobRow], Awaitable[None]]
     dequeue: Callable[[str], Awaitable[None]]
@@ -189,6 +233,13 @@ class JobDeps:
     cancel_order: Callable[[str, int], p.Cancel]
     #: the job's phase changed (durably): the admission ledger counts live work by it
     phase_changed: Callable[[JobRow, str], Awaitable[None]] = _no_phase_hook
+    #: streams: the kind of each stream a stack declares (stack name -> {name: kind}),
+    #: chunks a stream's ring keeps, and teleop frames waiting for their agent
+    stream_kinds: Callable[[str], dict[str, str]] = lambda stack: {}
+    stream_ring: int = DEFAULT_RING
+    teleop_acks: TeleopAcks = field(default_factory=TeleopAcks)
+    #: the server's stream counters (runplane/services/streams.py ``Streams.counters``)
+    stream_counters: dict[str, int] = field(default_factory=dict)
 
 
 #: Most ArtifactRefs one job records (the agent uploads at most as many outputs).
@@ -276,6 +327,15 @@ class JobActor(Actor[JobMsg]):
         self.exit_code: int | None = row.exit_code
         self.signal: str | None = row.signal
         self.ring: Ring[JobEvent] = self._ring()
+        self.streams = JobStreams(
+            self.id,
+            deps.store,
+            deps.hub,
+            declared=deps.stream_kinds(row.stack),
+            saved=row.streams,
+            ring_capacity=deps.stream_ring,
+            counters=deps.stream_counters,
+        )
 
     def _ring(self) -> Ring[JobEvent]:
         name = ring_name(self.id)
@@ -293,6 +353,7 @@ class JobActor(Actor[JobMsg]):
             await self.deps.enqueue(self.row)
         if self.state.phase.terminal:
             self.ring.close()
+            self.streams.close()
 
     def can_passivate(self) -> bool:
         return self.state.phase.terminal
@@ -351,6 +412,15 @@ class JobActor(Actor[JobMsg]):
                 return await self._cancel()
             case WaitReason(reason):
                 return await self._wait_reason(reason)
+            case AgentStream(node_id, attempt, stream, chunks):
+                if not self._from_current_node(node_id, attempt) or self.state.phase.terminal:
+                    return False
+                await self.streams.receive(stream, chunks)
+                return True
+            case OpenStream(stream):
+                return None if self.state.phase.terminal else self.streams.ring(stream)
+            case SendTeleop(stream, frame):
+                return await self._teleop(stream, frame)
             case SetPriority(priority):
                 await self.deps.store.execute(
                     "UPDATE jobs SET priority = ?, updated_at = ? WHERE id = ?",
@@ -488,7 +558,23 @@ class JobActor(Actor[JobMsg]):
         await self._effects(before, after, effects)
         if after.phase.terminal:
             self.ring.close()
+            self.streams.close()
         return effects
+
+    async def _teleop(self, stream: str, frame: str) -> TeleopOrder:
+        node_id, attempt = self.state.node_id, self.state.attempt
+        if self.state.phase is not Phase.RUNNING or node_id is None:
+            return TeleopOrder(not_live=f"the job is {self.state.phase.value}, not running")
+        seq = await self.streams.next_teleop_seq(stream)
+        key: AckKey = (self.id, attempt, stream, seq)
+        pending = self.deps.teleop_acks.expect(key)
+        order = p.Teleop(
+            job_id=self.id, attempt=attempt, stream=stream, seq=seq, ts=now_ms(), frame=frame
+        )
+        sent = await self.deps.deliver(node_id, order)
+        if not sent:
+            self.deps.teleop_acks.forget(key)
+        return TeleopOrder(sent=sent, seq=seq, key=key, pending=pending)
 
     def _publish(self, events: list[StoredEvent], *, terminal: bool = False) -> None:
         """Put stored ``events`` on the ring; with ``terminal`` the last one (the terminal

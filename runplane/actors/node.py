@@ -69,7 +69,7 @@ class Beat:
 class Deliver(Asks[bool]):
     """Hand ``msg`` to the node's agent: True when it went to a live session."""
 
-    msg: p.Run | p.Cancel | p.FinishedAck
+    msg: p.Run | p.Cancel | p.FinishedAck | p.Teleop
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +235,7 @@ class NodeActor(Actor[NodeMsg]):
                     await self._announce()
                 return None
 
-    def _deliver(self, order: p.Run | p.Cancel | p.FinishedAck) -> bool:
+    def _deliver(self, order: p.Run | p.Cancel | p.FinishedAck | p.Teleop) -> bool:
         """Hand ``order`` to the session; a run order's attempt is this node's only once
         it went out (one that did not is requeued by its job actor, uncounted)."""
         if self.outbox is None:

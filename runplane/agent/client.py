@@ -91,10 +91,13 @@ from runplane.agent.protocol import (
     Run,
     RunningJob,
     RunSpec,
+    Teleop,
+    TeleopAck,
     Welcome,
     decode_server,
     encode,
 )
+from runplane.agent.streams import append_teleop, forwarding, make_streams_dir
 from runplane.agent.workspace import MountError, mounts_of, prepare_mounts
 
 log = logging.getLogger("runplane.agent")
@@ -176,6 +179,8 @@ class _Job:
     artifacts: list[dict[str, Any]] = field(default_factory=list)
     #: stopped by a drain: handed back to the server instead of reported cancelled
     handed_back: bool = False
+    #: its streams directory, once made (``streams.py``)
+    streams: Path | None = None
 
     @property
     def key(self) -> JobKey:
@@ -195,6 +200,7 @@ class AgentStatistics:
     dropped_metrics: int
     last_error: str | None
     draining: bool = False
+    dropped_chunks: int = 0  # stream chunks
 
 
 @dataclass(slots=True)
@@ -349,6 +355,7 @@ class Agent:
             dropped_metrics=self._outbox.dropped_metrics,
             last_error=self._last_error,
             draining=self._drain is not None,
+            dropped_chunks=self._outbox.dropped_chunks,
         )
 
     def job_pids(self) -> set[int]:
@@ -867,6 +874,7 @@ class Agent:
                 nursery.start_soon(stop_watch)
         finally:
             self._session = None
+            self._outbox.clear_control()  # answers to this session: not for the next
             self._changed.notify()
         if session.failure is not None:
             self._check_drain_refused(session)
@@ -902,6 +910,8 @@ class Agent:
                 self._on_cancel(msg)
             elif isinstance(msg, FinishedAck):
                 self._on_ack(msg)
+            elif isinstance(msg, Teleop):
+                self._on_teleop(msg)
             else:
                 log.warning("ignored a second welcome")
 
@@ -998,6 +1008,36 @@ class Agent:
             return
         log.info("cancelling job", extra=fields)
         job.cancel.set()
+
+    def _on_teleop(self, msg: Teleop) -> None:
+        """Append the frame to the job's ``.teleop`` file (a small local write, inline, so a
+        job's frames stay in order) and answer ``teleop_ack``."""
+        job = self._jobs.get(job_key(msg))
+        error: str | None = None
+        if job is None or job.finished:
+            error = "attempt not running on this node"
+        elif job.streams is None:
+            error = "attempt not started yet on this node (its streams directory is not made)"
+        else:
+            try:
+                append_teleop(job.streams, msg, user=self._job_user)
+            except OSError as exc:
+                error = f"cannot write {msg.stream}.teleop: {exc.strerror or exc}"
+        if error is not None:
+            log.info(
+                "teleop frame not delivered",
+                extra={"job_id": msg.job_id, "attempt": msg.attempt, "error": error},
+            )
+        ack = TeleopAck(
+            job_id=msg.job_id,
+            attempt=msg.attempt,
+            stream=msg.stream,
+            seq=msg.seq,
+            ok=error is None,
+            error=error,
+        )
+        self._outbox.put_control(ack)
+        self._changed.notify()
 
     def _on_ack(self, msg: FinishedAck) -> None:
         key = job_key(msg)
@@ -1181,6 +1221,9 @@ class Agent:
             for note in plan.notes:
                 await self._system(job, note)
             await trio.to_thread.run_sync(make_workdir, job.workdir, self._work_root)
+            job.streams = await trio.to_thread.run_sync(
+                make_streams_dir, job.workdir, self._job_user
+            )
             failed = await self._prepare(job, spec)
             if failed is not None:
                 await self._on_event(job, failed)
@@ -1198,13 +1241,22 @@ class Agent:
                 grace_sec=self.grace_sec,
                 user=self._job_user,
                 launch=plan.launch,
+                streams_dir=job.streams,
             )
 
             async def report(event: Event) -> None:
                 if not isinstance(event, Finished):  # reported after the outputs are up
                     await self._on_event(job, event)
 
-            finished = await run_job(exec_spec, report, job.cancel)
+            async with forwarding(
+                job.streams,
+                lambda msg: self._emit(job, msg),
+                job_id=job.job_id,
+                attempt=job.attempt,
+                note=lambda s: self._system(job, s),
+                owner=self._job_user.uid if self._job_user is not None else None,
+            ):
+                finished = await run_job(exec_spec, report, job.cancel)
             await self._on_event(job, await self._outputs(job, spec, finished))
         except Exception as exc:
             log.exception("job failed inside the agent", extra=ids)

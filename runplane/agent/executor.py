@@ -25,8 +25,15 @@ from typing import Any, Literal, Protocol, TypeAlias
 import trio
 
 from runplane.agent.isolation import JobUser, hand_over
-from runplane.agent.launch import CommandNotExecutable, CommandNotFound, Launch, resolve_program
+from runplane.agent.launch import (
+    SANDBOX_STREAMS_DIR,
+    CommandNotExecutable,
+    CommandNotFound,
+    Launch,
+    resolve_program,
+)
 from runplane.agent.metrics_line import MetricLineError, parse_metric_line, quote
+from runplane.agent.streams import STREAMS_ENV
 
 Stream: TypeAlias = Literal["stdout", "stderr", "system"]
 Outcome: TypeAlias = Literal["succeeded", "failed", "timeout", "cancelled"]
@@ -79,6 +86,9 @@ class ExecSpec:
     #: how the processes start when limits or the sandbox apply (cgroups, bubblewrap,
     #: setpriv; ``runplane/agent/launch.py``); None: directly
     launch: Launch | None = None
+    #: the job's streams directory (``runplane/agent/streams.py``), already made: the job
+    #: sees it as ``RUNPLANE_STREAMS_DIR`` (``/streams`` in the sandbox, which binds it)
+    streams_dir: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +177,9 @@ def job_environment(spec: ExecSpec, agent_env: Mapping[str, str] | None = None) 
     """The environment the job's processes get.
 
     A minimal base (PATH and LANG from the agent when set, HOME = the workdir,
-    ``PYTHONUNBUFFERED=1``, ``RUNPLANE_JOB_ID``) with ``spec.env`` on top. Nothing else of
-    the agent's own environment (tokens, ``RUNPLANE_*`` settings, cloud credentials) is
+    ``PYTHONUNBUFFERED=1``, ``RUNPLANE_JOB_ID``) with ``spec.env`` on top, then
+    ``RUNPLANE_STREAMS_DIR`` when the job has a streams directory. Nothing else of the
+    agent's own environment (tokens, ``RUNPLANE_*`` settings, cloud credentials) is
     passed on.
     """
     agent = os.environ if agent_env is None else agent_env
@@ -180,6 +191,9 @@ def job_environment(spec: ExecSpec, agent_env: Mapping[str, str] | None = None) 
         "RUNPLANE_JOB_ID": spec.job_id,
     }
     env.update(spec.env)
+    if spec.streams_dir is not None:
+        sandboxed = spec.launch is not None and spec.launch.sandboxed
+        env[STREAMS_ENV] = SANDBOX_STREAMS_DIR if sandboxed else str(spec.streams_dir.absolute())
     return env
 
 
@@ -620,7 +634,9 @@ class _Job:
                 result.start_error = f"command not executable: {argv[0]}"
                 return result
             writable = [p for p in self.writable if p.is_dir()]
-            argv = launch.argv([program, *argv[1:]], self.workdir, writable)
+            streams = self.spec.streams_dir
+            streams = streams.absolute() if streams is not None and streams.is_dir() else None
+            argv = launch.argv([program, *argv[1:]], self.workdir, writable, streams)
             identity = {}  # the launch chain switches user (setpriv)
         try:
             proc = await trio.lowlevel.open_process(

@@ -32,6 +32,11 @@ JOIN_SCRIPT = (
     '{ echo "runplane: cannot join the job cgroup $1" >&2; exit 125; }; shift; done; '
     'shift; exec "$@"'
 )
+#: Where the sandbox shows the job its streams directory (``runplane/agent/streams.py``).
+SANDBOX_STREAMS_DIR = "/streams"
+#: Entries of the host's ``/`` the sandbox does not bind (it makes its own, or shows the
+#: streams directory there).
+_OWN_TOP_LEVEL = frozenset({"dev", "proc", "tmp", SANDBOX_STREAMS_DIR.strip("/")})
 #: Devices a CUDA program needs besides its own ``/dev/nvidia<N>`` (bound when present).
 NVIDIA_CONTROL_DEVICES = (
     "/dev/nvidiactl",
@@ -95,30 +100,45 @@ class Launch:
         return self.bwrap is not None and (self.sandbox or self.no_internet)
 
     @property
+    def sandboxed(self) -> bool:
+        """Whether the processes run in the sandbox (the host read-only, ``/streams``)."""
+        return self.bwrap is not None and self.sandbox
+
+    @property
     def wraps(self) -> bool:
         """Whether processes start through the chain (else: the program directly)."""
         return self.cgroup is not None or self.namespaced
 
-    def argv(self, argv: Sequence[str], workdir: Path, writable: Sequence[Path] = ()) -> list[str]:
+    def argv(
+        self,
+        argv: Sequence[str],
+        workdir: Path,
+        writable: Sequence[Path] = (),
+        streams: Path | None = None,
+    ) -> list[str]:
         """The full argv of one process of the job: the chain, then ``argv`` (its program
         already resolved, :func:`resolve_program`). ``writable``: more directories the
-        sandbox binds read-write (the requirements install target)."""
+        sandbox binds read-write (the requirements install target); ``streams``: the job's
+        streams directory, which the sandbox binds read-write at its path and at
+        :data:`SANDBOX_STREAMS_DIR`."""
         out: list[str] = []
         if self.cgroup is not None:
             out += ["/bin/sh", "-c", JOIN_SCRIPT, "runplane-join", *self.cgroup.procs_files, "--"]
         if self.namespaced:
             assert self.bwrap is not None
-            out += self._bwrap(workdir, writable)
+            out += self._bwrap(workdir, writable, streams)
         if self.user is not None:
             out += [self.setpriv, f"--reuid={self.user.uid}", f"--regid={self.user.gid}"]
             out += ["--clear-groups", "--"]
         return out + list(argv)
 
-    def _bwrap(self, workdir: Path, writable: Sequence[Path]) -> list[str]:
+    def _bwrap(self, workdir: Path, writable: Sequence[Path], streams: Path | None) -> list[str]:
         assert self.bwrap is not None
         if not self.sandbox:  # no_internet on the process executor: the host as it is
             return [self.bwrap, "--dev-bind", "/", "/", "--unshare-net", "--die-with-parent", "--"]
-        args = [self.bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        # The host's / read-only, entry by entry over bubblewrap's own root (a tmpfs, made
+        # read-only last), so that /streams can exist here without existing on the host.
+        args = [self.bwrap, *_host_root(), "--dev", "/dev", "--proc", "/proc"]
         # a private /tmp and /dev/shm everyone in the sandbox may write (sticky, as usual)
         args += ["--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/dev/shm"]
         for index in self.gpu_indices:
@@ -129,16 +149,36 @@ class Launch:
         for hidden in self.hidden:
             if os.path.isdir(hidden):
                 args += ["--tmpfs", str(hidden)]
-        for directory in (workdir, *writable):
+        own = [workdir, *writable] + ([streams] if streams is not None else [])
+        for directory in own:
             args += ["--bind", str(directory), str(directory)]
+        if streams is not None:
+            args += ["--bind", str(streams), SANDBOX_STREAMS_DIR]
         for ro in self.read_only:
             if os.path.lexists(ro):
                 args += ["--ro-bind", str(ro), str(ro)]
+        args += ["--remount-ro", "/"]
         args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         if self.no_internet:
             args.append("--unshare-net")
         args += ["--die-with-parent", "--chdir", str(workdir), "--"]
         return args
+
+
+def _host_root() -> list[str]:
+    """bubblewrap arguments showing every entry of the host's ``/`` read-only (symlinks
+    as symlinks) but ``/dev``, ``/proc``, ``/tmp`` and ``/streams``."""
+    args: list[str] = []
+    with os.scandir("/") as entries:
+        for entry in sorted(entries, key=lambda e: e.name):
+            if entry.name in _OWN_TOP_LEVEL:
+                continue
+            path = f"/{entry.name}"
+            if entry.is_symlink():
+                args += ["--symlink", os.readlink(path), path]
+            elif entry.is_dir(follow_symlinks=False) or entry.is_file(follow_symlinks=False):
+                args += ["--ro-bind", path, path]
+    return args
 
 
 def _dev_bind(path: str) -> list[str]:

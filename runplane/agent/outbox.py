@@ -1,12 +1,13 @@
 """The node agent's outbox: job reports waiting to be sent, and finishes waiting for an ack.
 
 :class:`Outbox` is pure bookkeeping (no I/O): per job attempt (:data:`JobKey`) a bounded
-queue of ``job_phase``/``job_logs``/``job_metric``/``job_finished``/``job_released``
-messages, dropping the oldest log lines and metric points beyond the buffer limits
-(``MAX_BUFFERED_UNITS``, ``MAX_BUFFERED_BYTES``) with a note (:func:`dropped_note`),
-splitting big log batches into frames (``MAX_FRAME_TEXT``), and keeping each
-``job_finished`` until the server acknowledges it. :func:`check_job_ref` says whether a
-job id/attempt may name a workdir.
+queue of ``job_phase``/``job_logs``/``job_metric``/``job_stream``/``job_finished``/
+``job_released`` messages, dropping the oldest log lines, metric points and stream chunks
+beyond the buffer limits (``MAX_BUFFERED_UNITS``, ``MAX_BUFFERED_BYTES``) with a note
+(:func:`dropped_note`), splitting big log batches into frames (``MAX_FRAME_TEXT``), and
+keeping each ``job_finished`` until the server acknowledges it. Answers that need no
+ack (``teleop_ack``) wait in a small queue of their own and go out first.
+:func:`check_job_ref` says whether a job id/attempt may name a workdir.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import re
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from runplane.agent.protocol import (
     Cancel,
@@ -25,19 +26,27 @@ from runplane.agent.protocol import (
     JobMetric,
     JobPhase,
     JobReleased,
+    JobStream,
     Run,
     RunningJob,
+    Teleop,
+    TeleopAck,
 )
 
 #: Per job, reports waiting to be sent are bounded: beyond this many log lines + metric
-#: points, or this many bytes of log text, the oldest are dropped (and a system line says so).
+#: points + stream chunks, or this many bytes of log text and stream data, the oldest are
+#: dropped (and a system line says so).
 MAX_BUFFERED_UNITS = 10_000
 MAX_BUFFERED_BYTES = 8 * 1024 * 1024
 #: One ``job_logs`` frame carries at most this much log text (bigger batches are split).
 MAX_FRAME_TEXT = 512 * 1024
+#: At most this many answers (``teleop_ack``) wait to be sent; beyond, the oldest go.
+MAX_CONTROL = 1_000
 
 JobKey: TypeAlias = tuple[str, int]
-Queued: TypeAlias = JobPhase | JobLogs | JobMetric | JobFinished | JobReleased
+Queued: TypeAlias = JobPhase | JobLogs | JobMetric | JobStream | JobFinished | JobReleased
+#: What the sender sends: a job's report, or an answer that needs no ack.
+Outgoing: TypeAlias = Queued | TeleopAck
 
 _JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 
@@ -51,7 +60,7 @@ def check_job_ref(job_id: str, attempt: int) -> str | None:
     return None
 
 
-def job_key(msg: Queued | Run | Cancel | FinishedAck | RunningJob) -> JobKey:
+def job_key(msg: Outgoing | Run | Cancel | FinishedAck | Teleop | RunningJob) -> JobKey:
     """The job attempt a message is about: ``(job_id, attempt)``."""
     return (msg.job_id, msg.attempt)
 
@@ -63,6 +72,11 @@ class _Entry:
     lines: int = 0  # droppable log lines
     nbytes: int = 0
     metric: bool = False
+    chunks: int = 0  # droppable stream chunks
+
+    @property
+    def droppable(self) -> bool:
+        return bool(self.lines or self.metric or self.chunks)
 
 
 @dataclass(slots=True)
@@ -70,16 +84,26 @@ class _Queue:
     entries: deque[_Entry] = field(default_factory=deque)
     lines: int = 0
     metrics: int = 0
+    chunks: int = 0
     nbytes: int = 0
     dropped_lines: int = 0
     dropped_metrics: int = 0
+    dropped_chunks: int = 0
 
     @property
     def units(self) -> int:
-        return self.lines + self.metrics
+        return self.lines + self.metrics + self.chunks
+
+    @property
+    def dropped(self) -> bool:
+        return bool(self.dropped_lines or self.dropped_metrics or self.dropped_chunks)
 
     def add(self, entry: _Entry) -> None:
         self.entries.append(entry)
+        self._count(entry, 1)
+
+    def insert(self, index: int, entry: _Entry) -> None:
+        self.entries.insert(index, entry)
         self._count(entry, 1)
 
     def remove_at(self, index: int) -> _Entry:
@@ -92,6 +116,7 @@ class _Queue:
         self.lines += sign * entry.lines
         self.nbytes += sign * entry.nbytes
         self.metrics += sign * int(entry.metric)
+        self.chunks += sign * entry.chunks
 
 
 @dataclass(slots=True)
@@ -103,8 +128,8 @@ class _Unacked:
 @dataclass(slots=True)
 class _Inflight:
     key: JobKey
-    entry: _Entry
-    messages: list[Queued]
+    entry: _Entry | None  # None: an answer from the control queue
+    messages: list[Outgoing]
 
 
 def _split_lines(lines: Sequence[tuple[Any, str]], limit: int) -> Iterator[list[tuple[Any, str]]]:
@@ -121,12 +146,14 @@ def _split_lines(lines: Sequence[tuple[Any, str]], limit: int) -> Iterator[list[
         yield chunk
 
 
-def dropped_note(lines: int, metrics: int) -> str:
+def dropped_note(lines: int, metrics: int, chunks: int = 0) -> str:
     what = []
     if lines:
         what.append(f"{lines} log line{'s' * (lines != 1)}")
     if metrics:
         what.append(f"{metrics} metric point{'s' * (metrics != 1)}")
+    if chunks:
+        what.append(f"{chunks} stream chunk{'s' * (chunks != 1)}")
     return (
         f"agent dropped {' and '.join(what)} of this job: too much output buffered "
         "while disconnected from the server"
@@ -137,10 +164,11 @@ class Outbox:
     """Reports waiting to be sent, per job in order, and finishes waiting for an ack.
 
     Pure bookkeeping, no I/O: the agent's sender takes :meth:`head`, sends it, calls
-    :meth:`sent`. A job's queue holds at most ``max_units`` log lines + metric points and
-    ``max_bytes`` of log text; beyond that the oldest are dropped and the next report of
-    that job sent is preceded by a ``system`` line saying how many. Phases and finishes are
-    never dropped. Jobs are interleaved in the order their reports were made.
+    :meth:`sent`. A job's queue holds at most ``max_units`` log lines + metric points +
+    stream chunks and ``max_bytes`` of log text and stream data; beyond that the oldest are
+    dropped and the next report of that job sent is preceded by a ``system`` line saying
+    how many. Phases and finishes are never dropped. Jobs are interleaved in the order
+    their reports were made. Answers (:meth:`put_control`) go before any of them.
     """
 
     def __init__(
@@ -154,10 +182,12 @@ class Outbox:
         self.frame_text = MAX_FRAME_TEXT if frame_text is None else frame_text
         self._queues: dict[JobKey, _Queue] = {}
         self._unacked: dict[JobKey, _Unacked] = {}
+        self._control: deque[TeleopAck] = deque(maxlen=MAX_CONTROL)
         self._inflight: _Inflight | None = None
         self._seq = 0
         self.dropped_lines = 0
         self.dropped_metrics = 0
+        self.dropped_chunks = 0
 
     # -- adding
 
@@ -180,14 +210,29 @@ class Outbox:
         elif isinstance(msg, JobMetric):
             queue.add(self._entry(msg, metric=True))
             self._trim(queue)
+        elif isinstance(msg, JobStream):
+            nbytes = sum(len(c.data) for c in msg.chunks)
+            queue.add(self._entry(msg, chunks=len(msg.chunks), nbytes=nbytes))
+            self._trim(queue)
         else:
             if isinstance(msg, JobFinished):
                 self._unacked[key] = _Unacked(msg)
             queue.add(self._entry(msg))
 
+    def put_control(self, msg: TeleopAck) -> None:
+        """An answer that needs no ack: sent before the jobs' reports; while disconnected
+        (:meth:`clear_control`) it is dropped."""
+        self._control.append(msg)
+
+    def clear_control(self) -> int:
+        """Forget the answers not sent yet (the connection they answer is gone); how many."""
+        count = len(self._control)
+        self._control.clear()
+        return count
+
     def _trim(self, queue: _Queue) -> None:
         while queue.units > self.max_units or queue.nbytes > self.max_bytes:
-            index = next((i for i, e in enumerate(queue.entries) if e.lines or e.metric), None)
+            index = next((i for i, e in enumerate(queue.entries) if e.droppable), None)
             if index is None:
                 return
             entry = queue.entries[index]
@@ -196,37 +241,59 @@ class Outbox:
                 queue.dropped_metrics += 1
                 self.dropped_metrics += 1
                 continue
-            assert isinstance(entry.msg, JobLogs)
-            lines = entry.msg.lines
-            n = freed = 0
-            while n < len(lines) and (
-                queue.units - n > self.max_units or queue.nbytes - freed > self.max_bytes
-            ):
-                freed += len(lines[n][1])
-                n += 1
-            queue.remove_at(index)
-            if n < len(lines):
-                rest = _Entry(
-                    entry.seq,
-                    entry.msg.model_copy(update={"lines": lines[n:]}),
-                    lines=len(lines) - n,
-                    nbytes=entry.nbytes - freed,
-                )
-                queue.entries.insert(index, rest)
-                queue.lines += rest.lines
-                queue.nbytes += rest.nbytes
+            if isinstance(entry.msg, JobStream):
+                self._trim_items(queue, index, entry, entry.msg.chunks, "chunks")
+            else:
+                assert isinstance(entry.msg, JobLogs)
+                self._trim_items(queue, index, entry, entry.msg.lines, "lines")
+
+    def _trim_items(
+        self,
+        queue: _Queue,
+        index: int,
+        entry: _Entry,
+        items: Sequence[Any],
+        kind: Literal["lines", "chunks"],
+    ) -> None:
+        """Drop the oldest ``items`` (log lines or stream chunks) of ``entry`` until the
+        queue is within its bounds (or the entry is gone)."""
+        n = freed = 0
+        while n < len(items) and (
+            queue.units - n > self.max_units or queue.nbytes - freed > self.max_bytes
+        ):
+            freed += _size(items[n])
+            n += 1
+        queue.remove_at(index)
+        if n < len(items):
+            rest = _Entry(
+                entry.seq,
+                entry.msg.model_copy(update={kind: items[n:]}),
+                lines=len(items) - n if kind == "lines" else 0,
+                nbytes=entry.nbytes - freed,
+                chunks=len(items) - n if kind == "chunks" else 0,
+            )
+            queue.insert(index, rest)
+        if kind == "chunks":
+            queue.dropped_chunks += n
+            self.dropped_chunks += n
+        else:
             queue.dropped_lines += n
             self.dropped_lines += n
 
     # -- sending
 
-    def head(self) -> tuple[JobKey, list[Queued]] | None:
-        """The next message(s) to send: the oldest report (with a drop note before it).
+    def head(self) -> tuple[JobKey, list[Outgoing]] | None:
+        """The next message(s) to send: an answer, else the oldest report (with a drop note
+        before it).
 
         The same messages are returned until :meth:`sent` (a send cut by a lost connection
         is retried first on the next one).
         """
         if self._inflight is not None:
+            return self._inflight.key, self._inflight.messages
+        if self._control:
+            ack = self._control.popleft()
+            self._inflight = _Inflight(job_key(ack), None, [ack])
             return self._inflight.key, self._inflight.messages
         best: tuple[int, JobKey] | None = None
         for key, queue in self._queues.items():
@@ -237,11 +304,11 @@ class Outbox:
         key = best[1]
         queue = self._queues[key]
         entry = queue.remove_at(0)
-        messages: list[Queued] = []
-        if not isinstance(entry.msg, JobPhase) and (queue.dropped_lines or queue.dropped_metrics):
-            note = dropped_note(queue.dropped_lines, queue.dropped_metrics)
+        messages: list[Outgoing] = []
+        if not isinstance(entry.msg, JobPhase) and queue.dropped:
+            note = dropped_note(queue.dropped_lines, queue.dropped_metrics, queue.dropped_chunks)
             messages.append(JobLogs(job_id=key[0], attempt=key[1], lines=[("system", note)]))
-            queue.dropped_lines = queue.dropped_metrics = 0
+            queue.dropped_lines = queue.dropped_metrics = queue.dropped_chunks = 0
         messages.append(entry.msg)
         self._inflight = _Inflight(key, entry, messages)
         return key, messages
@@ -249,7 +316,7 @@ class Outbox:
     def sent(self, now: float) -> None:
         """The messages of the last :meth:`head` went out."""
         inflight, self._inflight = self._inflight, None
-        if inflight is None:
+        if inflight is None or inflight.entry is None:
             return
         if isinstance(inflight.entry.msg, JobFinished):
             unacked = self._unacked.get(inflight.key)
@@ -276,6 +343,7 @@ class Outbox:
         if (
             inflight is not None
             and inflight.key == key
+            and inflight.entry is not None
             and isinstance(inflight.entry.msg, JobFinished)
         ):
             self._inflight = None
@@ -293,7 +361,11 @@ class Outbox:
             if not queue.entries:
                 del self._queues[key]
         inflight = self._inflight
-        if inflight is not None and isinstance(inflight.entry.msg, JobReleased):
+        if (
+            inflight is not None
+            and inflight.entry is not None
+            and isinstance(inflight.entry.msg, JobReleased)
+        ):
             self._inflight = None
             dropped += 1
         return dropped
@@ -325,7 +397,13 @@ class Outbox:
 
     def pending(self) -> int:
         """Messages waiting to be sent (drop notes not counted)."""
-        return sum(len(q.entries) for q in self._queues.values()) + (self._inflight is not None)
+        queued = sum(len(q.entries) for q in self._queues.values())
+        return queued + len(self._control) + (self._inflight is not None)
 
     def empty(self) -> bool:
         return self.pending() == 0
+
+
+def _size(item: Any) -> int:
+    """The text size of a log line (``(stream, text)``) or a stream chunk."""
+    return len(item[1]) if isinstance(item, tuple) else len(item.data)

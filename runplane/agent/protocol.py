@@ -16,6 +16,9 @@ Flow::
     job_phase {job_id, attempt, phase}      ->        pulling, running
     job_logs {job_id, attempt, lines}       ->        batched
     job_metric {job_id, attempt, step, values} ->
+    job_stream {job_id, attempt, stream, chunks} ->   lines of <streams dir>/<stream>
+                                            <- teleop {job_id, attempt, stream, seq, ts, frame}
+    teleop_ack {job_id, attempt, stream, seq, ok, error} ->   appended to <stream>.teleop
     job_finished {job_id, attempt, outcome, exit_code, error, final_metrics, artifacts} ->
                                             <- finished_ack {job_id, attempt}
                                             <- cancel {job_id, attempt}
@@ -143,6 +146,46 @@ class JobFinished(_Msg):
     artifacts: list[dict[str, Any]] = []
 
 
+#: A stream name: what a job names a file in its streams directory (``<name>``, not
+#: ending in ``.teleop``, which is the teleop file of stream ``<name>``).
+STREAM_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+TELEOP_SUFFIX = ".teleop"
+
+
+class StreamChunkIn(_Msg):
+    """One chunk a job wrote to a stream (one line of ``<streams dir>/<name>``).
+    ``encoding``: ``json`` (the line parsed as JSON: ``data`` is that line), ``base64``
+    (the line was ``{"encoding": "base64", "data": ...}``: ``data`` is the base64 text),
+    else ``text``. ``ts``: unix ms when the agent read it."""
+
+    data: str
+    encoding: Literal["json", "text", "base64"] = "text"
+    ts: int = Field(ge=0)
+
+
+class JobStream(_Msg):
+    """Chunks of one stream of the job, in the order written (one wake-up's worth)."""
+
+    type: Literal["job_stream"] = "job_stream"
+    job_id: str
+    attempt: int
+    stream: str = Field(pattern=STREAM_NAME_PATTERN)
+    chunks: list[StreamChunkIn] = Field(min_length=1)
+
+
+class TeleopAck(_Msg):
+    """The agent appended teleop frame ``seq`` of ``stream`` to the pod's
+    ``<streams dir>/<stream>.teleop`` (``ok``), or could not (``error`` says why)."""
+
+    type: Literal["teleop_ack"] = "teleop_ack"
+    job_id: str
+    attempt: int
+    stream: str
+    seq: int
+    ok: bool
+    error: str | None = None
+
+
 class Draining(_Msg):
     """The agent is stopping: place nothing more here; jobs still running in
     ``deadline_sec`` seconds are stopped and handed back (``job_released``)."""
@@ -159,7 +202,18 @@ class JobReleased(_Msg):
     attempt: int
 
 
-AgentMsg = Hello | Heartbeat | JobPhase | JobLogs | JobMetric | JobFinished | Draining | JobReleased
+AgentMsg = (
+    Hello
+    | Heartbeat
+    | JobPhase
+    | JobLogs
+    | JobMetric
+    | JobFinished
+    | Draining
+    | JobReleased
+    | JobStream
+    | TeleopAck
+)
 AgentMessage = Annotated[AgentMsg, Field(discriminator="type")]
 
 
@@ -255,13 +309,28 @@ class Cancel(_Msg):
     attempt: int
 
 
+class Teleop(_Msg):
+    """A teleop control frame for the job's process: append
+    ``{"seq": seq, "ts": ts, "frame": <frame>}`` (one line; ``frame`` is compact JSON
+    text, written as it is) to ``<streams dir>/<stream>.teleop``, then answer
+    :class:`TeleopAck`."""
+
+    type: Literal["teleop"] = "teleop"
+    job_id: str
+    attempt: int
+    stream: str = Field(pattern=STREAM_NAME_PATTERN)
+    seq: int = Field(ge=1)
+    ts: int = Field(ge=0)
+    frame: str
+
+
 class FinishedAck(_Msg):
     type: Literal["finished_ack"] = "finished_ack"
     job_id: str
     attempt: int
 
 
-ServerMsg = Welcome | Refused | Run | Cancel | FinishedAck
+ServerMsg = Welcome | Refused | Run | Cancel | FinishedAck | Teleop
 ServerMessage = Annotated[ServerMsg, Field(discriminator="type")]
 
 _agent_adapter: TypeAdapter[AgentMsg] = TypeAdapter(AgentMessage)
@@ -281,7 +350,18 @@ def decode_server(text: str | bytes) -> ServerMsg:
 #: The ``type`` of every message an agent may send (what ``decode_agent`` knows).
 AGENT_TYPES: frozenset[str] = frozenset(
     m.model_fields["type"].default
-    for m in (Hello, Heartbeat, JobPhase, JobLogs, JobMetric, JobFinished, Draining, JobReleased)
+    for m in (
+        Hello,
+        Heartbeat,
+        JobPhase,
+        JobLogs,
+        JobMetric,
+        JobFinished,
+        Draining,
+        JobReleased,
+        JobStream,
+        TeleopAck,
+    )
 )
 
 

@@ -27,6 +27,8 @@ Requirements (see docs/auth.md for the full decision table):
 
 ``identity=True``: the route exists only with a database; 404 without one (memory store).
 ``query_token=True``: the credential may also come as ``?token=`` (browser EventSource).
+``stream_ticket=True``: a stream ticket may stand in for the credential; the hook then
+authenticates nobody and the route verifies the ticket (401 when it is not valid).
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ class Rule:
     scope: str | None = None
     identity: bool = False
     query_token: bool = False
+    #: a stream ticket (``?ticket=`` or ``Bearer rpst_...``) stands in for the credential;
+    #: the route checks it (runplane/streams/tickets.py)
+    stream_ticket: bool = False
 
     def __post_init__(self) -> None:
         if (self.need == "scope") != (self.scope is not None):
@@ -105,6 +110,14 @@ RULES: dict[tuple[str, str], Rule] = {
     # The only route that also accepts ?token= (browser EventSource cannot set headers).
     ("GET", "/v1/jobs/<job_id>/events"): Rule("read", query_token=True),
     ("GET", "/v1/nodes"): READ,
+    # --- realtime streams (docs/streams.md) ------------------------------------------------
+    ("GET", "/v1/jobs/<job_id>/streams"): READ,
+    ("POST", "/v1/jobs/<job_id>/streams/<name>/subscribe"): READ,
+    # a ticket from subscribe, or (data only) any credential that may read the job
+    ("GET", "/v1/jobs/<job_id>/streams/<name>/data"): Rule("read", stream_ticket=True),
+    # a ticket only (the route refuses a request without one: 401)
+    ("POST", "/v1/jobs/<job_id>/streams/<name>/teleop"): Rule("read", stream_ticket=True),
+    ("GET", "/v1/jobs/<job_id>/recording"): READ,
     # --- runs (RunSpec), entitlements, policy ---------------------------------------------
     ("POST", "/v1/runs"): scope("runs:submit"),
     ("GET", "/v1/runs"): READ,

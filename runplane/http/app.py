@@ -39,6 +39,7 @@ from runplane.http.routes import (
     policy,
     runs,
     stacks,
+    streams,
 )
 from runplane.persistence import Store, open_store
 from runplane.policy.refusal import AdmissionRefused
@@ -160,6 +161,7 @@ def create_app(
     app.register_blueprint(stacks.blueprint)
     app.register_blueprint(jobs.blueprint)
     app.register_blueprint(events.blueprint)
+    app.register_blueprint(streams.blueprint)
     app.register_blueprint(nodes.blueprint)
     app.register_blueprint(agents.blueprint)
     app.register_blueprint(artifacts.blueprint)

@@ -25,6 +25,7 @@ from runplane.auth.principal import InvalidCredential, Principal, anonymous
 from runplane.auth.rules import UNLISTED, WEBSOCKET, rule_for
 from runplane.http.context import services
 from runplane.problems import Problem
+from runplane.streams.tickets import looks_like_ticket
 
 log = logging.getLogger("runplane.auth")
 
@@ -77,6 +78,12 @@ async def _authenticate(*, is_websocket: bool) -> None:
             "RUNPLANE_DATABASE_URL=memory",
         )
     secret = _bearer(req.headers)
+    if rule.stream_ticket:
+        ticket = req.args.get("ticket") or (secret if looks_like_ticket(secret) else None)
+        if ticket:  # the route verifies it; nobody is authenticated here
+            g.principal = anonymous(sees_all=False)
+            g.stream_ticket = ticket
+            return
     if secret is None and rule.query_token:
         secret = req.args.get("token") or None
     invalid: str | None = None
@@ -129,6 +136,14 @@ async def authenticate_request() -> None:
 
 async def authenticate_websocket() -> None:
     await _authenticate(is_websocket=True)
+
+
+def current_ticket() -> str | None:
+    """The stream ticket the request came with (routes whose rule allows one)."""
+    if has_request_context() and "stream_ticket" in g:
+        ticket: str = g.stream_ticket
+        return ticket
+    return None
 
 
 def current_principal() -> Principal:

@@ -23,7 +23,7 @@ JOB_COLUMNS = (
     "id, org_id, project, submitted_by, stack, image, phase, priority, mode, seed, spec_hash, "
     "spec, node_id, attempt, attempts, error, wait_reason, final_metrics, artifacts, "
     "event_seq, log_lines, log_dropped, created_at, started_at, finished_at, updated_at, run, "
-    "rerun_of, exit_code, signal, gpus"
+    "rerun_of, exit_code, signal, gpus, streams"
 )
 
 

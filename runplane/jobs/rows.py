@@ -63,6 +63,9 @@ class JobRow:
     signal: str | None = None
     #: the GPU devices the agent assigned to the current attempt (UUIDs, else indices)
     gpus: tuple[str, ...] = ()
+    #: its realtime streams, per name: kind, count, last seq, last teleop seq (decoded
+    #: JSON; ``runplane/streams/job_streams.py``), None before the first
+    streams: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> JobRow:
@@ -99,4 +102,5 @@ class JobRow:
             exit_code=row.get("exit_code"),
             signal=row.get("signal"),
             gpus=tuple(_decoded(row.get("gpus")) or ()),
+            streams=_decoded(row.get("streams")),
         )

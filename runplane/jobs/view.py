@@ -101,6 +101,11 @@ def job_view(row: JobRow, *, wait_reason: str | None = None) -> dict[str, Any]:
         "signal": row.signal,
         # addition: the GPU devices its node assigned (UUIDs, else indices; [] for none)
         "gpus": list(row.gpus),
+        # addition: its realtime streams with the chunks received (docs/streams.md)
+        "streams": [
+            {"name": name, "kind": s.get("kind", "data"), "count": s.get("count", 0)}
+            for name, s in sorted((row.streams or {}).items())
+        ],
     }
     reason = wait_reason or row.wait_reason
     if row.phase is Phase.QUEUED and reason:

@@ -325,6 +325,11 @@ class Ring(Generic[T]):
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def subscribers(self) -> int:
+        """Open cursors on this ring."""
+        return len(self._cursors)
+
     def publish(self, item: T) -> int:
         """Append ``item``, overwriting the oldest when full; returns its seq."""
         if self._closed:
@@ -419,14 +424,16 @@ class Hub:
         if topic is not None:
             topic.close()
 
-    def ring(self, name: str, *, next_seq: int = 1) -> Ring[Any]:
-        """The ring ``name``, created if needed (``next_seq`` applies to a new one).
+    def ring(self, name: str, *, next_seq: int = 1, capacity: int | None = None) -> Ring[Any]:
+        """The ring ``name``, created if needed (``next_seq`` and ``capacity``, by default
+        the hub's ``ring_capacity``, apply to a new one).
 
         A closed ring is returned as is (for replay) until it is discarded.
         """
         ring = self._rings.get(name)
         if ring is None:
-            ring = Ring(name, capacity=self.ring_capacity, next_seq=next_seq)
+            size = capacity if capacity is not None else self.ring_capacity
+            ring = Ring(name, capacity=size, next_seq=next_seq)
             ring._on_close = self._ring_closed
             self._rings[name] = ring
         return ring

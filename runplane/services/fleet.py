@@ -131,7 +131,7 @@ class Fleet:
         with contextlib.suppress(ActorGone, MailboxClosed):
             await node.tell(Detach(outbox))
 
-    async def deliver(self, node_id: str, order: p.Run | p.Cancel) -> bool:
+    async def deliver(self, node_id: str, order: p.Run | p.Cancel | p.Teleop) -> bool:
         if not self.registry.active(NODES, node_id):
             return False
         try:

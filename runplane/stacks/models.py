@@ -75,6 +75,24 @@ class MetricSpec(_Model):
     higher_is_better: bool = True
 
 
+class StreamSpec(_Model):
+    """A ``[[streams]]`` table: a realtime stream the stack's jobs publish (``docs/streams.md``).
+    ``transport`` defaults by kind: ``webrtc`` for video, ``sse`` otherwise."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
+    kind: Literal["video", "data", "telemetry"] = "data"
+    transport: Literal["sse", "webrtc"] | None = None
+    fps: int = Field(0, ge=0, le=1000)
+    width: int = Field(0, ge=0, le=16384)
+    height: int = Field(0, ge=0, le=16384)
+    enabled: bool = True
+    description: str = ""
+
+    @property
+    def transport_or_default(self) -> str:
+        return self.transport or ("webrtc" if self.kind == "video" else "sse")
+
+
 class OutputSpec(_Model):
     artifact: str
     glob: str
@@ -136,6 +154,8 @@ class Stack(_Model):
     metrics: list[MetricSpec] = Field(default_factory=list)
     default_command: list[str] = Field(default_factory=list)
     default_outputs: list[OutputSpec] = Field(default_factory=list)
+    #: realtime streams its jobs publish (an addition to the spec's StackView)
+    streams: list[StreamSpec] = Field(default_factory=list)
     docs: str = ""
     examples: list[StackExample] = Field(default_factory=list)
     launch: StackLaunch | None = None

@@ -35,6 +35,9 @@ SUMMARY_FIELDS: tuple[str, ...] = (
     "requires",
 )
 LAUNCH_OMITS: frozenset[str] = frozenset({"image", "docs", "examples"})
+#: Manifest fields no view shows (the spec's StackView has none of them): a stack's
+#: ``streams`` show per job, in ``GET /v1/jobs/{id}/streams``.
+NOT_IN_VIEWS: frozenset[str] = frozenset({"streams"})
 
 
 class UnknownViewError(ValueError):
@@ -61,8 +64,8 @@ def stack_view(stack: Stack, view: str = DEFAULT_VIEW) -> dict[str, Any]:
     if view == SUMMARY:
         return stack.model_dump(mode="json", include=set(SUMMARY_FIELDS))
     if view == LAUNCH:
-        return stack.model_dump(mode="json", exclude=set(LAUNCH_OMITS))
-    return stack.model_dump(mode="json")
+        return stack.model_dump(mode="json", exclude=set(LAUNCH_OMITS | NOT_IN_VIEWS))
+    return stack.model_dump(mode="json", exclude=set(NOT_IN_VIEWS))
 
 
 def stacks_view(stacks: Iterable[Stack], view: str | None = None) -> list[dict[str, Any]]:

@@ -88,11 +88,16 @@ class Agent:
         self.cpu = cpu
         self.runs: dict[str, int] = {}  # job id -> attempt of each Run received
         self.cancels: list[str] = []
+        self.teleops: list[p.Teleop] = []  # every Teleop received, in order
+        #: answer each Teleop with this (ok, error); None: do not answer
+        self.teleop_answer: tuple[bool, str | None] | None = (True, None)
         self._send, self._receive = trio.open_memory_channel[str](1024)
 
     async def connect(self) -> None:
         hello = p.Hello(
             protocol=p.PROTOCOL_VERSION,
+            # what it still runs (after a server restart): the attempts it was given
+            running=[p.RunningJob(job_id=j, attempt=a) for j, a in self.runs.items()],
             agent_version="test",
             facts=p.Facts(
                 name=self.node_id,
@@ -116,6 +121,12 @@ class Agent:
                 self.runs[msg.job_id] = msg.attempt
             elif isinstance(msg, p.Cancel):
                 self.cancels.append(msg.job_id)
+            elif isinstance(msg, p.Teleop):
+                self.teleops.append(msg)
+                if self.teleop_answer is not None:  # as the agent's teleop_ack does
+                    ok, error = self.teleop_answer
+                    key = (msg.job_id, msg.attempt, msg.stream, msg.seq)
+                    self.root.teleop_acks.resolve(key, ok, error)
 
     async def report(self, job_id: str, msg: Any) -> Any:
         return await self.root.registry.ask(JOBS, job_id, msg)

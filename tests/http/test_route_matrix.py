@@ -218,6 +218,21 @@ def _own_policy(ctx: Ctx, view: Any) -> None:
 
 RUN_BODY = {"stack": "shell", "command": ["true"]}
 JOB = "/v1/jobs/{w.job_a}"
+
+
+def _with_stream(p: str, *, post: Any = None) -> Prepare:
+    """``p`` on job_a once it has a stream ``telemetry`` (as if its job had written one)."""
+
+    async def prepare(ctx: Ctx) -> Req:
+        streams = '{"telemetry": {"kind": "telemetry", "count": 0, "last_seq": 0}}'
+        await store_of(ctx.app).execute(
+            "UPDATE jobs SET streams = ? WHERE id = ?", (streams, ctx.world.job_a)
+        )
+        return Req(p.format(w=ctx.world), json=post)
+
+    return prepare
+
+
 MEMBERS = "/v1/orgs/{w.org_a}/members"
 
 CASES: dict[tuple[str, str], Case] = {
@@ -283,6 +298,20 @@ CASES: dict[tuple[str, str], Case] = {
     ("GET", "/v1/jobs/<job_id>/logs"): Case("read", path(JOB + "/logs"), org_bound=True),
     ("GET", "/v1/jobs/<job_id>/artifacts"): Case("read", path(JOB + "/artifacts"), org_bound=True),
     ("GET", "/v1/jobs/<job_id>/events"): Case("read", path(JOB + "/events"), org_bound=True),
+    # streams: job_a (finished) has a stream "telemetry" (_with_stream); its data replays
+    # what was stored and ends
+    ("GET", "/v1/jobs/<job_id>/streams"): Case("read", path(JOB + "/streams"), org_bound=True),
+    ("POST", "/v1/jobs/<job_id>/streams/<name>/subscribe"): Case(
+        "read", _with_stream(JOB + "/streams/telemetry/subscribe", post={}), org_bound=True
+    ),
+    ("GET", "/v1/jobs/<job_id>/streams/<name>/data"): Case(
+        "read", _with_stream(JOB + "/streams/telemetry/data"), org_bound=True
+    ),
+    # without a stream ticket nobody may send teleop, the admin token included
+    ("POST", "/v1/jobs/<job_id>/streams/<name>/teleop"): Case(
+        "public", _with_stream(JOB + "/streams/telemetry/teleop", post={"push": 1}), ok=401
+    ),
+    ("GET", "/v1/jobs/<job_id>/recording"): Case("read", path(JOB + "/recording"), org_bound=True),
     ("GET", "/v1/nodes"): Case("read", path("/v1/nodes")),
     ("GET", "/v1/runs"): Case("read", path("/v1/runs"), check=_runs_narrowed),
     ("GET", "/v1/runs/<run_id>"): Case("read", path("/v1/runs/{w.job_a}"), org_bound=True),
@@ -425,6 +454,13 @@ async def test_websocket_routes_reach_their_handler(served: Any) -> None:
         ("wrong_org", "/v1/jobs/{w.job_a}/logs", "/v1/jobs/job_nope/logs"),
         ("wrong_org", "/v1/jobs/{w.job_a}/artifacts", "/v1/jobs/job_nope/artifacts"),
         ("wrong_org", "/v1/jobs/{w.job_a}/events", "/v1/jobs/job_nope/events"),
+        ("wrong_org", "/v1/jobs/{w.job_a}/streams", "/v1/jobs/job_nope/streams"),
+        ("wrong_org", "/v1/jobs/{w.job_a}/recording", "/v1/jobs/job_nope/recording"),
+        (
+            "wrong_org",
+            "POST /v1/jobs/{w.job_a}/streams/telemetry/subscribe",
+            "POST /v1/jobs/job_nope/streams/telemetry/subscribe",
+        ),
         ("wrong_org", "/v1/runs/{w.job_a}", "/v1/runs/job_nope"),
         ("org_admin", "/v1/policy?org={w.org_b}", "/v1/policy?org=org_nope"),
         ("wrong_org", "/v1/policy/preview?org={w.org_a}", "/v1/policy/preview?org=org_nope"),

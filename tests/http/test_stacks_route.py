@@ -50,7 +50,13 @@ async def test_full_view_is_the_default(client: Any, query: str) -> None:
     assert [s["name"] for s in stacks] == BUILTIN
     assert all(list(s) == FULL_FIELDS for s in stacks)
     cartpole = stacks[2]
-    assert [f["key"] for f in cartpole["config"]] == ["episodes", "max_steps", "policy", "epsilon"]
+    assert [f["key"] for f in cartpole["config"]] == [
+        "episodes",
+        "max_steps",
+        "policy",
+        "epsilon",
+        "realtime",
+    ]
     assert cartpole["unavailable"] is False
 
 

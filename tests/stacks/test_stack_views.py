@@ -120,8 +120,8 @@ def test_full_view_of_stack_without_launch_has_null_launch() -> None:
 
 
 def test_full_view_round_trips_through_the_parser(builtin_stacks: list[Stack]) -> None:
-    for stack in builtin_stacks:
-        assert parse_manifest(stack_view(stack)) == stack
+    for stack in builtin_stacks:  # streams are the manifest's, shown per job, not here
+        assert parse_manifest(stack_view(stack)) == stack.model_copy(update={"streams": []})
 
 
 def test_summary_view(builtin_stacks: list[Stack]) -> None:

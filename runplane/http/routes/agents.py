@@ -22,6 +22,7 @@ from runplane.actors.job import (
     AgentLogs,
     AgentMetric,
     AgentPhase,
+    AgentStream,
     JobMsg,
     LoseAttempt,
 )
@@ -168,6 +169,12 @@ async def _dispatch(
                 reason = await node.ask(Released(job_id, attempt), timeout=None)
                 if reason is not None:
                     await _to_job(registry, job_id, LoseAttempt(attempt, reason), wait=True)
+        case p.JobStream(job_id=job_id, attempt=attempt, stream=stream, chunks=chunks):
+            await _to_job(registry, job_id, AgentStream(node_id, attempt, stream, tuple(chunks)))
+        case p.TeleopAck() as ack:
+            key = (ack.job_id, ack.attempt, ack.stream, ack.seq)
+            if not services().root.teleop_acks.resolve(key, ack.ok, ack.error):
+                log.info("late teleop ack ignored", extra={"job_id": ack.job_id, "seq": ack.seq})
         case p.Hello():
             pass  # a second hello is meaningless; ignore it
 

@@ -1,0 +1,219 @@
+"""Realtime streams of a job: list, subscribe (a ticket), follow (SSE), teleop, recording.
+
+The streams service (``runplane/services/streams.py``) does the work; these routes check
+who may, parse the input, and frame the answers. ``docs/streams.md`` is the contract.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, StringConstraints
+from quart import Blueprint, Response, request
+
+from runplane.http.auth_hook import current_principal, current_ticket
+from runplane.http.bodies import parse_body
+from runplane.http.caller import current_caller
+from runplane.http.context import services
+from runplane.http.guards import require_area
+from runplane.http.input_checks import decode_json
+from runplane.http.query import INT64_MAX, accepts_query
+from runplane.http.routes.artifacts import public_origin
+from runplane.jobs import repo
+from runplane.jobs.rows import JobRow
+from runplane.problems import FieldProblem, Problem, not_found
+from runplane.streams.chunks import TELEOP_MAX_BYTES
+from runplane.streams.tickets import TicketInvalid
+from runplane.streams.views import not_subscribable
+
+blueprint = Blueprint("streams", __name__)
+
+
+class SubscribeBody(BaseModel):
+    """Optional: name the subscriber session a ticket is for (one viewer, several
+    streams); a fresh ``sub_`` id otherwise."""
+
+    model_config = ConfigDict(extra="forbid")
+    session_id: Annotated[str, StringConstraints(pattern=r"^sub_[A-Za-z0-9]{1,64}$")] | None = None
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _unauthorized(detail: str) -> Problem:
+    return Problem(401, "unauthorized", detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+async def _visible_row(job_id: str) -> JobRow:
+    row = await repo.get_row(services().store, job_id, current_caller().read_org)
+    if row is None:
+        raise not_found("job")
+    return row
+
+
+async def _ticketed_row(job_id: str, name: str, ticket: str) -> JobRow:
+    """The job a valid ticket for ``job_id``/``name`` opens (401 otherwise; 404 when the
+    job is gone or not of the ticket's org)."""
+    svc = services()
+    try:
+        claims = svc.root.streams.check_ticket(ticket, job_id, name, _now())
+    except TicketInvalid as exc:
+        raise _unauthorized(f"invalid stream ticket: {exc}") from None
+    row = await repo.get_row(svc.store, job_id, claims.org_id)
+    if row is None:
+        raise not_found("job")
+    return row
+
+
+def _known_stream(row: JobRow, name: str) -> dict[str, Any]:
+    view = services().root.streams.view(row, name)
+    if view is None:
+        raise not_found("stream")
+    return view
+
+
+def _may_act() -> bool:
+    """Whether the caller may drive the job (send teleop frames with its ticket): it may
+    submit runs (``runs:submit``), or it is an open deploy's anonymous caller."""
+    principal = current_principal()
+    if principal.authenticated:
+        return principal.has_scope("runs:submit")
+    return services().settings.auth != "required"
+
+
+@blueprint.get("/v1/jobs/<job_id>/streams")
+async def list_streams(job_id: str) -> list[dict[str, Any]]:
+    row = await _visible_row(job_id)
+    return services().root.streams.views(row)
+
+
+@blueprint.post("/v1/jobs/<job_id>/streams/<name>/subscribe")
+async def subscribe(job_id: str, name: str) -> dict[str, Any]:
+    row = await _visible_row(job_id)
+    require_area("streams", "realtime streams")
+    view = _known_stream(row, name)
+    streams = services().root.streams
+    refusal = not_subscribable(view, hub_runs=streams.runs)
+    if refusal is not None:
+        raise Problem(
+            422,
+            "not_subscribable",
+            f"stream {name} cannot be subscribed: {refusal}",
+            [FieldProblem("name", "not_subscribable", refusal)],
+        )
+    has_body = bool(await request.get_data(as_text=False))
+    body = await parse_body(SubscribeBody) if has_body else SubscribeBody()
+    session, ticket, expires = streams.ticket(
+        row, name, body.session_id, teleop=_may_act(), now=_now()
+    )
+    url = f"{public_origin()}/v1/jobs/{row.id}/streams/{name}/data?ticket={ticket}"
+    return {
+        "session_id": session,
+        "transport": view["transport"],
+        "ticket": ticket,
+        "url": url,
+        # additions: when the ticket expires (unix s), and whether it may send teleop
+        "expires_at": expires,
+        "teleop": _may_act(),
+    }
+
+
+def _since() -> int | None:
+    raw = request.headers.get("Last-Event-ID") or request.args.get("since_seq")
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw) if len(raw) <= 20 else -1
+    except ValueError:
+        value = -1
+    if not 0 <= value <= INT64_MAX:
+        raise Problem(
+            400,
+            "invalid_query",
+            "Last-Event-ID / since_seq must be a seq (int >= 0)",
+            [FieldProblem("since_seq", "invalid", "an integer >= 0")],
+        )
+    return value
+
+
+@blueprint.get("/v1/jobs/<job_id>/streams/<name>/data")
+@accepts_query("ticket", "since_seq")
+async def stream_data(job_id: str, name: str) -> Response:
+    require_area("streams", "realtime streams")
+    ticket = current_ticket()
+    row = await (_ticketed_row(job_id, name, ticket) if ticket else _visible_row(job_id))
+    _known_stream(row, name)
+    since = _since()
+    frames: AsyncIterator[bytes] = services().root.streams.follow(row.id, name, since)
+    response = Response(frames, content_type="text/event-stream")
+    response.headers["Cache-Control"] = "no-cache"
+    response.headers["X-Accel-Buffering"] = "no"
+    response.timeout = None
+    return response
+
+
+@blueprint.post("/v1/jobs/<job_id>/streams/<name>/teleop")
+@accepts_query("ticket")
+async def teleop(job_id: str, name: str) -> tuple[dict[str, Any], int]:
+    require_area("streams", "realtime streams")
+    require_area("teleop", "teleop")
+    ticket = current_ticket()
+    if not ticket:
+        raise _unauthorized(
+            "teleop needs a stream ticket: POST /v1/jobs/{id}/streams/{name}/subscribe, then "
+            "send it as ?ticket= or as the bearer"
+        )
+    svc = services()
+    try:
+        claims = svc.root.streams.check_ticket(ticket, job_id, name, _now())
+    except TicketInvalid as exc:
+        raise _unauthorized(f"invalid stream ticket: {exc}") from None
+    row = await repo.get_row(svc.store, job_id, claims.org_id)
+    if row is None:
+        raise not_found("job")
+    if not claims.teleop:
+        raise Problem(
+            403,
+            "forbidden",
+            "this ticket may watch the stream but not drive it: its subscriber cannot submit "
+            "runs (scope runs:submit)",
+        )
+    frame = await _frame()
+    result = await svc.root.streams.teleop(row.id, name, frame)
+    if result.status == 409:
+        raise Problem(409, "not_live", f"the run is not live: {result.reason}")
+    if result.status == 502:
+        raise Problem(502, "teleop_undelivered", f"teleop frame not delivered: {result.reason}")
+    return {"delivered": True, "stream": name, "seq": result.seq}, 202
+
+
+async def _frame() -> str:
+    """The posted control frame as compact JSON text (413 past the cap)."""
+    length = request.content_length
+    if length is not None and length > TELEOP_MAX_BYTES:
+        raise _too_big(length)
+    raw = await request.get_data(as_text=False)
+    if len(raw) > TELEOP_MAX_BYTES:
+        raise _too_big(len(raw))
+    if not raw:
+        raise Problem(400, "missing_body", "send the control frame as a JSON body")
+    return json.dumps(decode_json(raw), separators=(",", ":"), ensure_ascii=False)
+
+
+def _too_big(size: int) -> Problem:
+    return Problem(
+        413,
+        "frame_too_large",
+        f"a teleop frame is at most {TELEOP_MAX_BYTES} bytes; this one is {size}",
+        [FieldProblem("body", "too_large", f"at most {TELEOP_MAX_BYTES} bytes")],
+    )
+
+
+@blueprint.get("/v1/jobs/<job_id>/recording")
+async def recording(job_id: str) -> dict[str, Any]:
+    row = await _visible_row(job_id)
+    return await services().root.streams.recording(row)
