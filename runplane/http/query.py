@@ -166,3 +166,23 @@ def number_arg(name: str, *, minimum: float = 0) -> float | int | None:
     if value < minimum:
         raise _bad(name, f"must be >= {minimum:g}, got {raw}")
     return value
+
+
+def resume_seq() -> int | None:
+    """Where an SSE follower resumes: ``Last-Event-ID`` or ``?since_seq=`` (a seq >= 0),
+    None when neither is given; 400 ``invalid_query`` otherwise."""
+    raw = request.headers.get("Last-Event-ID") or request.args.get("since_seq")
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw) if len(raw) <= 20 else -1
+    except ValueError:
+        value = -1
+    if not 0 <= value <= INT64_MAX:
+        raise Problem(
+            400,
+            "invalid_query",
+            "Last-Event-ID / since_seq must be a seq (int >= 0)",
+            [FieldProblem("since_seq", "invalid", "an integer >= 0")],
+        )
+    return value

@@ -12,34 +12,18 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from quart import Blueprint, Response, request
+from quart import Blueprint, Response
 
 from runplane.http.caller import current_caller
 from runplane.http.context import services
-from runplane.http.query import INT64_MAX, accepts_query
+from runplane.http.query import accepts_query, resume_seq
 from runplane.jobs import repo
 from runplane.jobs.events import JobEvent
-from runplane.problems import FieldProblem, Problem, not_found
+from runplane.problems import not_found
 
 blueprint = Blueprint("events", __name__)
 
 KEEPALIVE = b": keepalive\n\n"
-
-
-def _since() -> int:
-    raw = request.headers.get("Last-Event-ID") or request.args.get("since_seq") or "0"
-    try:
-        value = int(raw) if len(raw) <= 20 else -1
-    except ValueError:
-        value = -1
-    if not 0 <= value <= INT64_MAX:
-        raise Problem(
-            400,
-            "invalid_query",
-            "Last-Event-ID / since_seq must be a seq (int >= 0)",
-            [FieldProblem("since_seq", "invalid", "an integer >= 0")],
-        )
-    return value
 
 
 def frame(seq: int, kind: str, data: str) -> bytes:
@@ -59,7 +43,7 @@ async def job_events(job_id: str) -> Response:
     svc = services()
     if await repo.get_row(svc.store, job_id, current_caller().read_org) is None:
         raise not_found("job")
-    batches = svc.root.jobs.follow(job_id, _since())
+    batches = svc.root.jobs.follow(job_id, resume_seq() or 0)
 
     async def stream() -> AsyncIterator[bytes]:
         async for batch in batches:

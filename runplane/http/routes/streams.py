@@ -20,13 +20,13 @@ from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.guards import require_area
 from runplane.http.input_checks import decode_json
-from runplane.http.query import INT64_MAX, accepts_query
+from runplane.http.query import accepts_query, resume_seq
 from runplane.http.routes.artifacts import public_origin
 from runplane.jobs import repo
 from runplane.jobs.rows import JobRow
 from runplane.problems import FieldProblem, Problem, not_found
 from runplane.streams.chunks import TELEOP_MAX_BYTES
-from runplane.streams.tickets import TicketInvalid
+from runplane.streams.tickets import Ticket, TicketInvalid
 from runplane.streams.views import not_subscribable
 
 blueprint = Blueprint("streams", __name__)
@@ -55,9 +55,9 @@ async def _visible_row(job_id: str) -> JobRow:
     return row
 
 
-async def _ticketed_row(job_id: str, name: str, ticket: str) -> JobRow:
-    """The job a valid ticket for ``job_id``/``name`` opens (401 otherwise; 404 when the
-    job is gone or not of the ticket's org)."""
+async def _ticketed(job_id: str, name: str, ticket: str) -> tuple[JobRow, Ticket]:
+    """The job a valid ticket for ``job_id``/``name`` opens, and the ticket's claims (401
+    otherwise; 404 when the job is gone or not of the ticket's org)."""
     svc = services()
     try:
         claims = svc.root.streams.check_ticket(ticket, job_id, name, _now())
@@ -66,7 +66,7 @@ async def _ticketed_row(job_id: str, name: str, ticket: str) -> JobRow:
     row = await repo.get_row(svc.store, job_id, claims.org_id)
     if row is None:
         raise not_found("job")
-    return row
+    return row, claims
 
 
 def _known_stream(row: JobRow, name: str) -> dict[str, Any]:
@@ -122,32 +122,14 @@ async def subscribe(job_id: str, name: str) -> dict[str, Any]:
     }
 
 
-def _since() -> int | None:
-    raw = request.headers.get("Last-Event-ID") or request.args.get("since_seq")
-    if raw is None or raw == "":
-        return None
-    try:
-        value = int(raw) if len(raw) <= 20 else -1
-    except ValueError:
-        value = -1
-    if not 0 <= value <= INT64_MAX:
-        raise Problem(
-            400,
-            "invalid_query",
-            "Last-Event-ID / since_seq must be a seq (int >= 0)",
-            [FieldProblem("since_seq", "invalid", "an integer >= 0")],
-        )
-    return value
-
-
 @blueprint.get("/v1/jobs/<job_id>/streams/<name>/data")
 @accepts_query("ticket", "since_seq")
 async def stream_data(job_id: str, name: str) -> Response:
     require_area("streams", "realtime streams")
     ticket = current_ticket()
-    row = await (_ticketed_row(job_id, name, ticket) if ticket else _visible_row(job_id))
+    row = (await _ticketed(job_id, name, ticket))[0] if ticket else await _visible_row(job_id)
     _known_stream(row, name)
-    since = _since()
+    since = resume_seq()
     frames: AsyncIterator[bytes] = services().root.streams.follow(row.id, name, since)
     response = Response(frames, content_type="text/event-stream")
     response.headers["Cache-Control"] = "no-cache"
@@ -167,14 +149,7 @@ async def teleop(job_id: str, name: str) -> tuple[dict[str, Any], int]:
             "teleop needs a stream ticket: POST /v1/jobs/{id}/streams/{name}/subscribe, then "
             "send it as ?ticket= or as the bearer"
         )
-    svc = services()
-    try:
-        claims = svc.root.streams.check_ticket(ticket, job_id, name, _now())
-    except TicketInvalid as exc:
-        raise _unauthorized(f"invalid stream ticket: {exc}") from None
-    row = await repo.get_row(svc.store, job_id, claims.org_id)
-    if row is None:
-        raise not_found("job")
+    row, claims = await _ticketed(job_id, name, ticket)
     if not claims.teleop:
         raise Problem(
             403,
@@ -183,7 +158,7 @@ async def teleop(job_id: str, name: str) -> tuple[dict[str, Any], int]:
             "runs (scope runs:submit)",
         )
     frame = await _frame()
-    result = await svc.root.streams.teleop(row.id, name, frame)
+    result = await services().root.streams.teleop(row.id, name, frame)
     if result.status == 409:
         raise Problem(409, "not_live", f"the run is not live: {result.reason}")
     if result.status == 502:
