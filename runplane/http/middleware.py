@@ -35,7 +35,9 @@ def _incoming_request_id(scope: Mapping[str, Any]) -> str | None:
 class RequestLogMiddleware:
     """Gives each HTTP request an id (kept from a sane incoming ``X-Request-ID`` or minted),
     exposes it as ``scope["runplane.request_id"]`` and in the response header, and logs one
-    line with method, path, status, bytes and duration when the response ends."""
+    line with method, path, status, bytes and duration when the response ends. A request
+    that ended without a response is logged with status 500, or 499 (nginx's "client
+    closed request") when the client went away first, with ``"client_gone": true``."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -52,6 +54,14 @@ class RequestLogMiddleware:
         started = time.perf_counter()
         status = 0
         sent = 0
+        gone = False
+
+        async def receive_wrapper() -> Any:
+            nonlocal gone
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                gone = True
+            return message
 
         async def send_wrapper(message: dict[str, Any]) -> None:
             nonlocal status, sent
@@ -65,16 +75,18 @@ class RequestLogMiddleware:
             await send(cast(ASGISendEvent, message))
 
         try:
-            await self.app(scope, receive, send_wrapper)
+            await self.app(scope, receive_wrapper, send_wrapper)
         finally:
             client = scope.get("client")
+            extra = {"client_gone": True} if gone else {}
             log.info(
                 "request",
                 extra={
+                    **extra,
                     "request_id": request_id,
                     "method": scope.get("method"),
                     "path": scope.get("path"),
-                    "status": status or 500,
+                    "status": status or (499 if gone else 500),
                     "bytes": sent,
                     "duration_ms": round((time.perf_counter() - started) * 1000, 3),
                     "remote": client[0] if client else None,
