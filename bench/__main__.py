@@ -7,7 +7,7 @@ Scenarios: submit, lifecycle, placement, fanout, agents, store, local_lifecycle,
 admission, teleop_rtt, stream_fanout. Each runs in its own process, starts its own server
 on loopback with a fresh data dir, and prints ONE JSON object; ``all`` prints them as
 they finish, then a last ``summary`` line with the headline figures. ``--quick`` keeps all
-of them under 5 minutes on the 2-core development machine; without it they run at the
+of them under 7 minutes on the 2-core development machine; without it they run at the
 issue's full sizes.
 """
 
