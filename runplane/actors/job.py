@@ -111,10 +111,12 @@ class LoseAttempt:
 
 @dataclass(frozen=True, slots=True)
 class OrderUndelivered:
-    """The run order of ``attempt`` did not reach the node (sent to self)."""
+    """The run order of ``attempt`` did not reach the node (sent to self), or the node
+    declined it before running anything (``counted`` False: not the node's loss)."""
 
     attempt: int
     reason: str
+    counted: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,8 +408,8 @@ class JobActor(Actor[JobMsg]):
                     self._finish_exit = None
             case LoseAttempt(attempt, reason):
                 return await self._apply(NodeLost(attempt, reason)) is not None
-            case OrderUndelivered(attempt, reason):
-                return await self._apply(Undelivered(attempt, reason)) is not None
+            case OrderUndelivered(attempt, reason, counted):
+                return await self._apply(Undelivered(attempt, reason, counted)) is not None
             case Cancel():
                 return await self._cancel()
             case WaitReason(reason):

@@ -1202,8 +1202,11 @@ class Agent:
                 await self._on_event(job, Finished("cancelled", None, "cancelled", {}, 0))
                 return
             if plan.hand_back is not None:
-                log.info("job handed back", extra={**ids, "reason": plan.hand_back})
-                self._hand_back(job.job_id, job.attempt)
+                log.info("job declined", extra={**ids, "reason": plan.hand_back})
+                self._outbox.put(
+                    JobReleased(job_id=job.job_id, attempt=job.attempt, declined=plan.hand_back)
+                )
+                self._changed.notify()
                 return
             gpus = [d.id for d in plan.gpus]
             await self._emit(

@@ -195,11 +195,15 @@ class Draining(_Msg):
 
 
 class JobReleased(_Msg):
-    """The draining agent stopped this attempt (or never started it): requeue the job."""
+    """The draining agent stopped this attempt (or never started it): requeue the job.
+    With ``declined``, the agent declined the run before starting anything, saying why
+    (its GPUs are still held by an ending job): requeued without counting against the
+    node's reliability."""
 
     type: Literal["job_released"] = "job_released"
     job_id: str
     attempt: int
+    declined: str | None = None
 
 
 AgentMsg = (

@@ -102,11 +102,13 @@ class NodeLost:
 
 @dataclass(frozen=True, slots=True)
 class Undelivered:
-    """The run order of ``attempt`` never reached the node: nothing ran, so the job goes
-    back to the queue without a requeue counted against it (the node's loss counts)."""
+    """The run order of ``attempt`` never reached the node, or the node declined it before
+    anything ran (``counted`` False: no GPU free there yet): the job goes back to the queue
+    without a requeue counted against it; the node's loss counts unless it declined."""
 
     attempt: int
     reason: str = "node went away before the run order"
+    counted: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,11 +209,12 @@ def transition(state: JobState, event: Event, now_ms: int) -> tuple[JobState, tu
                 ),
                 (Effect.RELEASE, Effect.COUNT_LOST, Effect.ENQUEUE),
             )
-        case Undelivered(attempt, reason) if phase is Phase.ASSIGNED:
+        case Undelivered(attempt, reason, counted) if phase is Phase.ASSIGNED:
             _check_attempt(state, attempt)
+            lost = (Effect.COUNT_LOST,) if counted else ()
             return (
                 replace(state, phase=Phase.QUEUED, node_id=None, started_at=None, error=reason),
-                (Effect.RELEASE, Effect.COUNT_LOST, Effect.ENQUEUE),
+                (Effect.RELEASE, *lost, Effect.ENQUEUE),
             )
     if isinstance(event, Pulling | Running | Finished | NodeLost | Undelivered):
         _check_attempt(state, event.attempt)

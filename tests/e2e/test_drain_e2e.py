@@ -170,3 +170,48 @@ async def _is(value: Any, expected: str) -> bool:
 
 async def _exists(path: Path) -> bool:
     return await trio.Path(path).exists()
+
+
+async def test_a_run_the_node_declines_goes_back_without_counting_as_lost(
+    server: LiveServer,
+) -> None:
+    """An agent that declines a run before starting anything (its GPU still held by an
+    ending job) hands it back with ``declined``: the job is queued again, not counted as
+    a requeue, and the node's lost-attempt count stays 0."""
+    url = server.url.replace("http://", "ws://") + "/v1/nodes/connect"
+    hello = p.Hello(
+        protocol=p.PROTOCOL_VERSION,
+        agent_version="test",
+        facts=p.Facts(name="raw", cpu_cores=2, ram_gb=4, arch="x86_64", os="linux"),
+    )
+    async with (
+        server.client() as client,
+        trio_websocket.open_websocket_url(url) as ws,
+    ):
+        await ws.send_message(p.encode(hello))
+        welcome = p.decode_server(await ws.get_message())
+        assert isinstance(welcome, p.Welcome)
+        response = await client.post("/v1/jobs", json={"stack": "shell", "command": ["true"]})
+        job_id = response.json()["job_id"]
+        while True:
+            run = p.decode_server(await ws.get_message())
+            if isinstance(run, p.Run):
+                break
+        assert run.job_id == job_id
+        await ws.send_message(
+            p.encode(p.JobReleased(job_id=job_id, attempt=run.attempt, declined="no GPU free"))
+        )
+        with trio.fail_after(30):  # it comes back to this node (the only one) as attempt 2
+            while True:
+                again = p.decode_server(await ws.get_message())
+                if isinstance(again, p.Run):
+                    break
+        assert (again.job_id, again.attempt) == (job_id, run.attempt + 1)
+        view = await job(client, job_id)
+        assert view["attempts"] == 0  # not a requeue counted against the job
+        system = (await client.get(f"/v1/jobs/{job_id}/logs?stream=system")).json()["logs"]
+        assert any("node declined it: no GPU free" in e["line"] for e in system)
+        row = await server.root.store.fetchone(
+            "SELECT attempts_lost FROM nodes WHERE id = ?", (welcome.node_id,)
+        )
+        assert row is not None and (row["attempts_lost"] or 0) == 0

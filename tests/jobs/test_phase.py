@@ -47,6 +47,8 @@ VALID = [
     (st(A), NodeLost(1), Q, (Effect.RELEASE, Effect.COUNT_LOST, Effect.ENQUEUE)),
     (st(R, 3, MAX_ATTEMPTS - 1), NodeLost(3), F, (Effect.RELEASE, Effect.COUNT_LOST)),
     (st(A), Undelivered(1), Q, (Effect.RELEASE, Effect.COUNT_LOST, Effect.ENQUEUE)),
+    # declined by the node before anything ran (its GPUs still held): not the node's loss
+    (st(A), Undelivered(1, "no GPU free yet", counted=False), Q, (Effect.RELEASE, Effect.ENQUEUE)),
     # never a failure: an order that never reached a node is not a loss of the job's
     (
         st(A, 3, MAX_ATTEMPTS - 1),

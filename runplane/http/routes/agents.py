@@ -25,6 +25,7 @@ from runplane.actors.job import (
     AgentStream,
     JobMsg,
     LoseAttempt,
+    OrderUndelivered,
 )
 from runplane.actors.node import AttemptEnded, Beat, Drain, NodeMsg, Released
 from runplane.agent import protocol as p
@@ -161,13 +162,16 @@ async def _dispatch(
             outbox.send_nowait(p.encode(p.FinishedAck(job_id=done.job_id, attempt=done.attempt)))
         case p.Draining(deadline_sec=deadline_sec):
             await node.tell(Drain(outbox, deadline_sec))
-        case p.JobReleased(job_id=job_id, attempt=attempt):
+        case p.JobReleased(job_id=job_id, attempt=attempt, declined=declined):
             # The requeue is stored before the next frame is read, shielded: the draining
             # agent closes its session right after, which cancels this handler, and a server
             # stopping then must still have recorded every hand-back.
             with trio.CancelScope(shield=True, deadline=trio.current_time() + RELEASE_SEC):
                 reason = await node.ask(Released(job_id, attempt), timeout=None)
-                if reason is not None:
+                if reason is not None and declined:  # nothing ran: not the node's loss
+                    back = OrderUndelivered(attempt, f"node declined it: {declined}", False)
+                    await _to_job(registry, job_id, back, wait=True)
+                elif reason is not None:
                     await _to_job(registry, job_id, LoseAttempt(attempt, reason), wait=True)
         case p.JobStream(job_id=job_id, attempt=attempt, stream=stream, chunks=chunks):
             await _to_job(registry, job_id, AgentStream(node_id, attempt, stream, tuple(chunks)))
