@@ -8,6 +8,7 @@ services, and nothing below imports it (only ``http`` and ``cli`` do).
     ├── placement       PlacementActor: queue + fleet index, plans assignments
     └── actors          supervisor of the registry's virtual actors
         ├── job/<id>    JobActor, one per live job (terminal ones passivate)
+        ├── pipeline/<id>  PipelineActor, one per live pipeline run (finished ones passivate)
         ├── node/<id>   NodeActor, one per connected (or recently lost) node
         └── heartbeats/all  HeartbeatLog: nodes' last beats, written in batches
 
@@ -36,6 +37,7 @@ from runplane.policy import platform_caps
 from runplane.runtime import ActorRef, ChildSpec, Hub, Registry, Supervisor
 from runplane.services.fleet import Fleet
 from runplane.services.jobs import Jobs
+from runplane.services.pipelines import Pipelines
 from runplane.services.streams import Streams
 from runplane.settings import Settings
 from runplane.stacks import Catalog
@@ -91,6 +93,7 @@ class Root:
         self.fleet = Fleet(settings, store, self.registry)
         self._catalog = catalog
         self._jobs: Jobs | None = None
+        self._pipelines: Pipelines | None = None
         #: the streams service (runplane/services/streams.py): asks the job actors
         self.streams = Streams(store, self.hub, self.registry, catalog, settings, self.teleop_acks)
 
@@ -111,6 +114,7 @@ class Root:
             self._wire()
             await self.fleet.recover()
             await self.jobs.recover()
+            await self.pipelines.recover()
             task_status.started()
 
     def _wire(self) -> None:
@@ -119,6 +123,8 @@ class Root:
         admission = self.admission
         fleet = self.fleet
         self._jobs = Jobs(self.store, self._catalog, registry, placement, admission, self.hub)
+        self._pipelines = pipelines = Pipelines(self.store, self._jobs, registry)
+        pipelines.register()
 
         # Job actors send these on every transition: tell_now queues without a scheduling
         # point (a yield per transition had tripled the paced submit-to-running latency).
@@ -159,6 +165,7 @@ class Root:
                 run_order=run_order,
                 cancel_order=cancel_order,
                 phase_changed=phase_changed,
+                stage_changed=pipelines.stage_changed,
                 stream_kinds=self._stream_kinds,
                 stream_ring=self.settings.stream_ring,
                 teleop_acks=self.teleop_acks,
@@ -188,6 +195,13 @@ class Root:
         if self._jobs is None:
             raise RuntimeError("the actor tree is not running yet")
         return self._jobs
+
+    @property
+    def pipelines(self) -> Pipelines:
+        """The pipelines service (once the tree runs)."""
+        if self._pipelines is None:
+            raise RuntimeError("the actor tree is not running yet")
+        return self._pipelines
 
     async def stop(self) -> None:
         await self.supervisor.stop()

@@ -215,6 +215,12 @@ async def _no_phase_hook(row: JobRow, phase: str) -> None:
     return None
 
 
+async def _no_stage_hook(
+    row: JobRow, phase: str, error: str | None, final_metrics: dict[str, float]
+) -> None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class JobDeps:
     """What a job actor talks to, injected so it knows no HTTP and no socket."""
@@ -235,6 +241,11 @@ class JobDeps:
     cancel_order: Callable[[str, int], p.Cancel]
     #: the job's phase changed (durably): the admission ledger counts live work by it
     phase_changed: Callable[[JobRow, str], Awaitable[None]] = _no_phase_hook
+    #: a pipeline stage job's phase changed (durably): (row, phase, error, final metrics)
+    #: for its pipeline actor (``runplane/actors/pipeline.py``)
+    stage_changed: Callable[[JobRow, str, str | None, dict[str, float]], Awaitable[None]] = (
+        _no_stage_hook
+    )
     #: streams: the kind of each stream a stack declares (stack name -> {name: kind}),
     #: chunks a stream's ring keeps, and teleop frames waiting for their agent
     stream_kinds: Callable[[str], dict[str, str]] = lambda stack: {}
@@ -547,6 +558,10 @@ class JobActor(Actor[JobMsg]):
         self._publish(events, terminal=changed_to_terminal)
         if after.phase is not before.phase:
             await self.deps.phase_changed(self.row, after.phase.value)
+            if self.row.pipeline_run_id is not None:
+                await self.deps.stage_changed(
+                    self.row, after.phase.value, after.error, dict(self.final_metrics)
+                )
         log.info(
             "job phase",
             extra={

@@ -125,6 +125,12 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/runs/validate"): scope("runs:submit"),
     ("POST", "/v1/runs/resolve"): scope("runs:submit"),
     ("GET", "/v1/me/entitlements"): READ,
+    # --- pipelines (docs/pipelines.md) ------------------------------------------------------
+    ("POST", "/v1/pipelines"): scope("runs:submit"),
+    ("GET", "/v1/pipelines"): READ,
+    ("POST", "/v1/pipelines/validate"): scope("runs:submit"),
+    ("GET", "/v1/pipelines/<run_id>"): READ,
+    ("POST", "/v1/pipelines/<run_id>/cancel"): scope("runs:cancel"),
     ("GET", "/v1/policy/preflight"): scope("runs:submit"),
     ("POST", "/v1/policy/preflight"): scope("runs:submit"),
     ("GET", "/v1/policy"): MANAGE,

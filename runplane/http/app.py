@@ -36,6 +36,7 @@ from runplane.http.routes import (
     me,
     nodes,
     orgs,
+    pipelines,
     policy,
     runs,
     stacks,
@@ -162,6 +163,7 @@ def create_app(
     app.register_blueprint(jobs.blueprint)
     app.register_blueprint(events.blueprint)
     app.register_blueprint(streams.blueprint)
+    app.register_blueprint(pipelines.blueprint)
     app.register_blueprint(nodes.blueprint)
     app.register_blueprint(agents.blueprint)
     app.register_blueprint(artifacts.blueprint)

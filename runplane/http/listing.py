@@ -21,7 +21,7 @@ LIST_DEFAULT, LIST_MAX = 500, 5000
 
 #: The query parameters of the job list and of the run list (``@accepts_query``).
 PAGE_PARAMS = ("limit", "offset", "paginate", "cursor")
-JOB_LIST_PARAMS = ("phase", "stack", "project", "spec", "node", *PAGE_PARAMS)
+JOB_LIST_PARAMS = ("phase", "stack", "project", "spec", "node", "pipeline", *PAGE_PARAMS)
 RUN_LIST_PARAMS = ("phase", "stack", "project", *PAGE_PARAMS)
 
 Render = Callable[[list[JobRow]], Awaitable[list[dict[str, Any]]]]
@@ -37,6 +37,7 @@ def job_filter(*, spec_and_node: bool) -> repo.JobFilter:
         project=str_arg("project"),
         spec_hash=str_arg("spec") if spec_and_node else None,
         node_id=str_arg("node") if spec_and_node else None,
+        pipeline_run_id=str_arg("pipeline") if spec_and_node else None,
     )
 
 

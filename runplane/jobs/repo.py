@@ -23,7 +23,7 @@ JOB_COLUMNS = (
     "id, org_id, project, submitted_by, stack, image, phase, priority, mode, seed, spec_hash, "
     "spec, node_id, attempt, attempts, error, wait_reason, final_metrics, artifacts, "
     "event_seq, log_lines, log_dropped, created_at, started_at, finished_at, updated_at, run, "
-    "rerun_of, exit_code, signal, gpus, streams"
+    "rerun_of, exit_code, signal, gpus, streams, pipeline_run_id, stage"
 )
 
 
@@ -46,6 +46,9 @@ class NewJob:
     also: Callable[[JobRow], tuple[str, Sequence[Any]]] | None = None
     #: the job this one reruns (``Jobs.rerun``)
     rerun_of: str | None = None
+    #: the pipeline run and stage that launched it (``docs/pipelines.md``)
+    pipeline_run_id: str | None = None
+    stage: str | None = None
 
 
 def check_idempotent(job: NewJob, prior: dict[str, Any] | None, now: int) -> str | None:
@@ -138,6 +141,8 @@ INSERT_COLUMNS = (
     "updated_at",
     "run",
     "rerun_of",
+    "pipeline_run_id",
+    "stage",
 )
 
 
@@ -174,6 +179,8 @@ def new_row(job: NewJob, now: int) -> dict[str, Any]:
         "updated_at": now,
         "run": to_json(job.run) if job.run is not None else None,
         "rerun_of": job.rerun_of,
+        "pipeline_run_id": job.pipeline_run_id,
+        "stage": job.stage,
     }
 
 
@@ -193,6 +200,7 @@ class JobFilter:
     project: str | None = None
     spec_hash: str | None = None
     node_id: str | None = None
+    pipeline_run_id: str | None = None
 
     def where(self) -> tuple[str, list[Any]]:
         clauses: list[str] = []
@@ -204,6 +212,7 @@ class JobFilter:
             ("project", self.project),
             ("spec_hash", self.spec_hash),
             ("node_id", self.node_id),
+            ("pipeline_run_id", self.pipeline_run_id),
         ):
             if value is not None:
                 clauses.append(f"{column} = ?")

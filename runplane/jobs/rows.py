@@ -66,6 +66,9 @@ class JobRow:
     #: its realtime streams, per name: kind, count, last seq, last teleop seq (decoded
     #: JSON; ``runplane/streams/job_streams.py``), None before the first
     streams: dict[str, Any] | None = None
+    #: the pipeline run and stage that launched it; None for a job submitted on its own
+    pipeline_run_id: str | None = None
+    stage: str | None = None
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> JobRow:
@@ -103,4 +106,6 @@ class JobRow:
             signal=row.get("signal"),
             gpus=tuple(_decoded(row.get("gpus")) or ()),
             streams=_decoded(row.get("streams")),
+            pipeline_run_id=row.get("pipeline_run_id"),
+            stage=row.get("stage"),
         )

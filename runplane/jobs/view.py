@@ -101,6 +101,9 @@ def job_view(row: JobRow, *, wait_reason: str | None = None) -> dict[str, Any]:
         "signal": row.signal,
         # addition: the GPU devices its node assigned (UUIDs, else indices; [] for none)
         "gpus": list(row.gpus),
+        # addition: the pipeline run and stage that launched it (null for a plain job)
+        "pipeline_run_id": row.pipeline_run_id,
+        "stage": row.stage,
         # addition: its realtime streams with the chunks received (docs/streams.md)
         "streams": [
             {"name": name, "kind": s.get("kind", "data"), "count": s.get("count", 0)}

@@ -140,8 +140,10 @@ class Jobs:
         *,
         idempotency_key: str | None = None,
         audit: InTx | None = None,
+        stage_of: tuple[str, str] | None = None,
     ) -> Created:
-        """Submit a plain or a layered (RunSpec) body: plan it, then admit and create it."""
+        """Submit a plain or a layered (RunSpec) body: plan it, then admit and create it.
+        ``stage_of`` (pipeline run id, stage name) tags the job of a pipeline stage."""
         fingerprint = body_hash(body)
         planned = runs.plan(body, self.catalog)
         raise_issues(planned.issues)
@@ -156,6 +158,7 @@ class Jobs:
             idempotency_key=idempotency_key,
             body_hash=fingerprint,
             audit=audit,
+            stage_of=stage_of,
         )
 
     async def dry_run(self, body: SubmitJobBody, who: Submitter) -> DryRun:
@@ -230,7 +233,9 @@ class Jobs:
         body_hash: str | None = None,
         audit: InTx | None = None,
         rerun_of: str | None = None,
+        stage_of: tuple[str, str] | None = None,
     ) -> Created:
+        pipeline_run_id, stage = stage_of or (None, None)
         new = repo.NewJob(
             id=new_id("job_"),
             org_id=who.org_id,
@@ -243,6 +248,8 @@ class Jobs:
             idempotency_hash=body_hash if idempotency_key else None,
             also=audit,
             rerun_of=rerun_of,
+            pipeline_run_id=pipeline_run_id,
+            stage=stage,
         )
         prior = await repo.idempotent_prior(self.store, new)
         if prior is not None:

@@ -1,0 +1,264 @@
+"""The pipelines service: what the pipeline routes call (``docs/pipelines.md``).
+
+``check`` does every validation a submit needs before anything is enqueued: the topology
+(``runplane/pipelines/dag.py``: 400) and each stage as a dry run of its RunSpec body under
+the caller's policy (``Jobs.dry_run``: 422), with each ``{{stages.<name>.job_id}}``
+standing for a well-formed job id. ``create`` writes the run and its stages in one
+transaction, then activates its actor (``runplane/actors/pipeline.py``), which launches
+the root stages; ``cancel`` has the actor cancel the run, then kills the live stage jobs
+through the jobs service (outside the actor, which keeps taking their phase reports).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+from pydantic import ValidationError
+
+from runplane.actors.pipeline import (
+    PIPELINES,
+    Cancel,
+    Invalid,
+    Launch,
+    PipelineActor,
+    PipelineDeps,
+    Refused,
+    Sync,
+)
+from runplane.ids import new_id
+from runplane.jobs.rows import JobRow
+from runplane.persistence import Store, now_ms
+from runplane.pipelines import dag, repo
+from runplane.pipelines.body import PipelineBody, PipelineStageBody
+from runplane.pipelines.machine import JobPhase
+from runplane.pipelines.refs import PLACEHOLDER_JOB_ID, resolve
+from runplane.pipelines.view import run_view
+from runplane.policy.refusal import AdmissionRefused
+from runplane.problems import FieldProblem, Problem, not_found
+from runplane.runs import RunProblem, RunSpecBody
+from runplane.runtime import AskTimeout, MailboxFull, Registry
+from runplane.services.jobs import Jobs, Submitter
+
+#: A pipeline actor idle this long once its run is over is passivated.
+PIPELINE_IDLE_SEC = 30.0
+#: Room for every phase report of a 1,000-stage run at once (job actors never wait on it).
+PIPELINE_MAILBOX = 16_384
+#: The origin stage refs to /v1/artifacts/ are checked against before the real one is known.
+_PROBE_ORIGIN = "http://runplane.invalid"
+_STAGE_ONLY = {"name", "needs", "allow_failure"}
+
+
+@dataclass(frozen=True, slots=True)
+class StageCheck:
+    name: str
+    stack: str
+    errors: list[RunProblem]
+    warnings: list[RunProblem] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "stack": self.stack,
+            "validation": {
+                "ok": not self.errors,
+                "errors": [p.as_dict() for p in self.errors],
+                "warnings": [p.as_dict() for p in self.warnings],
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    topology: dag.Topology
+    stages: list[StageCheck]
+
+    @property
+    def ok(self) -> bool:
+        return self.topology.ok and all(not s.errors for s in self.stages)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The answer of POST /v1/pipelines/validate."""
+        return {
+            "ok": self.ok,
+            "errors": [p.as_dict() for p in self.topology.problems],
+            "stages": [s.as_dict() for s in self.stages],
+        }
+
+
+def stage_payload(stage: PipelineStageBody, project: str) -> dict[str, Any]:
+    """The stage's RunSpec body as stored (fields it set; the pipeline's project when it
+    names none)."""
+    payload = stage.model_dump(mode="json", exclude_unset=True, exclude=_STAGE_ONLY)
+    if not stage.project and project:
+        payload["project"] = project
+    return payload
+
+
+def _problems(exc: ValidationError) -> list[RunProblem]:
+    return [
+        RunProblem(".".join(str(p) for p in e["loc"]) or "(body)", "invalid", e["msg"])
+        for e in exc.errors()
+    ]
+
+
+class Pipelines:
+    def __init__(self, store: Store, jobs: Jobs, registry: Registry) -> None:
+        self.store = store
+        self.jobs = jobs
+        self.registry = registry
+
+    def register(self) -> None:
+        deps = PipelineDeps(store=self.store, launch=self._launch)
+
+        async def activate(run_id: str) -> PipelineActor:
+            run = await repo.get_run(self.store, run_id, None)
+            if run is None:
+                raise LookupError(f"pipeline run {run_id} has no row")
+            return PipelineActor(deps, run, await repo.get_stages(self.store, run_id))
+
+        self.registry.register(
+            PIPELINES,
+            activate,
+            idle_timeout=PIPELINE_IDLE_SEC,
+            mailbox_capacity=PIPELINE_MAILBOX,
+        )
+
+    async def recover(self) -> int:
+        """At start-up: every run not over gets its actor back (it rebuilds from the store
+        and goes on where the run was)."""
+        ids = await repo.live_ids(self.store)
+        for run_id in ids:
+            await self.registry.get(PIPELINES, run_id)
+        return len(ids)
+
+    async def stage_changed(
+        self, row: JobRow, phase: str, error: str | None, final_metrics: dict[str, float]
+    ) -> None:
+        """A stage job's phase changed (the job actor's hook): tell its pipeline actor."""
+        assert row.pipeline_run_id is not None and row.stage is not None
+        event = JobPhase(row.stage, row.id, phase, now_ms(), error, final_metrics)
+        await self.registry.tell(PIPELINES, row.pipeline_run_id, event)
+
+    # -- validation -----------------------------------------------------------------------
+
+    async def check(self, body: PipelineBody, who: Submitter, *, stages: bool = True) -> Checked:
+        topology = dag.check(body.stages)
+        if not stages:
+            return Checked(topology, [])
+        return Checked(topology, [await self._check_stage(s, body, who) for s in body.stages])
+
+    async def _check_stage(
+        self, stage: PipelineStageBody, body: PipelineBody, who: Submitter
+    ) -> StageCheck:
+        probe = resolve(
+            stage_payload(stage, body.project), lambda _: PLACEHOLDER_JOB_ID, _PROBE_ORIGIN
+        )
+        try:
+            run_body = RunSpecBody.model_validate(probe)
+        except ValidationError as exc:
+            return StageCheck(stage.name, stage.stack, _problems(exc))
+        try:
+            dry = await self.jobs.dry_run(run_body, who)
+        except Problem as exc:  # an unknown stack: a stage failure here, not a 400
+            errors = [RunProblem(e.key, e.code, e.message) for e in exc.errors]
+            return StageCheck(
+                stage.name, stage.stack, errors or [RunProblem("", exc.code, exc.detail)]
+            )
+        return StageCheck(stage.name, stage.stack, dry.errors, dry.warnings)
+
+    # -- commands -------------------------------------------------------------------------
+
+    async def create(self, body: PipelineBody, who: Submitter, *, origin: str) -> dict[str, Any]:
+        """Validate everything (400 topology, 422 a stage), then write the run and start its
+        actor, which launches the root stages. The PipelineRun with its stages."""
+        checked = await self.check(body, who, stages=False)
+        if not checked.topology.ok:
+            problems = checked.topology.problems
+            raise Problem(
+                400,
+                "invalid_pipeline",
+                problems[0].message
+                + ("" if len(problems) == 1 else f" (and {len(problems) - 1} more)"),
+                [FieldProblem(p.key, p.code, p.message) for p in problems],
+            )
+        failed = []
+        for stage in body.stages:
+            result = await self._check_stage(stage, body, who)
+            failed += [
+                FieldProblem(f"stages.{stage.name}.{p.key}".rstrip("."), p.code, p.message)
+                for p in result.errors
+            ]
+        if failed:
+            raise Problem(
+                422,
+                "invalid_stage",
+                f"{failed[0].key}: {failed[0].message}"
+                + ("" if len(failed) == 1 else f" (and {len(failed) - 1} more)"),
+                failed,
+            )
+        run = repo.NewRun(
+            id=new_id("plr_"),
+            org_id=who.org_id,
+            project=body.project,
+            name=body.name,
+            submitted_by=who.subject,
+            origin=origin,
+            stages=[
+                (s.name, list(s.needs), s.allow_failure, s.stack, stage_payload(s, body.project))
+                for s in body.stages
+            ],
+        )
+        await self.store.transaction(repo.insert_run(run))
+        await self.registry.ask(PIPELINES, run.id, Sync())  # the root stages are launched
+        return await self.view(run.id, None)
+
+    async def cancel(self, run_id: str, org_id: str | None) -> dict[str, Any]:
+        if await repo.get_run(self.store, run_id, org_id) is None:
+            raise not_found("pipeline run")
+        kill = await self.registry.ask(PIPELINES, run_id, Cancel())
+
+        async def one(job_id: str) -> None:
+            await self.jobs.cancel(job_id, None)
+
+        async with trio.open_nursery() as nursery:
+            for job_id in kill:
+                nursery.start_soon(one, job_id)
+        # the stage jobs told the actor they are cancelled before their cancel returned
+        await self.registry.ask(PIPELINES, run_id, Sync())
+        return await self.view(run_id, None)
+
+    # -- reads ----------------------------------------------------------------------------
+
+    async def view(self, run_id: str, org_id: str | None) -> dict[str, Any]:
+        run = await repo.get_run(self.store, run_id, org_id)
+        if run is None:
+            raise not_found("pipeline run")
+        return run_view(run, await repo.get_stages(self.store, run_id))
+
+    async def list(self, org_id: str | None, *, limit: int, offset: int) -> list[dict[str, Any]]:
+        return [
+            run_view(r)
+            for r in await repo.list_runs(self.store, org_id, limit=limit, offset=offset)
+        ]
+
+    # -- the actor's launcher ---------------------------------------------------------------
+
+    async def _launch(self, launch: Launch) -> str:
+        try:
+            body = RunSpecBody.model_validate(launch.body)
+        except ValidationError as exc:
+            raise Invalid("; ".join(f"{p.key}: {p.message}" for p in _problems(exc))) from None
+        run = launch.run
+        try:
+            created = await self.jobs.submit(
+                body, Submitter(run.org_id, run.submitted_by), stage_of=(run.id, launch.stage)
+            )
+        except AdmissionRefused as exc:
+            raise Refused(exc.reason) from None
+        except (MailboxFull, AskTimeout):
+            raise Refused("the server is busy; the stage is tried again shortly") from None
+        except Problem as exc:
+            raise Invalid(exc.detail) from None
+        return created.row.id
