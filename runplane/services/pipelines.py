@@ -11,6 +11,7 @@ through the jobs service (outside the actor, which keeps taking their phase repo
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,8 +39,10 @@ from runplane.pipelines.view import run_view
 from runplane.policy.refusal import AdmissionRefused
 from runplane.problems import FieldProblem, Problem, not_found
 from runplane.runs import RunProblem, RunSpecBody
-from runplane.runtime import AskTimeout, MailboxFull, Registry
+from runplane.runtime import ActorError, AskTimeout, MailboxFull, Registry
 from runplane.services.jobs import Jobs, Submitter
+
+log = logging.getLogger("runplane.pipelines")
 
 #: A pipeline actor idle this long once its run is over is passivated.
 PIPELINE_IDLE_SEC = 30.0
@@ -136,10 +139,18 @@ class Pipelines:
     async def stage_changed(
         self, row: JobRow, phase: str, error: str | None, final_metrics: dict[str, float]
     ) -> None:
-        """A stage job's phase changed (the job actor's hook): tell its pipeline actor."""
+        """A stage job's phase changed (the job actor's hook): tell its pipeline actor. If
+        it cannot take it (the server is stopping, the actor failed to start) nothing is
+        lost: the actor reads its stage jobs' phases from the store when it starts."""
         assert row.pipeline_run_id is not None and row.stage is not None
         event = JobPhase(row.stage, row.id, phase, now_ms(), error, final_metrics)
-        await self.registry.tell(PIPELINES, row.pipeline_run_id, event)
+        try:
+            await self.registry.tell(PIPELINES, row.pipeline_run_id, event)
+        except (ActorError, LookupError) as exc:
+            log.warning(
+                "stage phase not told to its pipeline (read back when it starts)",
+                extra={"pipeline_run_id": row.pipeline_run_id, "job_id": row.id, "error": str(exc)},
+            )
 
     # -- validation -----------------------------------------------------------------------
 

@@ -79,6 +79,8 @@ class World:
     owner_session: str
     job_a: str
     secrets: dict[str, str] = field(default_factory=dict)
+    #: a pipeline run of org A (made by the route matrix's fixture)
+    pipeline_a: str = ""
 
     def headers(self, persona: str) -> dict[str, str]:
         if persona == "anonymous":

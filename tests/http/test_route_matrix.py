@@ -217,6 +217,20 @@ def _own_policy(ctx: Ctx, view: Any) -> None:
 
 
 RUN_BODY = {"stack": "shell", "command": ["true"]}
+PIPELINE_BODY = {"stages": [{"name": "only", "stack": "shell", "command": ["true"]}]}
+PIPELINE = "/v1/pipelines/{w.pipeline_a}"
+
+
+def _pipelines_narrowed(ctx: Ctx, listed: Any) -> None:
+    orgs = {run["org_id"] for run in listed}
+    if ctx.persona == "wrong_org":
+        assert orgs <= {ctx.world.org_b}, orgs
+    elif ctx.persona != "admin":
+        assert orgs <= {ctx.world.org_a}, orgs
+    ids = {run["pipeline_run_id"] for run in listed}
+    assert (ctx.world.pipeline_a in ids) == (ctx.persona != "wrong_org"), ctx.persona
+
+
 JOB = "/v1/jobs/{w.job_a}"
 
 
@@ -316,6 +330,8 @@ CASES: dict[tuple[str, str], Case] = {
     ("GET", "/v1/runs"): Case("read", path("/v1/runs"), check=_runs_narrowed),
     ("GET", "/v1/runs/<run_id>"): Case("read", path("/v1/runs/{w.job_a}"), org_bound=True),
     ("GET", "/v1/me/entitlements"): Case("read", path("/v1/me/entitlements")),
+    ("GET", "/v1/pipelines"): Case("read", path("/v1/pipelines"), check=_pipelines_narrowed),
+    ("GET", "/v1/pipelines/<run_id>"): Case("read", path(PIPELINE), org_bound=True),
     # manage: policy
     ("GET", "/v1/policy"): Case("manage", path("/v1/policy"), check=_own_policy),
     ("PUT", "/v1/policy"): Case(
@@ -334,6 +350,15 @@ CASES: dict[tuple[str, str], Case] = {
     ),
     ("POST", "/v1/runs"): Case(
         "scope", body("/v1/runs", lambda c: RUN_BODY), ok=202, scope="runs:submit"
+    ),
+    ("POST", "/v1/pipelines"): Case(
+        "scope", body("/v1/pipelines", lambda c: PIPELINE_BODY), ok=202, scope="runs:submit"
+    ),
+    ("POST", "/v1/pipelines/validate"): Case(
+        "scope", body("/v1/pipelines/validate", lambda c: PIPELINE_BODY), scope="runs:submit"
+    ),
+    ("POST", "/v1/pipelines/<run_id>/cancel"): Case(
+        "scope", path(PIPELINE + "/cancel"), scope="runs:cancel", org_bound=True
     ),
     ("POST", "/v1/runs/validate"): Case(
         "scope", body("/v1/runs/validate", lambda c: RUN_BODY), scope="runs:submit"
@@ -376,6 +401,11 @@ async def served(make_settings: Callable[..., Any]) -> Any:
         world = await build_world(client, store_of(app))
         response = await client.put(f"/v1/artifacts/{world.job_a}/out.txt", data=b"artifact")
         assert response.status_code == 201, await response.get_data()
+        pipeline = await client.post(
+            "/v1/pipelines", json=PIPELINE_BODY, headers=world.headers("member")
+        )
+        assert pipeline.status_code == 202, await pipeline.get_data()
+        world.pipeline_a = (await pipeline.get_json())["pipeline_run_id"]
         yield app, client, world
 
 
@@ -462,6 +492,12 @@ async def test_websocket_routes_reach_their_handler(served: Any) -> None:
             "POST /v1/jobs/job_nope/streams/telemetry/subscribe",
         ),
         ("wrong_org", "/v1/runs/{w.job_a}", "/v1/runs/job_nope"),
+        ("wrong_org", "/v1/pipelines/{w.pipeline_a}", "/v1/pipelines/plr_nope"),
+        (
+            "wrong_org",
+            "POST /v1/pipelines/{w.pipeline_a}/cancel",
+            "POST /v1/pipelines/plr_nope/cancel",
+        ),
         ("org_admin", "/v1/policy?org={w.org_b}", "/v1/policy?org=org_nope"),
         ("wrong_org", "/v1/policy/preview?org={w.org_a}", "/v1/policy/preview?org=org_nope"),
         ("wrong_org", "POST /v1/jobs/{w.job_a}/cancel", "POST /v1/jobs/job_nope/cancel"),
