@@ -15,7 +15,16 @@ from typing import Any
 import httpx
 import trio
 
-from .conftest import LiveServer, StartAgent, job, job_logs, online_nodes, wait_for
+from .conftest import (
+    LiveServer,
+    StartAgent,
+    e2e_settings,
+    job,
+    job_logs,
+    online_nodes,
+    start_server,
+    wait_for,
+)
 from .test_jobs_e2e import _processes_with
 
 ADMIN_H = {"Authorization": "Bearer e2e-admin-token-0123456789"}
@@ -357,3 +366,39 @@ async def test_a_server_killed_mid_pipeline_finishes_it_after_a_restart_running_
             assert {s["name"]: s["job_id"] for s in view["stages"]} == by_stage
     finally:
         server.kill()
+
+
+async def test_a_rebuilt_actor_adopts_a_stage_job_whose_stage_row_was_never_written(
+    nursery: trio.Nursery, tmp_path: Path, durable_store_url: str | None
+) -> None:
+    """The crash window between a stage job's insert and its stage row's update: after a
+    restart the run's actor finds the job by its pipeline id and adopts it (one job per
+    stage, never two). On SQLite and PostgreSQL."""
+    env = {"database_url": durable_store_url} if durable_store_url else {}
+    settings = e2e_settings(tmp_path / "server", **env)
+    first = await start_server(nursery, settings)
+    body = {"stages": [stage("a"), stage("b"), stage("c", "a", "b")]}
+    async with first.client() as client:
+        run = await create(client, body)
+    run_id = run["pipeline_run_id"]
+    store = first.root.store
+    # as if the server died right after inserting the jobs: the stage rows say pending
+    await store.execute(
+        "UPDATE pipeline_stages SET phase = 'pending', job_id = NULL WHERE run_id = ?", (run_id,)
+    )
+    first.stop.set()
+    await first.done.wait()
+
+    again = await start_server(nursery, settings)
+    async with again.client() as client:
+        view = (await client.get(f"/v1/pipelines/{run_id}")).json()
+        assert phases(view) == {"a": "queued", "b": "queued", "c": "pending"}
+        assert {s["name"]: s["job_id"] for s in view["stages"][:2]} == {
+            s["name"]: s["job_id"] for s in run["stages"][:2]
+        }
+        jobs = (await client.get(f"/v1/jobs?pipeline={run_id}")).json()
+        assert sorted(j["stage"] for j in jobs) == ["a", "b"]
+        cancelled = (await client.post(f"/v1/pipelines/{run_id}/cancel")).json()
+        assert set(phases(cancelled).values()) == {"cancelled"}
+    again.stop.set()
+    await again.done.wait()

@@ -3,7 +3,9 @@ before anything is enqueued, the views, listing, job tagging, cancel, audit, quo
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -207,3 +209,12 @@ async def test_disabled_pipelines_answer_503(make_settings: Callable[..., Settin
             response = await client.open(url, method=method, json=body)
             assert response.status_code == 503, url
             assert (await response.get_json())["code"] == "feature_disabled"
+
+
+async def test_the_example_in_the_docs_validates(client: Any) -> None:
+    text = (Path(__file__).parents[2] / "docs" / "pipelines.md").read_text()
+    example = json.loads(text.split("```json", 1)[1].split("```", 1)[0])
+    checked = await ok_json(await client.post("/v1/pipelines/validate", json=example), 200)
+    assert checked["ok"] is True, checked
+    run = await ok_json(await client.post("/v1/pipelines", json=example), 202)
+    assert [s["phase"] for s in run["stages"]] == ["queued"] + ["pending"] * 4
