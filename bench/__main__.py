@@ -4,7 +4,7 @@
     python -m bench SCENARIO [--quick] [...]   # one scenario (its own flags pass through)
 
 Scenarios: submit, lifecycle, placement, fanout, agents, store, local_lifecycle,
-admission, teleop_rtt, stream_fanout. Each runs in its own process, starts its own server
+admission, teleop_rtt, stream_fanout, pipeline. Each runs in its own process, starts its own server
 on loopback with a fresh data dir, and prints ONE JSON object; ``all`` prints them as
 they finish, then a last ``summary`` line with the headline figures. ``--quick`` keeps all
 of them under 7 minutes on the 2-core development machine; without it they run at the
@@ -32,6 +32,7 @@ SCENARIOS: dict[str, str] = {
     "admission": "bench.admission",
     "teleop_rtt": "bench.teleop_rtt",
     "stream_fanout": "bench.stream_fanout",
+    "pipeline": "bench.pipeline",
 }
 #: seconds one scenario may take before ``all`` gives up on it
 LIMIT_QUICK, LIMIT_FULL = 180, 1200
@@ -43,6 +44,13 @@ HEADLINES: dict[str, tuple[str, ...]] = {
     "fanout": ("delivered_lines_per_s", "latency_ms", "every_line_in_order"),
     "teleop_rtt": ("rtt", "lost", "in_order", "rate_achieved_hz"),
     "stream_fanout": ("delivered_per_s", "latency_ms", "every_chunk_in_order", "p99_ratio_stalled"),
+    "pipeline": (
+        "fanout_create_ms",
+        "launch_overhead_chain_ms",
+        "launch_overhead_fanout_ms",
+        "chain_pipelines_created_per_s",
+        "all_succeeded",
+    ),
     "agents": ("agents_connected", "rss_per_agent_kb", "idle_cpu_share"),
     "store": ("summary",),
     "local_lifecycle": (

@@ -11,6 +11,7 @@ through the jobs service (outside the actor, which keeps taking their phase repo
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +49,8 @@ log = logging.getLogger("runplane.pipelines")
 PIPELINE_IDLE_SEC = 30.0
 #: Room for every phase report of a 1,000-stage run at once (job actors never wait on it).
 PIPELINE_MAILBOX = 16_384
+#: Seconds a create waits for its root stages to launch before answering.
+CREATE_WAIT_SEC = 10.0
 #: The origin stage refs to /v1/artifacts/ are checked against before the real one is known.
 _PROBE_ORIGIN = "http://runplane.invalid"
 _STAGE_ONLY = {"name", "needs", "allow_failure"}
@@ -222,7 +225,11 @@ class Pipelines:
             ],
         )
         await self.store.transaction(repo.insert_run(run))
-        await self.registry.ask(PIPELINES, run.id, Sync())  # the root stages are launched
+        # answer once the root stages are launched; a very wide first wave that takes
+        # longer is answered as it stands (the run exists: an error here would invite a
+        # retry that creates it twice)
+        with contextlib.suppress(AskTimeout):
+            await self.registry.ask(PIPELINES, run.id, Sync(), timeout=CREATE_WAIT_SEC)
         return await self.view(run.id, None)
 
     async def cancel(self, run_id: str, org_id: str | None) -> dict[str, Any]:

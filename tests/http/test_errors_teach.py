@@ -23,7 +23,7 @@ SUBMIT_FIELDS = (
     "weights_preset, isolation, priority, seed, mode, project"
 )
 LIMIT_FIELDS = "cpu_cores, ram_gb, gpu_count, pids, timeout_sec, no_internet, egress_allow"
-JOB_PARAMS = "phase, stack, project, spec, node, limit, offset, paginate, cursor"
+JOB_PARAMS = "phase, stack, project, spec, node, pipeline, limit, offset, paginate, cursor"
 RUN_PARAMS = "phase, stack, project, limit, offset, paginate, cursor"
 PREVIEW_PARAMS = "org, subject, user, project, stack"
 PREFLIGHT_PARAMS = "stack, project, isolation, cpu_cores, ram_gb, gpu_count, timeout_sec"
@@ -170,6 +170,7 @@ ROUTES = [
     ("/v1/jobs", JOB_PARAMS, "phse", "phase"),
     ("/v1/runs", RUN_PARAMS, "stak", "stack"),
     ("/v1/nodes", "paginate, cursor, limit", "limt", "limit"),
+    ("/v1/pipelines", "limit, offset", "limt", "limit"),
     ("/v1/stacks", "view", "veiw", "view"),
     ("/v1/stacks/shell", "view", "views", "view"),
     ("/v1/admin/audit", "limit, org", "lmit", "limit"),

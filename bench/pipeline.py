@@ -1,0 +1,237 @@
+"""pipeline: DAG pipelines through simulated agents: one wide pipeline, many chains.
+
+    python -m bench.pipeline [--quick] [--fanout N] [--chains C] [--chain-length L]
+
+A ``runplane serve`` on loopback (SQLite, no quota) and ``bench.simagents`` agents that
+complete each stage job at once (no process), so what is measured is the control plane's
+own work between stages. Two phases:
+
+* ``fanout``: ONE pipeline of N stages (default 1,000): a root, N-2 stages that each need
+  the root, and a join that needs all of them. ``create_ms`` is the wall time of its
+  ``POST /v1/pipelines`` (validation of every stage + the insert + launching the root;
+  target < 1,000 ms).
+* ``chains``: C pipelines (default 200) of L stages (default 10) in a chain, created over
+  HTTP from 20 threads at once; ``pipelines_created_per_s`` over that creation window.
+
+From the store after the run (unix ms): the stage-launch overhead of every non-root
+stage, the moment its job row was created minus the moment the last job it needs
+finished (target p99 < 20 ms; 1 ms resolution); the makespan (the run's ``finished_at -
+created_at``) against the sum of the stage jobs' own durations along the critical path
+(``started_at`` -> ``finished_at``, near 0 here: the ratio shows the control plane's
+share). Prints ONE JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+
+from bench import common
+
+#: Targets from the issue.
+LAUNCH_P99_TARGET_MS = 20.0
+CREATE_TARGET_MS = 1000.0
+THREADS = 20
+
+
+def stage(name: str, *needs: str) -> dict[str, Any]:
+    return {"name": name, "needs": list(needs), "stack": "shell", "command": ["true"]}
+
+
+def fanout_body(n: int) -> dict[str, Any]:
+    middle = [f"m{i}" for i in range(n - 2)]
+    stages = [stage("root"), *(stage(m, "root") for m in middle), stage("join", *middle)]
+    return {"name": f"fanout-{n}", "project": "fanout", "stages": stages}
+
+
+def chain_body(i: int, length: int) -> dict[str, Any]:
+    stages = [stage("s0")] + [stage(f"s{k}", f"s{k - 1}") for k in range(1, length)]
+    return {"name": f"chain-{i}", "project": "chains", "stages": stages}
+
+
+def wait_finished(client: httpx.Client, ids: list[str], limit: float) -> dict[str, str]:
+    """Poll until every run in ``ids`` is over; their statuses (raises past ``limit`` s)."""
+    deadline = time.monotonic() + limit
+    statuses: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        for run_id in ids:
+            if run_id in statuses:
+                continue
+            view = client.get(f"/v1/pipelines/{run_id}").json()
+            if view["status"] in ("succeeded", "failed", "cancelled"):
+                statuses[run_id] = view["status"]
+        if len(statuses) == len(ids):
+            return statuses
+        time.sleep(0.2)
+    raise RuntimeError(f"{len(ids) - len(statuses)} pipelines not finished after {limit} s")
+
+
+def critical_path(needs: dict[str, list[str]], own_ms: dict[str, float]) -> float:
+    """The longest sum of the stages' own durations along a path of needs (ms)."""
+    longest: dict[str, float] = {}
+    pending = list(needs)
+    while pending:
+        name = pending[-1]
+        missing = [n for n in needs[name] if n not in longest]
+        if missing:
+            pending.extend(missing)
+            continue
+        pending.pop()
+        longest[name] = own_ms[name] + max((longest[n] for n in needs[name]), default=0.0)
+    return max(longest.values(), default=0.0)
+
+
+def figures(db_path: Any, project: str) -> dict[str, Any]:
+    """Launch overhead, makespan and critical path of the runs of ``project``, from the
+    store."""
+    with sqlite3.connect(db_path) as db:
+        db.row_factory = sqlite3.Row
+        runs = db.execute(
+            "SELECT id, status, created_at, finished_at FROM pipeline_runs WHERE project = ?",
+            (project,),
+        ).fetchall()
+        ids = tuple(r["id"] for r in runs)
+        marks = ",".join("?" * len(ids))
+        stages = db.execute(
+            f"SELECT run_id, name, needs FROM pipeline_stages WHERE run_id IN ({marks})", ids
+        ).fetchall()
+        jobs = db.execute(
+            "SELECT pipeline_run_id, stage, created_at, started_at, finished_at FROM jobs"
+            f" WHERE pipeline_run_id IN ({marks})",
+            ids,
+        ).fetchall()
+    job_of = {(j["pipeline_run_id"], j["stage"]): j for j in jobs}
+    needs_of: dict[str, dict[str, list[str]]] = defaultdict(dict)
+    for s in stages:
+        needs_of[s["run_id"]][s["name"]] = json.loads(s["needs"])
+    overhead: list[float] = []
+    makespans: list[float] = []
+    critical: list[float] = []
+    for run in runs:
+        needs = needs_of[run["id"]]
+        for name, wanted in needs.items():
+            if wanted:
+                last = max(job_of[(run["id"], n)]["finished_at"] for n in wanted)
+                overhead.append((job_of[(run["id"], name)]["created_at"] - last) / 1000)
+        makespans.append((run["finished_at"] - run["created_at"]) / 1000)
+        own = {n: job_of[(run["id"], n)] for n in needs}
+        critical.append(
+            critical_path(needs, {n: j["finished_at"] - j["started_at"] for n, j in own.items()})
+            / 1000
+        )
+    makespan = common.latency_summary(makespans)
+    return {
+        "pipelines": len(runs),
+        "statuses": sorted({r["status"] for r in runs}),
+        "stage_jobs": len(jobs),
+        "launch_overhead": common.latency_summary(overhead),
+        "makespan": makespan,
+        "critical_path_stage_time_ms": round(max(critical) * 1000, 1) if critical else None,
+        "makespan_over_stage_time": common.ratio(
+            makespan["max_ms"], max(critical) * 1000 if critical else None
+        ),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--fanout", type=int, default=None)
+    parser.add_argument("--chains", type=int, default=None)
+    parser.add_argument("--chain-length", type=int, default=10)
+    parser.add_argument("--agents", type=int, default=20)
+    parser.add_argument("--slots", type=int, default=64, help="max_concurrency of each agent")
+    args = parser.parse_args(argv)
+    fanout = args.fanout or (300 if args.quick else 1000)
+    chains = args.chains or (50 if args.quick else 200)
+    total = fanout + chains * args.chain_length
+    limit = 300.0
+    started = time.monotonic()
+    result: dict[str, Any] = {
+        "bench": "pipeline",
+        "machine": {**common.machine(), "loadavg_before": common.loadavg()},
+        "settings": {
+            "fanout_stages": fanout,
+            "chains": chains,
+            "chain_length": args.chain_length,
+            "agents": args.agents,
+            "agent_slots": args.slots,
+            "store": "sqlite (default)",
+            "stage": "shell `true`, completed at once by the simulated agent",
+        },
+    }
+    with common.server() as srv:
+        agents = common.spawn(
+            [
+                "bench.simagents",
+                "--port",
+                str(srv.port),
+                "--agents",
+                str(args.agents),
+                "--slots",
+                str(args.slots),
+                "--mode",
+                "complete",
+                "--expect",
+                str(total),
+                "--seconds",
+                str(limit),
+            ]
+        )
+        try:
+            common.read_json_line(agents, 150.0)
+            with httpx.Client(base_url=srv.url, timeout=60) as client:
+                body = fanout_body(fanout)
+                t0 = time.perf_counter()
+                created = client.post("/v1/pipelines", json=body)
+                create_ms = (time.perf_counter() - t0) * 1000
+                if created.status_code != 202:
+                    raise RuntimeError(f"fanout create: {created.status_code} {created.text}")
+                fan_id = created.json()["pipeline_run_id"]
+                fan_status = wait_finished(client, [fan_id], limit)
+
+                def create_chain(i: int) -> str:
+                    with httpx.Client(base_url=srv.url, timeout=60) as own:
+                        response = own.post("/v1/pipelines", json=chain_body(i, args.chain_length))
+                    if response.status_code != 202:
+                        raise RuntimeError(f"chain create: {response.status_code} {response.text}")
+                    return str(response.json()["pipeline_run_id"])
+
+                t1 = time.perf_counter()
+                with ThreadPoolExecutor(THREADS) as pool:
+                    chain_ids = list(pool.map(create_chain, range(chains)))
+                create_window = time.perf_counter() - t1
+                chain_status = wait_finished(client, chain_ids, limit)
+        finally:
+            common.stop(agents)
+        common.stop(srv.proc)
+        fan = figures(srv.db_path(), "fanout")
+        chain = figures(srv.db_path(), "chains")
+    all_ok = set(fan_status.values()) | set(chain_status.values()) == {"succeeded"}
+    result.update(
+        {
+            "fanout_create_ms": round(create_ms, 1),
+            "fanout_create_ratio": round(create_ms / CREATE_TARGET_MS, 3),
+            "launch_overhead_fanout_ms": fan["launch_overhead"],
+            "launch_overhead_chain_ms": chain["launch_overhead"],
+            "launch_overhead_chain_p99_ratio": common.ratio(
+                chain["launch_overhead"]["p99_ms"], LAUNCH_P99_TARGET_MS
+            ),
+            "chain_pipelines_created_per_s": round(chains / create_window, 1),
+            "all_succeeded": all_ok,
+            "fanout": fan,
+            "chains": chain,
+        }
+    )
+    return common.finish(result, started)
+
+
+if __name__ == "__main__":
+    main()
