@@ -46,6 +46,7 @@ HEADLINES: dict[str, tuple[str, ...]] = {
     "stream_fanout": ("delivered_per_s", "latency_ms", "every_chunk_in_order", "p99_ratio_stalled"),
     "pipeline": (
         "fanout_create_ms",
+        "launch_overhead_solo_ms",
         "launch_overhead_chain_ms",
         "launch_overhead_fanout_ms",
         "chain_pipelines_created_per_s",

@@ -10,6 +10,8 @@ own work between stages. Two phases:
   the root, and a join that needs all of them. ``create_ms`` is the wall time of its
   ``POST /v1/pipelines`` (validation of every stage + the insert + launching the root;
   target < 1,000 ms).
+* ``solo``: ONE chain of S stages (default 30) with nothing else running: the launch
+  overhead of an unloaded server (the figure the < 20 ms p99 target is about).
 * ``chains``: C pipelines (default 200) of L stages (default 10) in a chain, created over
   HTTP from 20 threads at once; ``pipelines_created_per_s`` over that creation window.
 
@@ -51,22 +53,23 @@ def fanout_body(n: int) -> dict[str, Any]:
     return {"name": f"fanout-{n}", "project": "fanout", "stages": stages}
 
 
-def chain_body(i: int, length: int) -> dict[str, Any]:
+def chain_body(i: int, length: int, project: str = "chains") -> dict[str, Any]:
     stages = [stage("s0")] + [stage(f"s{k}", f"s{k - 1}") for k in range(1, length)]
-    return {"name": f"chain-{i}", "project": "chains", "stages": stages}
+    return {"name": f"{project}-{i}", "project": project, "stages": stages}
 
 
 def wait_finished(client: httpx.Client, ids: list[str], limit: float) -> dict[str, str]:
     """Poll until every run in ``ids`` is over; their statuses (raises past ``limit`` s)."""
     deadline = time.monotonic() + limit
-    statuses: dict[str, str] = {}
+    wanted = set(ids)
     while time.monotonic() < deadline:
-        for run_id in ids:
-            if run_id in statuses:
-                continue
-            view = client.get(f"/v1/pipelines/{run_id}").json()
-            if view["status"] in ("succeeded", "failed", "cancelled"):
-                statuses[run_id] = view["status"]
+        listed = client.get("/v1/pipelines?limit=5000").json()  # one cheap read per poll
+        statuses = {
+            r["pipeline_run_id"]: r["status"]
+            for r in listed
+            if r["pipeline_run_id"] in wanted
+            and r["status"] in ("succeeded", "failed", "cancelled")
+        }
         if len(statuses) == len(ids):
             return statuses
         time.sleep(0.2)
@@ -146,12 +149,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--fanout", type=int, default=None)
     parser.add_argument("--chains", type=int, default=None)
     parser.add_argument("--chain-length", type=int, default=10)
+    parser.add_argument("--solo-length", type=int, default=30)
     parser.add_argument("--agents", type=int, default=20)
     parser.add_argument("--slots", type=int, default=64, help="max_concurrency of each agent")
     args = parser.parse_args(argv)
     fanout = args.fanout or (300 if args.quick else 1000)
     chains = args.chains or (50 if args.quick else 200)
-    total = fanout + chains * args.chain_length
+    total = fanout + chains * args.chain_length + args.solo_length
     limit = 300.0
     started = time.monotonic()
     result: dict[str, Any] = {
@@ -161,6 +165,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "fanout_stages": fanout,
             "chains": chains,
             "chain_length": args.chain_length,
+            "solo_chain_length": args.solo_length,
             "agents": args.agents,
             "agent_slots": args.slots,
             "store": "sqlite (default)",
@@ -188,6 +193,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         try:
             common.read_json_line(agents, 150.0)
             with httpx.Client(base_url=srv.url, timeout=60) as client:
+                solo = client.post("/v1/pipelines", json=chain_body(0, args.solo_length, "solo"))
+                if solo.status_code != 202:
+                    raise RuntimeError(f"solo create: {solo.status_code} {solo.text}")
+                solo_status = wait_finished(client, [solo.json()["pipeline_run_id"]], limit)
                 body = fanout_body(fanout)
                 t0 = time.perf_counter()
                 created = client.post("/v1/pipelines", json=body)
@@ -214,11 +223,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         common.stop(srv.proc)
         fan = figures(srv.db_path(), "fanout")
         chain = figures(srv.db_path(), "chains")
-    all_ok = set(fan_status.values()) | set(chain_status.values()) == {"succeeded"}
+        alone = figures(srv.db_path(), "solo")
+    statuses = {*fan_status.values(), *chain_status.values(), *solo_status.values()}
+    all_ok = statuses == {"succeeded"}
     result.update(
         {
             "fanout_create_ms": round(create_ms, 1),
             "fanout_create_ratio": round(create_ms / CREATE_TARGET_MS, 3),
+            "launch_overhead_solo_ms": alone["launch_overhead"],
+            "launch_overhead_solo_p99_ratio": common.ratio(
+                alone["launch_overhead"]["p99_ms"], LAUNCH_P99_TARGET_MS
+            ),
             "launch_overhead_fanout_ms": fan["launch_overhead"],
             "launch_overhead_chain_ms": chain["launch_overhead"],
             "launch_overhead_chain_p99_ratio": common.ratio(
@@ -226,6 +241,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ),
             "chain_pipelines_created_per_s": round(chains / create_window, 1),
             "all_succeeded": all_ok,
+            "solo": alone,
             "fanout": fan,
             "chains": chain,
         }

@@ -2,9 +2,10 @@
 (``runplane/pipelines/machine.py``).
 
 It learns its stage jobs' phases from their job actors (a ``JobPhase`` message per
-transition, never by polling), writes every transition to the store before it acts on
-it, launches the stages whose needs are met as normal admitted jobs (concurrently, each
-with ``{{stages.<name>.job_id}}`` resolved), and keeps a stage the quota refuses pending
+transition, never by polling), writes its transitions to the store in batches (see
+``_record``: the store is where they become visible; create and cancel answer after the
+write), launches the stages whose needs are met as normal admitted jobs (concurrently,
+each with ``{{stages.<name>.job_id}}`` resolved), and keeps a stage the quota refuses pending
 with the reason, trying again every :data:`QUOTA_RETRY_SEC` and whenever one of its own
 stages ends. Started again (a crash, a server restart, a late message after passivation)
 it rebuilds from the store: the stage rows, then the jobs carrying its id, whose phases
@@ -108,29 +109,42 @@ class PipelineActor(Actor[PipelineMsg]):
             finished_at=run.finished_at,
         )
         self._retry: trio.CancelScope | None = None
+        #: what changed since the last write: stage names, and whether the run's own row
+        self._dirty: set[str] = set()
+        self._dirty_run = False
+        self._written_status = run.status
+        self._wake = trio.Event()
+        self._writing = trio.Lock()
 
     async def on_start(self) -> None:
         """Adopt what the stage jobs say (the store's word over the stage rows), then
         launch what can run."""
         jobs = await repo.stage_jobs(self.deps.store, self.run.id)
-        await self._apply_all(
-            [
-                JobPhase(j["stage"], j["id"], j["phase"], now_ms(), j["error"], j["final_metrics"])
-                for j in jobs
-                if j["stage"] in self.state.index
-            ]
-        )
+        for j in jobs:
+            if j["stage"] in self.state.index:
+                found = JobPhase(
+                    j["stage"], j["id"], j["phase"], now_ms(), j["error"], j["final_metrics"]
+                )
+                self._record(transition(self.state, found))
+        await self._write()
+        self.context.start_soon(self._writer)
         if not self.state.status.terminal:
             self.context.ref.try_tell(Advance())
 
+    async def on_stop(self) -> None:
+        await self._write()
+
     def can_passivate(self) -> bool:
-        return self.state.status.terminal and not any(s.phase.live for s in self.state.stages)
+        idle = not self._dirty and not self._dirty_run
+        live = any(s.phase.live for s in self.state.stages)
+        return idle and self.state.status.terminal and not live
 
     async def handle(self, msg: PipelineMsg) -> object:
         match msg:
             case JobPhase():
-                ended = await self._apply(msg)
-                if ended:
+                outcome = transition(self.state, msg)
+                self._record(outcome)
+                if any(outcome.state.stage(n).phase.terminal for n in outcome.changed):
                     await self._advance()
                 return None
             case Advance():
@@ -138,57 +152,62 @@ class PipelineActor(Actor[PipelineMsg]):
                 await self._advance()
                 return None
             case Cancel():
-                outcome = await self._apply_outcome(CancelRequested(now_ms()))
+                outcome = transition(self.state, CancelRequested(now_ms()))
+                self._record(outcome)
+                await self._write()  # durable before the caller kills the stage jobs
                 return outcome.kill
             case Sync():
+                await self._write()
                 return self.state.status
         raise TypeError(f"not a pipeline message: {msg!r}")  # pragma: no cover
 
-    # -- transitions --------------------------------------------------------------------
+    # -- transitions and their writes ---------------------------------------------------
+    #
+    # A transition takes effect in memory at once and is written behind, in batches: the
+    # writer task writes everything that changed since its last write in one transaction
+    # (a 1,000-stage fan-out's few thousand phase reports are a handful of commits, not
+    # one each). Nothing is lost by a crash in between: the stage phases come back from
+    # the jobs at the rebuild. Answers that promise something (create, cancel) wait for
+    # the write (``Sync``, ``Cancel``).
 
-    async def _apply(self, event: Event) -> bool:
-        """Apply one event; True when it ended a stage (something may be launchable)."""
-        outcome = await self._apply_outcome(event)
-        return any(outcome.state.stage(n).phase.terminal for n in outcome.changed)
-
-    async def _apply_outcome(self, event: Event) -> Outcome:
-        outcome = transition(self.state, event)
-        await self._save(outcome)
-        return outcome
-
-    async def _apply_all(self, events: list[Event]) -> None:
-        """Apply ``events`` in order and write what they changed in one transaction."""
-        state, changed, run_changed = self.state, set[str](), False
-        for event in events:
-            outcome = transition(state, event)
-            state = outcome.state
-            changed |= outcome.changed
-            run_changed = run_changed or outcome.run_changed
-        await self._save(Outcome(state, frozenset(changed), run_changed))
-
-    async def _save(self, outcome: Outcome) -> None:
-        if not outcome.changed and not outcome.run_changed:
-            return
-        before = self.state.status
-        await self.deps.store.transaction(
-            repo.save(self.run.id, outcome.state, sorted(outcome.changed))
-        )
+    def _record(self, outcome: Outcome) -> None:
         self.state = outcome.state
-        if self.state.status is not before:
+        self._dirty |= outcome.changed
+        self._dirty_run = self._dirty_run or outcome.run_changed
+        if self._dirty or self._dirty_run:
+            self._wake.set()
+
+    async def _writer(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            await self._write()
+
+    async def _write(self) -> None:
+        async with self._writing:
+            if not self._dirty and not self._dirty_run:
+                return
+            state, changed = self.state, sorted(self._dirty)
+            self._dirty, self._dirty_run = set(), False
+            await self.deps.store.transaction(repo.save(self.run.id, state, changed))
+        if state.status is not self._written_status:
             log.info(
                 "pipeline status",
                 extra={
                     "pipeline_run_id": self.run.id,
-                    "from": before.value,
-                    "to": self.state.status.value,
-                    "progress": self.state.progress(),
+                    "from": self._written_status.value,
+                    "to": state.status.value,
+                    "progress": state.progress(),
                 },
             )
+            self._written_status = state.status
 
     # -- launching ----------------------------------------------------------------------
 
     async def _advance(self) -> None:
-        ready = launchable(self.state)
+        """Launch every stage that can run now, concurrently."""
+        state = self.state
+        ready = launchable(state)
         if not ready:
             return
         events: list[Event] = []
@@ -199,21 +218,20 @@ class PipelineActor(Actor[PipelineMsg]):
                 if refused:
                     events.append(Waiting(name, refused[0]))
                     return
-                events.append(await self._launch(name, refused))
+                events.append(await self._launch(state, name, refused))
 
         limiter = trio.CapacityLimiter(LAUNCH_CONCURRENCY)
         async with trio.open_nursery() as nursery:
             for name in ready:
                 nursery.start_soon(one, name, limiter)
-        await self._apply_all(events)  # one write for the whole wave
+        for event in events:
+            self._record(transition(self.state, event))
         if refused and self._retry is None:
             self._retry = self.context.tell_after(QUOTA_RETRY_SEC, Advance())
         if any(isinstance(e, LaunchFailed) for e in events):
             await self._advance()  # a failed launch may make dependents skip, or run
 
-    async def _launch(self, name: str, refused: list[str]) -> Event:
-        state = self.state
-
+    async def _launch(self, state: PipelineState, name: str, refused: list[str]) -> Event:
         def job_of(stage: str) -> str:
             return state.stage(stage).job_id or ""
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import trio
@@ -31,7 +31,7 @@ from runplane.actors.pipeline import (
 )
 from runplane.ids import new_id
 from runplane.jobs.rows import JobRow
-from runplane.persistence import Store, now_ms
+from runplane.persistence import Store, now_ms, to_json
 from runplane.pipelines import dag, repo
 from runplane.pipelines.body import PipelineBody, PipelineStageBody
 from runplane.pipelines.machine import JobPhase
@@ -161,14 +161,26 @@ class Pipelines:
         topology = dag.check(body.stages)
         if not stages:
             return Checked(topology, [])
-        return Checked(topology, [await self._check_stage(s, body, who) for s in body.stages])
+        return Checked(topology, await self._check_stages(body, who))
+
+    async def _check_stages(self, body: PipelineBody, who: Submitter) -> list[StageCheck]:
+        """Each stage's dry run; stages with the same body (a fan-out of one stage many
+        times) are checked once: the same body under the same caller checks the same."""
+        seen: dict[str, StageCheck] = {}
+        out = []
+        for stage in body.stages:
+            probe = resolve(
+                stage_payload(stage, body.project), lambda _: PLACEHOLDER_JOB_ID, _PROBE_ORIGIN
+            )
+            key = to_json(probe)
+            if key not in seen:
+                seen[key] = await self._check_stage(stage, probe, who)
+            out.append(replace(seen[key], name=stage.name))
+        return out
 
     async def _check_stage(
-        self, stage: PipelineStageBody, body: PipelineBody, who: Submitter
+        self, stage: PipelineStageBody, probe: dict[str, Any], who: Submitter
     ) -> StageCheck:
-        probe = resolve(
-            stage_payload(stage, body.project), lambda _: PLACEHOLDER_JOB_ID, _PROBE_ORIGIN
-        )
         try:
             run_body = RunSpecBody.model_validate(probe)
         except ValidationError as exc:
@@ -197,13 +209,11 @@ class Pipelines:
                 + ("" if len(problems) == 1 else f" (and {len(problems) - 1} more)"),
                 [FieldProblem(p.key, p.code, p.message) for p in problems],
             )
-        failed = []
-        for stage in body.stages:
-            result = await self._check_stage(stage, body, who)
-            failed += [
-                FieldProblem(f"stages.{stage.name}.{p.key}".rstrip("."), p.code, p.message)
-                for p in result.errors
-            ]
+        failed = [
+            FieldProblem(f"stages.{result.name}.{p.key}".rstrip("."), p.code, p.message)
+            for result in await self._check_stages(body, who)
+            for p in result.errors
+        ]
         if failed:
             raise Problem(
                 422,
