@@ -78,7 +78,8 @@ class AgentPhase:
 class AgentLogs:
     node_id: str
     attempt: int
-    lines: tuple[tuple[str, str], ...]
+    #: (stream, line), or (stream, line, service) for a line of a pod's service
+    lines: tuple[tuple[str, ...], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -637,14 +638,15 @@ class JobActor(Actor[JobMsg]):
         self.seq += 1
         events.append(system_line_event(self.id, self.seq, line, now_ms()))
 
-    async def _logs(self, lines: tuple[tuple[str, str], ...]) -> None:
+    async def _logs(self, lines: tuple[tuple[str, ...], ...]) -> None:
         room = max(0, LOG_CAP - self.log_lines)
         kept, dropped = lines[:room], len(lines) - min(room, len(lines))
         events: list[StoredEvent] = []
         ts = now_ms()
-        for stream, line in kept:
+        for entry in kept:
             self.seq += 1
-            events.append(log_event(self.id, self.seq, stream, line, ts))
+            service = entry[2] if len(entry) > 2 else None
+            events.append(log_event(self.id, self.seq, entry[0], entry[1], ts, service))
         first_drop = dropped and not self.log_dropped
         self.log_lines += len(kept)
         self.log_dropped += dropped

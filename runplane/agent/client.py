@@ -47,6 +47,8 @@ from runplane.agent.executor import (
     Finished,
     LogLines,
     Metric,
+    PodHealth,
+    PodService,
     Started,
     run_job,
 )
@@ -87,6 +89,7 @@ from runplane.agent.protocol import (
     JobMetric,
     JobPhase,
     JobReleased,
+    PodServiceSpec,
     Refused,
     Run,
     RunningJob,
@@ -165,6 +168,29 @@ class _Changed:
 
 
 # --------------------------------------------------------------------------- the agent
+
+
+def pod_services(pod: list[PodServiceSpec] | None) -> tuple[PodService, ...]:
+    """A run order's pod as the executor takes it (empty for a plain job)."""
+    return tuple(
+        PodService(
+            name=s.name,
+            command=list(s.command),
+            env=dict(s.env),
+            needs=tuple(s.needs),
+            health=(
+                PodHealth(
+                    command=list(s.health.command),
+                    period_sec=s.health.period_sec,
+                    timeout_sec=s.health.timeout_sec,
+                    retries=s.health.retries,
+                )
+                if s.health is not None
+                else None
+            ),
+        )
+        for s in pod or ()
+    )
 
 
 @dataclass(eq=False, slots=True)
@@ -1064,7 +1090,7 @@ class Agent:
         ids = {"job_id": job.job_id, "attempt": job.attempt}
         if isinstance(event, Started):
             job.pids.add(event.pid)
-            if not job.running_sent:
+            if event.ready and not job.running_sent:
                 job.running_sent = True
                 await self._emit(
                     job, JobPhase(job_id=job.job_id, attempt=job.attempt, phase="running")
@@ -1245,6 +1271,7 @@ class Agent:
                 user=self._job_user,
                 launch=plan.launch,
                 streams_dir=job.streams,
+                pod=pod_services(spec.pod),
             )
 
             async def report(event: Event) -> None:

@@ -89,6 +89,28 @@ class ExecSpec:
     #: the job's streams directory (``runplane/agent/streams.py``), already made: the job
     #: sees it as ``RUNPLANE_STREAMS_DIR`` (``/streams`` in the sandbox, which binds it)
     streams_dir: Path | None = None
+    #: a session's pod: its services run instead of ``command`` (``runplane/agent/pod.py``)
+    pod: tuple[PodService, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PodHealth:
+    command: list[str]
+    period_sec: float
+    timeout_sec: float
+    retries: int
+
+
+@dataclass(frozen=True, slots=True)
+class PodService:
+    """One service of a pod: a process group of the pod's job, started once every service
+    it ``needs`` is up (started, and past its health gate when it has one)."""
+
+    name: str
+    command: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    needs: tuple[str, ...] = ()
+    health: PodHealth | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,13 +120,20 @@ class Started:
 
     pid: int
     stage: Stage
+    #: the job is up (False for a pod service started before the pod is ready: its pid is
+    #: the job's, but the job is not ``running`` yet)
+    ready: bool = True
+
+
+#: One log line: (stream, text), or (stream, text, service) for a pod's service.
+Line: TypeAlias = tuple[Stream, str] | tuple[Stream, str, str]
 
 
 @dataclass(frozen=True, slots=True)
 class LogLines:
     """A batch of log lines in the order the executor read them."""
 
-    lines: tuple[tuple[Stream, str], ...]
+    lines: tuple[Line, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +228,7 @@ def job_environment(spec: ExecSpec, agent_env: Mapping[str, str] | None = None) 
 
 # --------------------------------------------------------------------------- reporting
 
-_Lines: TypeAlias = list[tuple[Stream, str]]
+_Lines: TypeAlias = list[Line]
 _Item: TypeAlias = _Lines | Metric | Started
 
 
@@ -491,7 +520,7 @@ class _Job:
         spec = self.spec
         if self.cancel is not None and self.cancel.is_set():
             return await self._finish("cancelled", None, "cancelled", "cancelled before start")
-        if not spec.command:
+        if not spec.command and not spec.pod:
             return await self._fail("empty command")
         try:
             await trio.to_thread.run_sync(
@@ -501,16 +530,23 @@ class _Job:
             return await self._fail(str(exc))
         launch = spec.launch
         if launch is None:
-            return await self._stages()
+            return await self._main()
         try:
             await trio.to_thread.run_sync(launch.setup)
         except OSError as exc:
             return await self._fail(f"cannot set up the job's cgroup: {exc.strerror or exc}")
         try:
-            return await self._stages()
+            return await self._main()
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(launch.teardown)
+
+    async def _main(self) -> Finished:
+        if self.spec.pod:
+            from runplane.agent.pod import run_pod  # (pod.py builds on this module)
+
+            return await run_pod(self)
+        return await self._stages()
 
     async def _stages(self) -> Finished:
         """setup, the requirements install, the command: each a process, in order."""
@@ -614,17 +650,32 @@ class _Job:
             )
         return None
 
-    async def _run_process(self, argv: list[str], stage: Stage, label: str) -> _ProcResult:
-        """Run one process of the job in its own session, its output read until EOF."""
+    async def _run_process(
+        self,
+        argv: list[str],
+        stage: Stage,
+        label: str,
+        *,
+        service: str | None = None,
+        env: dict[str, str] | None = None,
+        stop: CancelSignal | None = None,
+        started: Callable[[int], None] | None = None,
+    ) -> _ProcResult:
+        """Run one process of the job in its own session, its output read until EOF. A pod
+        service passes its name (its lines carry it), its environment, the pod's stop
+        signal (instead of the job's cancel) and ``started`` (called with the pid; the job
+        is not announced ``running`` by this process)."""
         result = _ProcResult()
-        if self.cancel is not None and self.cancel.is_set():
+        cancel = self.cancel if stop is None else stop
+        if cancel is not None and cancel.is_set():
             result.stopped = "cancelled"
             return result
+        env = self.env if env is None else env
         identity = self.identity
         launch = self.spec.launch
         if launch is not None and launch.wraps:
             try:
-                program = resolve_program(argv[0], self.env.get("PATH"), self.workdir, launch.user)
+                program = resolve_program(argv[0], env.get("PATH"), self.workdir, launch.user)
             except CommandNotFound:
                 await self._system(label)
                 result.start_error = f"command not found: {argv[0]}"
@@ -645,7 +696,7 @@ class _Job:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 cwd=self.workdir,
-                env=self.env,
+                env=env,
                 start_new_session=True,
                 **identity,
             )
@@ -662,10 +713,10 @@ class _Job:
         async def watchdog() -> None:
             reason: Literal["timeout", "cancelled"] = "timeout"
             with trio.move_on_at(self.deadline):
-                if self.cancel is None:
+                if cancel is None:
                     await trio.sleep_forever()
                 else:
-                    await self.cancel.wait()
+                    await cancel.wait()
                     reason = "cancelled"
             if proc.poll() is not None:
                 return  # it ended on its own first
@@ -674,11 +725,13 @@ class _Job:
 
         done = False
         try:
-            await self.out.send(Started(pid=proc.pid, stage=stage))
+            await self.out.send(Started(pid=proc.pid, stage=stage, ready=service is None))
             await self._system(label)
+            if started is not None:
+                started(proc.pid)
             async with trio.open_nursery() as pumps:
-                pumps.start_soon(self._pump, stdout, "stdout", stage == "command", drain)
-                pumps.start_soon(self._pump, stderr, "stderr", False, drain)
+                pumps.start_soon(self._pump, stdout, "stdout", stage == "command", drain, service)
+                pumps.start_soon(self._pump, stderr, "stderr", False, drain, service)
                 async with trio.open_nursery() as waiting:
                     waiting.start_soon(watchdog)
                     result.returncode = await proc.wait()
@@ -730,6 +783,7 @@ class _Job:
         name: Literal["stdout", "stderr"],
         metrics: bool,
         drain: _Drain,
+        service: str | None = None,
     ) -> None:
         splitter = LineSplitter(name)
         try:
@@ -738,7 +792,7 @@ class _Job:
                 with drain.read_scope() as scope:
                     data = await stream.receive_some(_READ_SIZE)
                 if scope.cancelled_caught:
-                    await self._send_lines(splitter.close(), metrics)
+                    await self._send_lines(splitter.close(), metrics, service)
                     await self._system(
                         f"stopped reading {name}: still held open by a process that left "
                         "the job's process group"
@@ -746,25 +800,28 @@ class _Job:
                     return
                 if not data:
                     break
-                await self._send_lines(splitter.feed(data), metrics)
-            await self._send_lines(splitter.close(), metrics)
+                await self._send_lines(splitter.feed(data), metrics, service)
+            await self._send_lines(splitter.close(), metrics, service)
         finally:
             await trio.aclose_forcefully(stream)
 
-    async def _send_lines(self, lines: _Lines, metrics: bool) -> None:
+    async def _send_lines(self, lines: _Lines, metrics: bool, service: str | None = None) -> None:
+        if service is not None:
+            lines = [(line[0], line[1], service) for line in lines]
         if not metrics:
             if lines:
                 await self.out.send(lines)
             return
         run: _Lines = []
-        for stream, text in lines:
+        for line in lines:
+            stream, text = line[0], line[1]
             try:
                 parsed = parse_metric_line(text) if stream == "stdout" else None
             except MetricLineError as exc:
                 run.append(("system", f"ignored metric line ({exc}): {quote(text)}"))
                 continue
             if parsed is None:
-                run.append((stream, text))
+                run.append(line)
                 continue
             if run:
                 await self.out.send(run)

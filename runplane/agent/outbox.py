@@ -132,8 +132,8 @@ class _Inflight:
     messages: list[Outgoing]
 
 
-def _split_lines(lines: Sequence[tuple[Any, str]], limit: int) -> Iterator[list[tuple[Any, str]]]:
-    chunk: list[tuple[Any, str]] = []
+def _split_lines(lines: Sequence[tuple[Any, ...]], limit: int) -> Iterator[list[Any]]:
+    chunk: list[Any] = []
     size = 0
     for line in lines:
         n = len(line[1])
@@ -204,7 +204,7 @@ class Outbox:
             chunks = list(_split_lines(msg.lines, self.frame_text))
             for chunk in chunks:
                 part = msg if len(chunks) == 1 else msg.model_copy(update={"lines": chunk})
-                nbytes = sum(len(text) for _, text in chunk)
+                nbytes = sum(len(line[1]) for line in chunk)
                 queue.add(self._entry(part, lines=len(chunk), nbytes=nbytes))
             self._trim(queue)
         elif isinstance(msg, JobMetric):

@@ -122,7 +122,11 @@ class JobLogs(_Msg):
     type: Literal["job_logs"] = "job_logs"
     job_id: str
     attempt: int
-    lines: list[tuple[Literal["stdout", "stderr", "system"], str]]
+    #: (stream, line), or (stream, line, service) for a line of a pod's service
+    lines: list[
+        tuple[Literal["stdout", "stderr", "system"], str]
+        | tuple[Literal["stdout", "stderr", "system"], str, str]
+    ]
 
 
 class JobMetric(_Msg):
@@ -273,6 +277,23 @@ class RunLimits(_Msg):
     egress_allow: list[str] = []
 
 
+class PodHealthSpec(_Msg):
+    command: list[str]
+    period_sec: float
+    timeout_sec: float
+    retries: int
+
+
+class PodServiceSpec(_Msg):
+    """One service of a session's pod (``runplane/agent/pod.py``)."""
+
+    name: str
+    command: list[str]
+    env: dict[str, str] = {}
+    needs: list[str] = []
+    health: PodHealthSpec | None = None
+
+
 class RunSpec(_Msg):
     command: list[str]
     env: dict[str, str] = {}
@@ -289,12 +310,14 @@ class RunSpec(_Msg):
     isolation: str | None = None
     #: the limits the agent enforces; sent only when the job has any (as ``isolation``)
     limits: RunLimits | None = None
+    #: a session's pod: these services run instead of ``command``; sent only for a pod
+    pod: list[PodServiceSpec] | None = None
 
     @model_serializer(mode="wrap")
     def _without_unset_fields(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
         if isinstance(data, dict):
-            for key in ("isolation", "limits"):
+            for key in ("isolation", "limits", "pod"):
                 if data.get(key) is None:
                     data.pop(key, None)
         return data

@@ -54,7 +54,12 @@ def wait_reason_event(job_id: str, seq: int, reason: str, ts: int) -> StoredEven
     return encode(job_id, seq, "phase", ts, phase=Phase.QUEUED.value, reason=reason)
 
 
-def log_event(job_id: str, seq: int, stream: str, line: str, ts: int) -> StoredEvent:
+def log_event(
+    job_id: str, seq: int, stream: str, line: str, ts: int, service: str | None = None
+) -> StoredEvent:
+    """A log line; a line of a session pod's service carries the service's name."""
+    if service is not None:
+        return encode(job_id, seq, "log", ts, stream=stream, line=line, service=service)
     return encode(job_id, seq, "log", ts, stream=stream, line=line)
 
 

@@ -14,7 +14,7 @@ from runplane.problems import FieldProblem, Problem
 #: Most services one pod may have.
 MAX_SERVICES = 32
 #: A stream name (as the streams routes take it).
-STREAM_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+STREAM_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 ServiceName = Annotated[str, StringConstraints(max_length=64)]
 
 

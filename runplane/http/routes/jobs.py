@@ -149,7 +149,10 @@ async def logs(job_id: str) -> dict[str, Any]:
         last = event.seq
         if event.kind == "log":
             if stream is None or data["stream"] == stream:
-                out_logs.append({"stream": data["stream"], "line": data["line"]})
+                entry = {"stream": data["stream"], "line": data["line"]}
+                if "service" in data:  # a session pod's service (docs/sessions.md)
+                    entry["service"] = data["service"]
+                out_logs.append(entry)
         else:
             out_metrics.append({"step": data.get("step"), "values": data["values"]})
     return {"logs": out_logs, "metrics": out_metrics, "phase": row.phase.value, "next_seq": last}
