@@ -9,6 +9,7 @@ services, and nothing below imports it (only ``http`` and ``cli`` do).
     └── actors          supervisor of the registry's virtual actors
         ├── job/<id>    JobActor, one per live job (terminal ones passivate)
         ├── pipeline/<id>  PipelineActor, one per live pipeline run (finished ones passivate)
+        ├── session/<id>   SessionActor, one per live session (its reaper's timer)
         ├── node/<id>   NodeActor, one per connected (or recently lost) node
         └── heartbeats/all  HeartbeatLog: nodes' last beats, written in batches
 
@@ -38,6 +39,7 @@ from runplane.runtime import ActorRef, ChildSpec, Hub, Registry, Supervisor
 from runplane.services.fleet import Fleet
 from runplane.services.jobs import Jobs
 from runplane.services.pipelines import Pipelines
+from runplane.services.sessions import Sessions
 from runplane.services.streams import Streams
 from runplane.settings import Settings
 from runplane.stacks import Catalog
@@ -94,6 +96,7 @@ class Root:
         self._catalog = catalog
         self._jobs: Jobs | None = None
         self._pipelines: Pipelines | None = None
+        self._sessions: Sessions | None = None
         #: the streams service (runplane/services/streams.py): asks the job actors
         self.streams = Streams(store, self.hub, self.registry, catalog, settings, self.teleop_acks)
 
@@ -115,6 +118,7 @@ class Root:
             await self.fleet.recover()
             await self.jobs.recover()
             await self.pipelines.recover()
+            await self.sessions.recover()
             task_status.started()
 
     def _wire(self) -> None:
@@ -125,6 +129,10 @@ class Root:
         self._jobs = Jobs(self.store, self._catalog, registry, placement, admission, self.hub)
         self._pipelines = pipelines = Pipelines(self.store, self._jobs, registry)
         pipelines.register()
+        self._sessions = sessions = Sessions(
+            self.store, self._jobs, registry, self._catalog, self.settings
+        )
+        sessions.register()
 
         # Job actors send these on every transition: tell_now queues without a scheduling
         # point (a yield per transition had tripled the paced submit-to-running latency).
@@ -166,6 +174,7 @@ class Root:
                 cancel_order=cancel_order,
                 phase_changed=phase_changed,
                 stage_changed=pipelines.stage_changed,
+                session_changed=sessions.job_changed,
                 stream_kinds=self._stream_kinds,
                 stream_ring=self.settings.stream_ring,
                 teleop_acks=self.teleop_acks,
@@ -202,6 +211,13 @@ class Root:
         if self._pipelines is None:
             raise RuntimeError("the actor tree is not running yet")
         return self._pipelines
+
+    @property
+    def sessions(self) -> Sessions:
+        """The sessions service (once the tree runs)."""
+        if self._sessions is None:
+            raise RuntimeError("the actor tree is not running yet")
+        return self._sessions
 
     async def stop(self) -> None:
         await self.supervisor.stop()

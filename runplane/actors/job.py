@@ -247,6 +247,11 @@ class JobDeps:
     stage_changed: Callable[[JobRow, str, str | None, dict[str, float]], Awaitable[None]] = (
         _no_stage_hook
     )
+    #: a session's pod job's phase changed (durably), for its session actor
+    #: (``runplane/actors/session.py``); the same arguments
+    session_changed: Callable[[JobRow, str, str | None, dict[str, float]], Awaitable[None]] = (
+        _no_stage_hook
+    )
     #: streams: the kind of each stream a stack declares (stack name -> {name: kind}),
     #: chunks a stream's ring keeps, and teleop frames waiting for their agent
     stream_kinds: Callable[[str], dict[str, str]] = lambda stack: {}
@@ -561,6 +566,10 @@ class JobActor(Actor[JobMsg]):
             await self.deps.phase_changed(self.row, after.phase.value)
             if self.row.pipeline_run_id is not None:
                 await self.deps.stage_changed(
+                    self.row, after.phase.value, after.error, dict(self.final_metrics)
+                )
+            if self.row.session_id is not None:
+                await self.deps.session_changed(
                     self.row, after.phase.value, after.error, dict(self.final_metrics)
                 )
         log.info(

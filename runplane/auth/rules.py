@@ -131,6 +131,14 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/pipelines/validate"): scope("runs:submit"),
     ("GET", "/v1/pipelines/<run_id>"): READ,
     ("POST", "/v1/pipelines/<run_id>/cancel"): scope("runs:cancel"),
+    # --- sessions (docs/sessions.md) ---------------------------------------------------------
+    ("POST", "/v1/sessions"): scope("runs:submit"),
+    ("GET", "/v1/sessions"): READ,
+    ("GET", "/v1/sessions/<session_id>"): READ,
+    ("DELETE", "/v1/sessions/<session_id>"): scope("runs:cancel"),
+    ("POST", "/v1/sessions/<session_id>/keepalive"): scope("runs:submit"),
+    # always 501 (after the 404 of an unknown or another org's session)
+    ("POST", "/v1/sessions/<session_id>/signal"): READ,
     ("GET", "/v1/policy/preflight"): scope("runs:submit"),
     ("POST", "/v1/policy/preflight"): scope("runs:submit"),
     ("GET", "/v1/policy"): MANAGE,

@@ -39,6 +39,7 @@ from runplane.http.routes import (
     pipelines,
     policy,
     runs,
+    sessions,
     stacks,
     streams,
 )
@@ -164,6 +165,7 @@ def create_app(
     app.register_blueprint(events.blueprint)
     app.register_blueprint(streams.blueprint)
     app.register_blueprint(pipelines.blueprint)
+    app.register_blueprint(sessions.blueprint)
     app.register_blueprint(nodes.blueprint)
     app.register_blueprint(agents.blueprint)
     app.register_blueprint(artifacts.blueprint)

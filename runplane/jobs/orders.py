@@ -49,8 +49,25 @@ def run_order(row: JobRow, attempt: int) -> p.Run:
             ],
             isolation=_isolation(spec.get("isolation")),
             limits=_limits(row),
+            pod=_pod(spec.get("pod")),
         ),
     )
+
+
+def _pod(pod: list[dict[str, Any]] | None) -> list[p.PodServiceSpec] | None:
+    """A session's pod as the agent runs it (``runplane/agent/pod.py``); None otherwise."""
+    if not pod:
+        return None
+    return [
+        p.PodServiceSpec(
+            name=s["name"],
+            command=list(s["command"]),
+            env=dict(s.get("env") or {}),
+            needs=list(s.get("needs") or []),
+            health=p.PodHealthSpec(**s["health"]) if s.get("health") else None,
+        )
+        for s in pod
+    ]
 
 
 def _limits(row: JobRow) -> p.RunLimits | None:

@@ -23,7 +23,7 @@ JOB_COLUMNS = (
     "id, org_id, project, submitted_by, stack, image, phase, priority, mode, seed, spec_hash, "
     "spec, node_id, attempt, attempts, error, wait_reason, final_metrics, artifacts, "
     "event_seq, log_lines, log_dropped, created_at, started_at, finished_at, updated_at, run, "
-    "rerun_of, exit_code, signal, gpus, streams, pipeline_run_id, stage"
+    "rerun_of, exit_code, signal, gpus, streams, pipeline_run_id, stage, session_id"
 )
 
 
@@ -49,6 +49,8 @@ class NewJob:
     #: the pipeline run and stage that launched it (``docs/pipelines.md``)
     pipeline_run_id: str | None = None
     stage: str | None = None
+    #: the session whose pod this job carries (``docs/sessions.md``)
+    session_id: str | None = None
 
 
 def check_idempotent(job: NewJob, prior: dict[str, Any] | None, now: int) -> str | None:
@@ -143,6 +145,7 @@ INSERT_COLUMNS = (
     "rerun_of",
     "pipeline_run_id",
     "stage",
+    "session_id",
 )
 
 
@@ -181,6 +184,7 @@ def new_row(job: NewJob, now: int) -> dict[str, Any]:
         "rerun_of": job.rerun_of,
         "pipeline_run_id": job.pipeline_run_id,
         "stage": job.stage,
+        "session_id": job.session_id,
     }
 
 

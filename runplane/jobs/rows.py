@@ -69,6 +69,8 @@ class JobRow:
     #: the pipeline run and stage that launched it; None for a job submitted on its own
     pipeline_run_id: str | None = None
     stage: str | None = None
+    #: the session whose pod it carries; None for other jobs
+    session_id: str | None = None
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> JobRow:
@@ -108,4 +110,5 @@ class JobRow:
             streams=_decoded(row.get("streams")),
             pipeline_run_id=row.get("pipeline_run_id"),
             stage=row.get("stage"),
+            session_id=row.get("session_id"),
         )

@@ -215,6 +215,8 @@ def canonical_json(value: Any) -> str:
 def spec_hash(spec: dict[str, Any]) -> str:
     """Lowercase hex SHA-256 of the canonical JSON of the hashed fields."""
     subset = {name: spec.get(name) for name in HASHED_FIELDS}
+    if spec.get("pod"):  # a session's pod (only those specs have one: other hashes unchanged)
+        subset["pod"] = spec["pod"]
     return hashlib.sha256(canonical_json(subset).encode()).hexdigest()
 
 

@@ -104,6 +104,8 @@ def job_view(row: JobRow, *, wait_reason: str | None = None) -> dict[str, Any]:
         # addition: the pipeline run and stage that launched it (null for a plain job)
         "pipeline_run_id": row.pipeline_run_id,
         "stage": row.stage,
+        # addition: the session whose pod it carries (docs/sessions.md), else null
+        "session_id": row.session_id,
         # addition: its realtime streams with the chunks received (docs/streams.md)
         "streams": [
             {"name": name, "kind": s.get("kind", "data"), "count": s.get("count", 0)}

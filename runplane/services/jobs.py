@@ -141,14 +141,20 @@ class Jobs:
         idempotency_key: str | None = None,
         audit: InTx | None = None,
         stage_of: tuple[str, str] | None = None,
+        session_id: str | None = None,
+        pod: list[dict[str, Any]] | None = None,
     ) -> Created:
         """Submit a plain or a layered (RunSpec) body: plan it, then admit and create it.
-        ``stage_of`` (pipeline run id, stage name) tags the job of a pipeline stage."""
+        ``stage_of`` (pipeline run id, stage name) tags the job of a pipeline stage;
+        ``session_id`` and ``pod`` make the job a session's pod (``audit`` then writes the
+        session's row in the job's insert transaction)."""
         fingerprint = body_hash(body)
         planned = runs.plan(body, self.catalog)
         raise_issues(planned.issues)
         assert planned.stack is not None
         spec = build(body, planned.stack, planned.config, fingerprint)
+        if pod:
+            spec["pod"] = pod
         return await self._create(
             spec,
             who,
@@ -159,6 +165,7 @@ class Jobs:
             body_hash=fingerprint,
             audit=audit,
             stage_of=stage_of,
+            session_id=session_id,
         )
 
     async def dry_run(self, body: SubmitJobBody, who: Submitter) -> DryRun:
@@ -234,6 +241,7 @@ class Jobs:
         audit: InTx | None = None,
         rerun_of: str | None = None,
         stage_of: tuple[str, str] | None = None,
+        session_id: str | None = None,
     ) -> Created:
         pipeline_run_id, stage = stage_of or (None, None)
         new = repo.NewJob(
@@ -250,6 +258,7 @@ class Jobs:
             rerun_of=rerun_of,
             pipeline_run_id=pipeline_run_id,
             stage=stage,
+            session_id=session_id,
         )
         prior = await repo.idempotent_prior(self.store, new)
         if prior is not None:

@@ -81,6 +81,8 @@ class World:
     secrets: dict[str, str] = field(default_factory=dict)
     #: a pipeline run of org A (made by the route matrix's fixture)
     pipeline_a: str = ""
+    #: a session of org A (made by the route matrix's fixture)
+    session_a: str = ""
 
     def headers(self, persona: str) -> dict[str, str]:
         if persona == "anonymous":

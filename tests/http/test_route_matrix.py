@@ -219,6 +219,35 @@ def _own_policy(ctx: Ctx, view: Any) -> None:
 RUN_BODY = {"stack": "shell", "command": ["true"]}
 PIPELINE_BODY = {"stages": [{"name": "only", "stack": "shell", "command": ["true"]}]}
 PIPELINE = "/v1/pipelines/{w.pipeline_a}"
+SESSION_BODY = {"pod": {"services": [{"name": "svc", "stack": "shell", "command": ["true"]}]}}
+SESSION = "/v1/sessions/{w.session_a}"
+
+
+async def _fresh_session(ctx: Ctx, suffix: str) -> Req:
+    """A new session of org A for each call (a stopped one answers keepalive 409)."""
+    made = await ctx.client.post(
+        "/v1/sessions", json=SESSION_BODY, headers=ctx.world.headers("member")
+    )
+    assert made.status_code == 202, await made.get_data()
+    return Req(f"/v1/sessions/{(await made.get_json())['id']}{suffix}")
+
+
+async def _session_to_delete(ctx: Ctx) -> Req:
+    return await _fresh_session(ctx, "")
+
+
+async def _session_to_keep(ctx: Ctx) -> Req:
+    return await _fresh_session(ctx, "/keepalive")
+
+
+def _sessions_narrowed(ctx: Ctx, listed: Any) -> None:
+    orgs = {row["org_id"] for row in listed}
+    if ctx.persona == "wrong_org":
+        assert orgs <= {ctx.world.org_b}, orgs
+    elif ctx.persona != "admin":
+        assert orgs <= {ctx.world.org_a}, orgs
+    ids = {row["id"] for row in listed}
+    assert (ctx.world.session_a in ids) == (ctx.persona != "wrong_org"), ctx.persona
 
 
 def _pipelines_narrowed(ctx: Ctx, listed: Any) -> None:
@@ -332,6 +361,12 @@ CASES: dict[tuple[str, str], Case] = {
     ("GET", "/v1/me/entitlements"): Case("read", path("/v1/me/entitlements")),
     ("GET", "/v1/pipelines"): Case("read", path("/v1/pipelines"), check=_pipelines_narrowed),
     ("GET", "/v1/pipelines/<run_id>"): Case("read", path(PIPELINE), org_bound=True),
+    ("GET", "/v1/sessions"): Case("read", path("/v1/sessions"), check=_sessions_narrowed),
+    ("GET", "/v1/sessions/<session_id>"): Case("read", path(SESSION), org_bound=True),
+    # always 501 once the session is visible (404 for another org's)
+    ("POST", "/v1/sessions/<session_id>/signal"): Case(
+        "read", path(SESSION + "/signal"), ok=501, org_bound=True
+    ),
     # manage: policy
     ("GET", "/v1/policy"): Case("manage", path("/v1/policy"), check=_own_policy),
     ("PUT", "/v1/policy"): Case(
@@ -356,6 +391,15 @@ CASES: dict[tuple[str, str], Case] = {
     ),
     ("POST", "/v1/pipelines/validate"): Case(
         "scope", body("/v1/pipelines/validate", lambda c: PIPELINE_BODY), scope="runs:submit"
+    ),
+    ("POST", "/v1/sessions"): Case(
+        "scope", body("/v1/sessions", lambda c: SESSION_BODY), ok=202, scope="runs:submit"
+    ),
+    ("DELETE", "/v1/sessions/<session_id>"): Case(
+        "scope", _session_to_delete, scope="runs:cancel", org_bound=True
+    ),
+    ("POST", "/v1/sessions/<session_id>/keepalive"): Case(
+        "scope", _session_to_keep, scope="runs:submit", org_bound=True
     ),
     ("POST", "/v1/pipelines/<run_id>/cancel"): Case(
         "scope", path(PIPELINE + "/cancel"), scope="runs:cancel", org_bound=True
@@ -406,6 +450,11 @@ async def served(make_settings: Callable[..., Any]) -> Any:
         )
         assert pipeline.status_code == 202, await pipeline.get_data()
         world.pipeline_a = (await pipeline.get_json())["pipeline_run_id"]
+        session = await client.post(
+            "/v1/sessions", json=SESSION_BODY, headers=world.headers("member")
+        )
+        assert session.status_code == 202, await session.get_data()
+        world.session_a = (await session.get_json())["id"]
         yield app, client, world
 
 
@@ -493,6 +542,18 @@ async def test_websocket_routes_reach_their_handler(served: Any) -> None:
         ),
         ("wrong_org", "/v1/runs/{w.job_a}", "/v1/runs/job_nope"),
         ("wrong_org", "/v1/pipelines/{w.pipeline_a}", "/v1/pipelines/plr_nope"),
+        ("wrong_org", "/v1/sessions/{w.session_a}", "/v1/sessions/ses_nope"),
+        ("wrong_org", "DELETE /v1/sessions/{w.session_a}", "DELETE /v1/sessions/ses_nope"),
+        (
+            "wrong_org",
+            "POST /v1/sessions/{w.session_a}/keepalive",
+            "POST /v1/sessions/ses_nope/keepalive",
+        ),
+        (
+            "wrong_org",
+            "POST /v1/sessions/{w.session_a}/signal",
+            "POST /v1/sessions/ses_nope/signal",
+        ),
         (
             "wrong_org",
             "POST /v1/pipelines/{w.pipeline_a}/cancel",

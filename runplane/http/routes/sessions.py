@@ -1,0 +1,86 @@
+"""Session routes (``docs/sessions.md``): create, list, get, delete, keepalive, and
+signal (always 501: media signaling is deferred). Thin: the sessions service checks the
+pod (400/422), admits its job (429) and drives the session's actor."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quart import Blueprint
+
+from runplane.http import audit
+from runplane.http.bodies import parse_body
+from runplane.http.caller import current_caller
+from runplane.http.context import services
+from runplane.http.guards import require_area
+from runplane.http.listing import LIST_DEFAULT, LIST_MAX
+from runplane.http.query import accepts_query, int_arg
+from runplane.problems import Problem
+from runplane.services.jobs import Submitter
+from runplane.services.sessions import Sessions
+from runplane.sessions.body import SessionBody
+
+blueprint = Blueprint("sessions", __name__, url_prefix="/v1/sessions")
+
+
+def _service() -> Sessions:
+    require_area("sessions", "sessions")
+    return services().root.sessions
+
+
+@blueprint.post("")
+async def create() -> tuple[dict[str, Any], int]:
+    service = _service()
+    body = await parse_body(SessionBody)
+    caller = current_caller()
+    view = await service.create(body, Submitter(caller.org_id, caller.subject))
+    await audit.record(
+        "sessions:create",
+        "session",
+        view["id"],
+        org_id=view["org_id"],
+        after={k: view[k] for k in ("name", "project", "job_id", "idle_ttl_sec", "services")},
+    )
+    return view, 202
+
+
+@blueprint.get("")
+@accepts_query("limit", "offset")
+async def list_sessions() -> list[dict[str, Any]]:
+    service = _service()
+    limit = int_arg("limit", LIST_DEFAULT, minimum=1, maximum=LIST_MAX)
+    return await service.list(current_caller().read_org, limit=limit, offset=int_arg("offset", 0))
+
+
+@blueprint.get("/<session_id>")
+async def get_session(session_id: str) -> dict[str, Any]:
+    return await _service().view(session_id, current_caller().read_org)
+
+
+@blueprint.delete("/<session_id>")
+async def delete(session_id: str) -> dict[str, Any]:
+    view = await _service().delete(session_id, current_caller().read_org)
+    await audit.record(
+        "sessions:delete",
+        "session",
+        session_id,
+        org_id=view["org_id"],
+        after={"phase": view["phase"], "error": view["error"]},
+    )
+    return view
+
+
+@blueprint.post("/<session_id>/keepalive")
+async def keepalive(session_id: str) -> dict[str, Any]:
+    return await _service().keepalive(session_id, current_caller().read_org)
+
+
+@blueprint.post("/<session_id>/signal")
+async def signal(session_id: str) -> dict[str, Any]:
+    await _service().view(session_id, current_caller().read_org)  # 404 first
+    raise Problem(
+        501,
+        "not_implemented",
+        "session signaling (the media relay) is not available; drive the pod through its"
+        " teleop stream (teleop_stream in the session's detail view)",
+    )

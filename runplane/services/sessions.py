@@ -1,0 +1,211 @@
+"""The sessions service: what the session routes call (``docs/sessions.md``).
+
+``create`` checks the pod (400: its services' needs form no valid DAG; 422: a service's
+stack is unknown or unavailable, or a service has nothing to run), resolves each service
+(the stack's default command when it gives none, the stack's config defaults as
+``RUNPLANE_CONFIG_*``, ``image`` over the stack's), then submits ONE ``mode=session`` job
+carrying the pod, sized for the sum of its services, through the admission gate (429 over
+the quota) with the session's row written in the job's own insert transaction; then it
+starts the session's actor. ``delete`` stops it (the pod job cancelled and torn down on
+its node); ``keepalive`` refreshes it (409 when it is not live).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from runplane.actors.session import (
+    SESSIONS,
+    KeepaliveAsk,
+    SessionActor,
+    SessionDeps,
+    StopAsk,
+    Sync,
+    now_ms,
+)
+from runplane.ids import new_id
+from runplane.jobs.rows import JobRow
+from runplane.jobs.spec import SubmitJobBody
+from runplane.persistence import Store
+from runplane.problems import FieldProblem, Problem, not_found
+from runplane.runtime import ActorError, Registry
+from runplane.services.jobs import Jobs, Submitter
+from runplane.sessions import repo
+from runplane.sessions.body import PodService, SessionBody, check_pod
+from runplane.sessions.machine import JobPhase
+from runplane.sessions.view import session_view
+from runplane.settings import Settings
+from runplane.stacks import Catalog, Stack, config_env, validate_config
+
+log = logging.getLogger("runplane.sessions")
+
+#: A stopped or failed session's actor idle this long is passivated.
+SESSION_IDLE_SEC = 30.0
+#: The stack a pod job runs under when no service names one that allows sessions.
+POD_STACK = "shell"
+
+
+class Sessions:
+    def __init__(
+        self, store: Store, jobs: Jobs, registry: Registry, catalog: Catalog, settings: Settings
+    ) -> None:
+        self.store = store
+        self.jobs = jobs
+        self.registry = registry
+        self.catalog = catalog
+        self.settings = settings
+
+    def register(self) -> None:
+        async def cancel_job(job_id: str) -> None:
+            await self.jobs.cancel(job_id, None)
+
+        deps = SessionDeps(store=self.store, cancel_job=cancel_job)
+
+        async def activate(session_id: str) -> SessionActor:
+            row = await repo.get(self.store, session_id, None)
+            if row is None:
+                raise LookupError(f"session {session_id} has no row")
+            return SessionActor(deps, row)
+
+        self.registry.register(SESSIONS, activate, idle_timeout=SESSION_IDLE_SEC)
+
+    async def recover(self) -> int:
+        """At start-up: every session not ended gets its actor back, its deadlines computed
+        from the stored last keepalive (one that passed while the server was down reaps
+        it at once)."""
+        ids = await repo.live_ids(self.store)
+        for session_id in ids:
+            await self.registry.get(SESSIONS, session_id)
+        return len(ids)
+
+    async def job_changed(
+        self, row: JobRow, phase: str, error: str | None, final_metrics: dict[str, float]
+    ) -> None:
+        """The pod job's phase changed (its actor's hook): tell the session's actor. Lost
+        (the server stopping) it is read back from the job when the actor starts."""
+        assert row.session_id is not None
+        try:
+            await self.registry.tell(SESSIONS, row.session_id, JobPhase(phase, now_ms(), error))
+        except (ActorError, LookupError) as exc:
+            log.warning(
+                "pod job phase not told to its session (read back when it starts)",
+                extra={"session_id": row.session_id, "job_id": row.id, "error": str(exc)},
+            )
+
+    # -- commands -------------------------------------------------------------------------
+
+    async def create(self, body: SessionBody, who: Submitter) -> dict[str, Any]:
+        order = check_pod(body.pod)
+        services = [body.pod.services[i] for i in order]
+        resolved = [self._resolve(i, s) for i, s in enumerate(body.pod.services)]
+        by_name = {r["name"]: r for r in resolved}
+        pod = [by_name[s.name]["run"] for s in services]
+        stacks = [self.catalog.get(s.stack) for s in services if s.stack]
+        job_stack = next((st.name for st in stacks if st and "session" in st.modes), POD_STACK)
+        job_body = SubmitJobBody.model_validate(
+            {
+                "stack": job_stack,
+                "command": ["runplane-pod", *(s.name for s in services)],
+                "mode": "session",
+                "project": body.project,
+                "limits": {
+                    "cpu_cores": sum(s.cpu_cores for s in services) or None,
+                    "ram_gb": sum(s.ram_gb for s in services) or None,
+                    "gpu_count": sum(s.gpu_count for s in services) or None,
+                },
+            }
+        )
+        new = repo.NewSession(
+            id=new_id("ses_"),
+            org_id=who.org_id,
+            project=body.project,
+            name=body.name,
+            submitted_by=who.subject,
+            idle_ttl_sec=body.idle_ttl_sec or self.settings.session_idle_ttl_sec,
+            services=[by_name[s.name]["view"] for s in body.pod.services],
+            actions=list(body.actions),
+            teleop_stream=body.teleop_stream,
+        )
+        await self.jobs.submit(
+            job_body,
+            who,
+            audit=lambda row: repo.insert_sql(new, row.id),
+            session_id=new.id,
+            pod=pod,
+        )
+        await self.registry.get(SESSIONS, new.id)
+        return await self.view(new.id, None)
+
+    def _resolve(self, i: int, service: PodService) -> dict[str, Any]:
+        """What runs for one service (``run``) and what the view shows (``view``); a 422
+        naming the service when its stack cannot be used or it has nothing to run."""
+        key = f"pod.services[{i}]"
+        stack: Stack | None = None
+        env: dict[str, str] = {}
+        if service.stack:
+            stack = self.catalog.get(service.stack)
+            if stack is None or stack.unavailable:
+                what = "unknown" if stack is None else "unavailable"
+                message = f"service {service.name!r}: stack {service.stack!r} is {what}"
+                code = "unknown_stack" if stack is None else "stack_unavailable"
+                raise Problem(
+                    422,
+                    code,
+                    message + "; GET /v1/stacks lists the catalog",
+                    [FieldProblem(f"{key}.stack", code, message)],
+                )
+            defaults = validate_config(stack, {}).resolved
+            env = config_env(defaults) if defaults else {}
+        command = list(service.command or (stack.default_command if stack else []))
+        if not command:
+            message = f"service {service.name!r} has no command (and no stack that gives one)"
+            raise Problem(
+                422, "no_command", message, [FieldProblem(f"{key}.command", "missing", message)]
+            )
+        health = service.health.model_dump() if service.health else None
+        return {
+            "name": service.name,
+            "run": {
+                "name": service.name,
+                "command": command,
+                "env": {**env, **service.env},
+                "needs": list(service.needs),
+                "health": health,
+            },
+            "view": {
+                "name": service.name,
+                "stack": service.stack or "",
+                "image": service.image or (stack.image if stack else ""),
+                "needs": list(service.needs),
+            },
+        }
+
+    async def delete(self, session_id: str, org_id: str | None) -> dict[str, Any]:
+        row = await self._visible(session_id, org_id)
+        if await self.registry.ask(SESSIONS, session_id, StopAsk()):
+            await self.jobs.cancel(row.job_id, None)
+        await self.registry.ask(SESSIONS, session_id, Sync())  # the job's end is in
+        return await self.view(session_id, None)
+
+    async def keepalive(self, session_id: str, org_id: str | None) -> dict[str, Any]:
+        await self._visible(session_id, org_id)
+        refused = await self.registry.ask(SESSIONS, session_id, KeepaliveAsk())
+        if refused is not None:
+            raise Problem(409, "not_live", f"{refused}; start a new session")
+        return await self.view(session_id, None)
+
+    # -- reads ----------------------------------------------------------------------------
+
+    async def view(self, session_id: str, org_id: str | None) -> dict[str, Any]:
+        return session_view(await self._visible(session_id, org_id), detail=True)
+
+    async def list(self, org_id: str | None, *, limit: int, offset: int) -> list[dict[str, Any]]:
+        rows = await repo.list_rows(self.store, org_id, limit=limit, offset=offset)
+        return [session_view(r) for r in rows]
+
+    async def _visible(self, session_id: str, org_id: str | None) -> repo.SessionRow:
+        row = await repo.get(self.store, session_id, org_id)
+        if row is None:
+            raise not_found("session")
+        return row
