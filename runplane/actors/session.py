@@ -84,11 +84,12 @@ class SessionActor(Actor[SessionMsg]):
         self._timer: trio.CancelScope | None = None
 
     async def on_start(self) -> None:
+        was_stopping = self.state.phase is Phase.STOPPING
         found = await repo.job_phase(self.deps.store, self.job_id)
         if found is not None:
             await self._apply(JobPhase(found[0], now_ms(), found[1]))
         await self._apply(Tick(now_ms()))  # a deadline that passed while it was down
-        if self.state.phase is Phase.STOPPING:
+        if was_stopping and self.state.phase is Phase.STOPPING:
             self.context.start_soon(self._cancel_job)  # again: the last try may be lost
         self._schedule()
 

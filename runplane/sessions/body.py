@@ -57,7 +57,7 @@ class SessionBody(_Strict):
     project: Annotated[str, StringConstraints(max_length=128)] = ""
     #: seconds without a keepalive before the session is reaped (the server's
     #: RUNPLANE_SESSION_IDLE_TTL_SEC when omitted)
-    idle_ttl_sec: Annotated[int, Field(ge=10, le=7 * 24 * 3600)] | None = None
+    idle_ttl_sec: Annotated[int, Field(ge=2, le=7 * 24 * 3600)] | None = None
     actions: Annotated[list[dict[str, Any]], Field(max_length=100)] = []
     #: the data stream that drives the pod (teleop frames reach ``/streams/<name>.teleop``)
     teleop_stream: Annotated[str, Field(pattern=STREAM_NAME)] = "control"
