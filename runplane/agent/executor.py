@@ -743,7 +743,8 @@ class _Job:
                     await self._system(
                         f"{stage} exited; killed the background processes it left running"
                     )
-                cgroup = launch.cgroup if launch is not None else None
+                # (a pod's services share the job's cgroup: the others are not leftovers)
+                cgroup = launch.cgroup if launch is not None and service is None else None
                 if result.stopped is None and cgroup is not None:
                     killed = await trio.to_thread.run_sync(cgroup.kill_all)
                     if killed:
