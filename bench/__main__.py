@@ -4,7 +4,8 @@
     python -m bench SCENARIO [--quick] [...]   # one scenario (its own flags pass through)
 
 Scenarios: submit, lifecycle, placement, fanout, agents, store, local_lifecycle,
-admission, teleop_rtt, stream_fanout, pipeline. Each runs in its own process, starts its own server
+admission, teleop_rtt, stream_fanout, pipeline, sessions. Each runs in its own process,
+starts its own server
 on loopback with a fresh data dir, and prints ONE JSON object; ``all`` prints them as
 they finish, then a last ``summary`` line with the headline figures. ``--quick`` keeps all
 of them under 7 minutes on the 2-core development machine; without it they run at the
@@ -33,6 +34,7 @@ SCENARIOS: dict[str, str] = {
     "teleop_rtt": "bench.teleop_rtt",
     "stream_fanout": "bench.stream_fanout",
     "pipeline": "bench.pipeline",
+    "sessions": "bench.sessions",
 }
 #: seconds one scenario may take before ``all`` gives up on it
 LIMIT_QUICK, LIMIT_FULL = 180, 1200
@@ -51,6 +53,12 @@ HEADLINES: dict[str, tuple[str, ...]] = {
         "launch_overhead_fanout_ms",
         "chain_pipelines_created_per_s",
         "all_succeeded",
+    ),
+    "sessions": (
+        "beyond_pod_start_ms",
+        "launch_to_ready_ms",
+        "keepalive_cpu_per_100_sessions",
+        "rss_per_session_kb",
     ),
     "agents": ("agents_connected", "rss_per_agent_kb", "idle_cpu_share"),
     "store": ("summary",),
