@@ -167,3 +167,46 @@ def test_pod_env_names_are_documented() -> None:
     from runplane.agent import pod
 
     assert (pod.SERVICE_ENV, pod.POD_DIR_ENV) == ("RUNPLANE_SERVICE_NAME", "RUNPLANE_POD_DIR")
+
+
+async def test_services_reach_each_other_on_localhost(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = PodService(
+        name="web",
+        command=["python3", "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        health=PodHealth(
+            command=[
+                "python3",
+                "-c",
+                f"import socket; socket.create_connection(('127.0.0.1', {port}), 1)",
+            ],
+            period_sec=0.1,
+            timeout_sec=2,
+            retries=100,
+        ),
+    )
+    client = PodService(
+        name="client",
+        needs=("web",),
+        command=[
+            "python3",
+            "-c",
+            "import urllib.request, sys; "
+            f"r = urllib.request.urlopen('http://127.0.0.1:{port}/'); "
+            "print('status', r.status); sys.exit(3)",
+        ],
+    )
+    events: list[Event] = []
+
+    async def report(event: Event) -> None:
+        events.append(event)
+
+    with trio.fail_after(30):
+        finished = await run_job(pod_spec(tmp_path, server, client), report)
+    # the client got its answer, then exited: an exiting service ends the pod
+    assert ("stdout", "status 200", "client") in lines(events)
+    assert finished.error == "service 'client' exited (exit code 3)"

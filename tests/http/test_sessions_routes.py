@@ -3,7 +3,9 @@ validation, views, keepalive, delete freeing the quota, 409/501/503, audit."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from runplane.http.app import create_app
@@ -152,3 +154,13 @@ async def test_disabled_sessions_answer_503(make_settings: Callable[..., Setting
         ):
             response = await client.open(url, method=method, json=body)
             assert response.status_code == 503, url
+
+
+async def test_the_example_in_the_docs_is_accepted(client: Any) -> None:
+    text = (Path(__file__).parents[2] / "docs" / "sessions.md").read_text()
+    example = json.loads(text.split("```json", 1)[1].split("```", 1)[0])
+    view = await ok_json(await client.post("/v1/sessions", json=example), 202)
+    assert [s["name"] for s in view["services"]] == ["sim", "controller"]
+    assert view["teleop_stream"] == "control" and view["actions"] == example["actions"]
+    job = await ok_json(await client.get(f"/v1/jobs/{view['job_id']}"), 200)
+    assert job["spec"]["resources"]["cpu_cores"] == 3
