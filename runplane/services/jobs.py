@@ -209,6 +209,13 @@ class Jobs:
         row = await repo.get_row(self.store, job_id, org_id)
         if row is None:
             raise not_found("job")
+        if row.session_id is not None:
+            raise Problem(
+                409,
+                "session_job",
+                f"job {job_id} carries the pod of session {row.session_id}; a pod runs only "
+                "under its session: start a new one with POST /v1/sessions",
+            )
         spec, source_run = row.spec, row.run
 
         def make_run(admitted: dict[str, Any]) -> dict[str, Any]:

@@ -164,3 +164,9 @@ async def test_the_example_in_the_docs_is_accepted(client: Any) -> None:
     assert view["teleop_stream"] == "control" and view["actions"] == example["actions"]
     job = await ok_json(await client.get(f"/v1/jobs/{view['job_id']}"), 200)
     assert job["spec"]["resources"]["cpu_cores"] == 3
+
+
+async def test_a_pod_job_cannot_be_rerun_outside_its_session(client: Any) -> None:
+    view = await ok_json(await client.post("/v1/sessions", json=BODY), 202)
+    problem = await ok_json(await client.post(f"/v1/jobs/{view['job_id']}/rerun"), 409)
+    assert problem["code"] == "session_job" and view["id"] in problem["detail"]
