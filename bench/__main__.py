@@ -4,9 +4,9 @@
     python -m bench SCENARIO [--quick] [...]   # one scenario (its own flags pass through)
 
 Scenarios: submit, lifecycle, placement, fanout, agents, store, local_lifecycle,
-admission, teleop_rtt, stream_fanout, pipeline, sessions. Each runs in its own process,
-starts its own server
-on loopback with a fresh data dir, and prints ONE JSON object; ``all`` prints them as
+admission, teleop_rtt, stream_fanout, pipeline, sessions, analytics. Each runs in its own
+process, starts its own server on loopback with a fresh data dir, and prints ONE JSON
+object; ``all`` prints them as
 they finish, then a last ``summary`` line with the headline figures. ``--quick`` keeps all
 of them under 7 minutes on the 2-core development machine; without it they run at the
 issue's full sizes.
@@ -35,6 +35,7 @@ SCENARIOS: dict[str, str] = {
     "stream_fanout": "bench.stream_fanout",
     "pipeline": "bench.pipeline",
     "sessions": "bench.sessions",
+    "analytics": "bench.analytics",
 }
 #: seconds one scenario may take before ``all`` gives up on it
 LIMIT_QUICK, LIMIT_FULL = 180, 1200
@@ -54,6 +55,7 @@ HEADLINES: dict[str, tuple[str, ...]] = {
         "chain_pipelines_created_per_s",
         "all_succeeded",
     ),
+    "analytics": ("worst_p99_ms", "worst_p99_ratio"),
     "sessions": (
         "beyond_pod_start_ms",
         "launch_to_ready_ms",

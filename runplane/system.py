@@ -29,6 +29,7 @@ from runplane.actors.admission import AdmissionActor, AdmissionMsg, PhaseChanged
 from runplane.actors.channels import ChannelMsg, ChannelTargets
 from runplane.actors.job import JOBS, Assign, JobDeps, LoseAttempt, WaitReason
 from runplane.actors.node import NodeDeps
+from runplane.jobs import counts
 from runplane.jobs.orders import cancel_order, run_order
 from runplane.jobs.rows import JobRow
 from runplane.nodes import repo as nodes_repo
@@ -112,6 +113,7 @@ class Root:
         # nobody is connected yet: every node is offline until its agent says hello (the
         # placement actor reads the fleet from these rows as it starts)
         await nodes_repo.mark_all_offline(self.store)
+        await counts.backfill(self.store)  # the analytics rollup of a deploy that had none
         async with trio.open_nursery() as nursery:
             await nursery.start(self.supervisor.run)
             self._wire()

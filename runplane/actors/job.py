@@ -554,8 +554,16 @@ class JobActor(Actor[JobMsg]):
         elif self._gpus is not None:
             extra["gpus"] = to_json(list(self._gpus))
             self.row = replace(self.row, gpus=self._gpus)
+        ends = after.phase.terminal and not before.phase.terminal
         await self.deps.store.transaction(
-            repo.save_state(self.id, after, events, self.seq, **extra)
+            repo.save_state(
+                self.id,
+                after,
+                events,
+                self.seq,
+                ended_org=self.row.org_id if ends else None,
+                **extra,
+            )
         )
         self.state = after
         if after.phase is Phase.QUEUED:

@@ -125,6 +125,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/runs/validate"): scope("runs:submit"),
     ("POST", "/v1/runs/resolve"): scope("runs:submit"),
     ("GET", "/v1/me/entitlements"): READ,
+    # tenant-filtered: the admin token (and an open deploy's anonymous caller) see all
+    ("GET", "/v1/analytics/jobs"): READ,
     # --- pipelines (docs/pipelines.md) ------------------------------------------------------
     ("POST", "/v1/pipelines"): scope("runs:submit"),
     ("GET", "/v1/pipelines"): READ,

@@ -26,6 +26,7 @@ from runplane.http.refusals import refusal_problem
 from runplane.http.routes import (
     admin,
     agents,
+    analytics,
     artifacts,
     audit,
     auth,
@@ -166,6 +167,7 @@ def create_app(
     app.register_blueprint(streams.blueprint)
     app.register_blueprint(pipelines.blueprint)
     app.register_blueprint(sessions.blueprint)
+    app.register_blueprint(analytics.blueprint)
     app.register_blueprint(nodes.blueprint)
     app.register_blueprint(agents.blueprint)
     app.register_blueprint(artifacts.blueprint)

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from runplane.jobs import counts
 from runplane.jobs.events import StoredEvent, phase_event, system_line_event
 from runplane.jobs.phase import JobState, Phase
 from runplane.persistence import Store, Tx, now_ms, to_json
@@ -115,6 +116,7 @@ def insert_job(store: Store, job: NewJob) -> Any:
         tx.execute_many(
             "INSERT INTO job_events (job_id, seq, kind, ts, data) VALUES (?,?,?,?,?)", events
         )
+        counts.count(tx, job.org_id, now, "submitted")
         row = JobRow.of(values)  # JSON decoded from the text written: as get_row reads it
         if job.also is not None:
             tx.execute(*job.also(row))
@@ -275,9 +277,17 @@ async def live_columns(store: Store, columns: str) -> list[dict[str, Any]]:
 
 
 def save_state(
-    job_id: str, state: JobState, events: Sequence[StoredEvent], seq: int, **extra: Any
+    job_id: str,
+    state: JobState,
+    events: Sequence[StoredEvent],
+    seq: int,
+    *,
+    ended_org: str | None = None,
+    **extra: Any,
 ) -> Any:
-    """A transaction function writing the job's state and new events together."""
+    """A transaction function writing the job's state and new events together; with
+    ``ended_org`` (the job's org, when this write ends the job) it also counts the end in
+    the analytics rollup."""
     sets = [
         "phase = ?",
         "attempt = ?",
@@ -310,6 +320,8 @@ def save_state(
                 "INSERT INTO job_events (job_id, seq, kind, ts, data) VALUES (?,?,?,?,?)", events
             )
         tx.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE id = ?", (*params, job_id))
+        if ended_org is not None and state.finished_at is not None:
+            counts.count(tx, ended_org, state.finished_at, counts.ENDED[state.phase.value])
 
     return run
 

@@ -240,6 +240,12 @@ async def _session_to_keep(ctx: Ctx) -> Req:
     return await _fresh_session(ctx, "/keepalive")
 
 
+def _analytics_narrowed(ctx: Ctx, body: Any) -> None:
+    # org A has jobs (job_a, the pipeline's, the session's); org B none yet
+    submitted = body["summary"]["submitted"]
+    assert (submitted == 0) == (ctx.persona == "wrong_org"), (ctx.persona, submitted)
+
+
 def _sessions_narrowed(ctx: Ctx, listed: Any) -> None:
     orgs = {row["org_id"] for row in listed}
     if ctx.persona == "wrong_org":
@@ -359,6 +365,9 @@ CASES: dict[tuple[str, str], Case] = {
     ("GET", "/v1/runs"): Case("read", path("/v1/runs"), check=_runs_narrowed),
     ("GET", "/v1/runs/<run_id>"): Case("read", path("/v1/runs/{w.job_a}"), org_bound=True),
     ("GET", "/v1/me/entitlements"): Case("read", path("/v1/me/entitlements")),
+    ("GET", "/v1/analytics/jobs"): Case(
+        "read", path("/v1/analytics/jobs"), check=_analytics_narrowed
+    ),
     ("GET", "/v1/pipelines"): Case("read", path("/v1/pipelines"), check=_pipelines_narrowed),
     ("GET", "/v1/pipelines/<run_id>"): Case("read", path(PIPELINE), org_bound=True),
     ("GET", "/v1/sessions"): Case("read", path("/v1/sessions"), check=_sessions_narrowed),

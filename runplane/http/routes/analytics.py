@@ -1,0 +1,29 @@
+"""Job analytics (``runplane/jobs/analytics.py``): tenant-filtered (the caller's org; the
+admin token and an open deploy's anonymous caller see every org)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quart import Blueprint
+
+from runplane.http.caller import current_caller
+from runplane.http.context import services
+from runplane.http.query import accepts_query, int_arg, str_arg
+from runplane.jobs import analytics
+from runplane.persistence import now_ms
+
+blueprint = Blueprint("analytics", __name__, url_prefix="/v1/analytics")
+
+
+@blueprint.get("/jobs")
+@accepts_query("window", "buckets")
+async def jobs() -> dict[str, Any]:
+    asked = str_arg("window", max_length=16) or analytics.DEFAULT_WINDOW
+    window = analytics.parse_window(asked)
+    buckets = int_arg(
+        "buckets", analytics.DEFAULT_BUCKETS, minimum=1, maximum=analytics.MAX_BUCKETS
+    )
+    return await analytics.job_analytics(
+        services().store, current_caller().read_org, window, buckets, now_ms(), asked.strip()
+    )
