@@ -38,7 +38,7 @@ REASON_EVERY = 5.0
 #: While reasons wait to be told (held back by ``REASON_EVERY``, or not sent: a job actor
 #: still activating, a full mailbox), placement looks at them again this often (seconds).
 REASON_TICK = 0.25
-_PLACEMENT_COLUMNS = "id, priority, spec, phase, node_id"
+_PLACEMENT_COLUMNS = "id, priority, spec, phase, node_id, org_id"
 
 
 # messages -------------------------------------------------------------------------------
@@ -51,10 +51,11 @@ class Enqueue:
     job_id: str
     priority: int
     spec: Mapping[str, Any]  # decoded
+    org_id: str | None = None
 
     @classmethod
     def of(cls, row: JobRow) -> Enqueue:
-        return cls(row.id, row.priority, row.spec)
+        return cls(row.id, row.priority, row.spec, row.org_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,10 +177,11 @@ class PlacementActor(Actor[PlacementMsg]):
         for row in rows:
             job_id, phase, spec = row["id"], Phase(row["phase"]), from_json(row["spec"])
             if phase is Phase.QUEUED:
-                self._enqueue(Enqueue(job_id, row["priority"], spec))
+                self._enqueue(Enqueue(job_id, row["priority"], spec, row["org_id"]))
             elif phase.on_node and row["node_id"]:
                 try:
-                    self.placed[job_id] = (row["node_id"], demand_of(job_id, row["priority"], spec))
+                    demand = demand_of(job_id, row["priority"], spec, row["org_id"])
+                    self.placed[job_id] = (row["node_id"], demand)
                 except DemandError:
                     log.warning("job on a node has an unreadable spec", extra={"job_id": job_id})
         for node_id in await nodes_repo.connected_ids(self.store):
@@ -205,7 +207,7 @@ class PlacementActor(Actor[PlacementMsg]):
         if job.job_id in self.placed:  # an old Enqueue of a job placed meanwhile
             return
         try:
-            self.queue[job.job_id] = demand_of(job.job_id, job.priority, job.spec)
+            self.queue[job.job_id] = demand_of(job.job_id, job.priority, job.spec, job.org_id)
         except DemandError as exc:  # validated at submit; a stored bad row waits
             self.reasons[job.job_id] = f"cannot be placed: {exc}"
             self._tell_reason(job.job_id, clock.now())

@@ -8,9 +8,12 @@ from typing import Any
 from runplane.placement import JobDemand
 
 
-def demand_of(job_id: str, priority: int, spec: Mapping[str, Any]) -> JobDemand:
-    """The placement demand of a job (its id, priority and decoded spec). Raises
-    ``placement.DemandError`` for a spec placement cannot read."""
+def demand_of(
+    job_id: str, priority: int, spec: Mapping[str, Any], org_id: str | None = None
+) -> JobDemand:
+    """The placement demand of a job (its id, priority, decoded spec and org: nodes of
+    another org do not run it). Raises ``placement.DemandError`` for a spec placement
+    cannot read."""
     return JobDemand.from_spec(
         job_id=job_id,
         priority=priority,
@@ -20,4 +23,5 @@ def demand_of(job_id: str, priority: int, spec: Mapping[str, Any]) -> JobDemand:
         weights=spec.get("weights") or {},
         weights_preset=spec.get("weights_preset"),
         isolation=spec.get("isolation"),
+        org_id=org_id,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from runplane.placement import Gpu, NodeShape, Tier
 
+from .enrollment import DEFAULT_ORG
 from .repo import NodeRow
 
 
@@ -36,4 +37,12 @@ def shape_of(row: NodeRow) -> NodeShape:
         max_concurrency=f.max_concurrency,
         dlperf=f.dlperf,
         reliability=reliability_of(row),
+        owner=owner_of(row.org_id),
     )
+
+
+def owner_of(org_id: str) -> str | None:
+    """The org that owns a node of ``org_id``: a node enrolled with a join token minted for
+    an org is that org's; one of the default org (a token minted without ``org_id``, the
+    local agent, open enrollment) is universal (None)."""
+    return None if org_id == DEFAULT_ORG else org_id

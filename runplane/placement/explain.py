@@ -44,6 +44,7 @@ class Unplaced:
 # (singular, plural) predicate for "1 node ..." / "N nodes ...".
 _NODE_PHRASES: dict[str, tuple[str, str]] = {
     f.DISABLED: ("is disabled", "are disabled"),
+    f.OWNER: ("belongs to another org", "belong to another org"),
     f.TRUST_TIER: ("is of a lower tier", "are of a lower tier"),
     f.ARCH: ("has another arch", "have another arch"),
     f.CAPABILITY: ("lacks them", "lack them"),
@@ -113,6 +114,8 @@ def requirement(reason: str, job: JobDemand) -> str:
         return "a job slot"
     if reason == f.DISABLED:
         return "an enabled node"
+    if reason == f.OWNER:
+        return "a node of your org or granted to it"
     raise ValueError(f"not a static reason: {reason!r}")
 
 

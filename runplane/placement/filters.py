@@ -22,6 +22,7 @@ from .model import LIMIT_CAPABILITIES, JobDemand, NodeLoad, NodeShape, missing_l
 
 # Static reasons: the node can never run the job as the node is.
 DISABLED = "DISABLED"
+OWNER = "OWNER"
 TRUST_TIER = "TRUST_TIER"
 ARCH = "ARCH"
 CAPABILITY = "CAPABILITY"
@@ -43,8 +44,8 @@ RAM_FREE = "RAM_FREE"
 
 #: Every reason, in filter order.
 REASONS: tuple[str, ...] = (
-    DISABLED, TRUST_TIER, ARCH, CAPABILITY, LIMITS, NO_GPU, GPU_COUNT, GPU_VENDOR, CUDA_VERSION,
-    GPU_VRAM, CPU, RAM, DISK, NO_SLOTS, SLOTS_FULL, GPU_FREE, CPU_FREE, RAM_FREE,
+    DISABLED, OWNER, TRUST_TIER, ARCH, CAPABILITY, LIMITS, NO_GPU, GPU_COUNT, GPU_VENDOR,
+    CUDA_VERSION, GPU_VRAM, CPU, RAM, DISK, NO_SLOTS, SLOTS_FULL, GPU_FREE, CPU_FREE, RAM_FREE,
 )  # fmt: skip
 MOMENTARY_REASONS: frozenset[str] = frozenset({SLOTS_FULL, GPU_FREE, CPU_FREE, RAM_FREE})
 STATIC_REASONS: frozenset[str] = frozenset(REASONS) - MOMENTARY_REASONS
@@ -131,6 +132,16 @@ def qualifying_vram(node: NodeShape, job: JobDemand) -> list[float]:
 
 
 # --- static, node level -------------------------------------------------------------------
+
+
+def check_owner(node: NodeShape, load: NodeLoad, job: JobDemand) -> Rejection | None:
+    """A node another org owns runs only that org's jobs and those of orgs it granted."""
+    owner = node.owner
+    if owner is None or job.org_id is None or owner == job.org_id:
+        return None
+    if job.org_id in node.grantees:
+        return None
+    return Rejection(OWNER, f"node {node.id} belongs to another org")
 
 
 def check_disabled(node: NodeShape, load: NodeLoad, job: JobDemand) -> Rejection | None:
@@ -261,6 +272,7 @@ def check_ram_free(node: NodeShape, load: NodeLoad, job: JobDemand) -> Rejection
 #: then every ``class`` filter, then the other ``node`` filters, then the ``load`` ones.
 FILTERS: tuple[Filter, ...] = (
     Filter("disabled", "node", check_disabled),
+    Filter("owner", "class", check_owner),
     Filter("trust", "class", check_trust),
     Filter("arch", "class", check_arch),
     Filter("capabilities", "class", check_capabilities),

@@ -141,6 +141,10 @@ class NodeShape:
     max_concurrency: int = 1
     dlperf: float = 0.0
     reliability: float = 1.0
+    #: the org that owns the node (enrolled with that org's join token); None: universal
+    owner: str | None = None
+    #: orgs the owner granted the node to (they place jobs on it as if they owned it)
+    grantees: frozenset[str] = field(default_factory=frozenset)
     # Derived (set in __post_init__): (vendor, vram_gb, parsed cuda) per GPU.
     gpu_specs: tuple[tuple[str, float, tuple[int, ...] | None], ...] = field(
         init=False, repr=False, compare=False
@@ -158,6 +162,7 @@ class NodeShape:
         object.__setattr__(self, "arch", normalize_arch(self.arch))
         object.__setattr__(self, "os", self.os.strip().lower())
         object.__setattr__(self, "capabilities", frozenset(self.capabilities))
+        object.__setattr__(self, "grantees", frozenset(self.grantees))
         object.__setattr__(
             self, "gpu_specs", tuple((g.vendor, g.vram_gb, cuda_version(g.cuda)) for g in gpus)
         )
@@ -169,7 +174,7 @@ class NodeShape:
     @property
     def class_key(self) -> tuple[object, ...]:
         """The attributes the class-level filters read; equal keys filter identically."""
-        return (self.tier, self.arch, self.capabilities, self.gpus)
+        return (self.tier, self.arch, self.capabilities, self.gpus, self.owner, self.grantees)
 
     @classmethod
     def from_view(cls, view: Mapping[str, Any]) -> NodeShape:
@@ -310,6 +315,9 @@ class JobDemand:
     requires: Requires = field(default_factory=Requires)
     weights: Mapping[str, float] = field(default_factory=dict)
     weights_preset: str | None = None
+    #: the job's org: only nodes it owns, was granted, or universal ones run it (None:
+    #: any node, for callers that check a shape only)
+    org_id: str | None = None
     # Derived.
     cpu: float = field(init=False, compare=False)
     ram: float = field(init=False, compare=False)
@@ -365,7 +373,7 @@ class JobDemand:
         gpu_sig: tuple[object, ...] = (
             (self.gpus, gpu.min_vram_gb, gpu.vendor, cuda_min) if self.gpus else (0,)
         )
-        class_sig = (req.min_tier, req.arch, req.capabilities, req.limits, gpu_sig)
+        class_sig = (req.min_tier, req.arch, req.capabilities, req.limits, gpu_sig, self.org_id)
         static_sig = (class_sig, self.cpu_min, self.ram_min, self.disk_min)
         set_(self, "class_signature", class_sig)
         set_(self, "static_signature", static_sig)
@@ -388,6 +396,7 @@ class JobDemand:
         weights: Mapping[str, Any] | None = None,
         weights_preset: str | None = None,
         isolation: str | None = None,
+        org_id: str | None = None,
     ) -> JobDemand:
         """Build from the submit body's ``limits``/``requires``/``weights`` maps. An
         ``isolation`` other than ``none`` is one more required capability
@@ -502,6 +511,7 @@ class JobDemand:
             requires=spec,
             weights={k: float(v) for k, v in weight_map.items()},
             weights_preset=weights_preset,
+            org_id=org_id,
         )
 
 

@@ -24,6 +24,7 @@ from runplane.placement import (
     MOMENTARY_REASONS,
     NO_GPU,
     NO_SLOTS,
+    OWNER,
     RAM,
     RAM_FREE,
     REASONS,
@@ -75,6 +76,17 @@ IDLE = NodeLoad()
 CASES: list[tuple[str, dict[str, Any], NodeLoad, JobDemand, str | None]] = [
     ("disabled", {}, IDLE, JobDemand("j"), None),
     ("disabled", {"disabled": True}, IDLE, JobDemand("j"), DISABLED),
+    ("owner", {}, IDLE, JobDemand("j", org_id="org_b"), None),  # a universal node
+    ("owner", {"owner": "org_a"}, IDLE, JobDemand("j", org_id="org_a"), None),
+    (
+        "owner",
+        {"owner": "org_a", "grantees": {"org_b"}},
+        IDLE,
+        JobDemand("j", org_id="org_b"),
+        None,
+    ),
+    ("owner", {"owner": "org_a"}, IDLE, JobDemand("j"), None),  # a shape check, no org
+    ("owner", {"owner": "org_a"}, IDLE, JobDemand("j", org_id="org_b"), OWNER),
     ("trust", {}, IDLE, JobDemand("j", requires=Requires(min_tier=Tier.PARTNER)), None),
     ("trust", {}, IDLE, JobDemand("j", requires=Requires(min_tier=Tier.COMMUNITY)), None),
     ("trust", {}, IDLE, JobDemand("j", requires=Requires(min_tier=Tier.TRUSTED)), TRUST_TIER),
