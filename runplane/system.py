@@ -32,8 +32,9 @@ from runplane.actors.node import NodeDeps
 from runplane.jobs import counts
 from runplane.jobs.orders import cancel_order, run_order
 from runplane.jobs.rows import JobRow
+from runplane.nodes import grants as node_grants
 from runplane.nodes import repo as nodes_repo
-from runplane.persistence import Store
+from runplane.persistence import Store, now_ms
 from runplane.placement import NodeShape
 from runplane.policy import platform_caps
 from runplane.runtime import ActorRef, ChildSpec, Hub, Registry, Supervisor
@@ -213,6 +214,11 @@ class Root:
         if self._pipelines is None:
             raise RuntimeError("the actor tree is not running yet")
         return self._pipelines
+
+    async def grants_changed(self) -> None:
+        """A node grant was made or revoked: placement recomputes each node's grantees."""
+        live = await node_grants.live(self.store, now_ms())
+        await self.placement.tell(pl.GrantsChanged(tuple(live)))
 
     @property
     def sessions(self) -> Sessions:

@@ -20,9 +20,11 @@ from runplane.jobs import repo as jobs_repo
 from runplane.jobs.demand import demand_of
 from runplane.jobs.phase import Phase
 from runplane.jobs.rows import JobRow
+from runplane.nodes import grants as node_grants
 from runplane.nodes import repo as nodes_repo
+from runplane.nodes.grants import Grant
 from runplane.nodes.shape import shape_of
-from runplane.persistence import Store, from_json
+from runplane.persistence import Store, from_json, now_ms
 from runplane.placement import DemandError, FleetIndex, JobDemand, NodeLoad, NodeShape, plan
 from runplane.runtime import Actor, Asks, clock
 
@@ -85,6 +87,14 @@ class NodeDown:
 
 
 @dataclass(frozen=True, slots=True)
+class GrantsChanged:
+    """The live node grants now (after a grant or a revocation): each node's grantees are
+    recomputed before the next plan."""
+
+    grants: tuple[Grant, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class WaitReasons(Asks[dict[str, str]]):
     """The wait reason of each of ``job_ids`` that is queued here."""
 
@@ -121,6 +131,7 @@ PlacementMsg = (
     | Reprioritize
     | NodeUp
     | NodeDown
+    | GrantsChanged
     | WaitReasons
     | Loads
     | Queued
@@ -163,6 +174,9 @@ class PlacementActor(Actor[PlacementMsg]):
     told: dict[str, tuple[str, float]] = field(default_factory=dict)
     #: jobs whose new reason is not told yet: looked at again at ``_TellReasons``
     held: set[str] = field(default_factory=set)
+    #: the live cross-org node grants, and when the first of them expires (unix ms)
+    grants: tuple[Grant, ...] = ()
+    grants_expire_at: int | None = None
     tell_scheduled: bool = False
     stats: PlacementStats = field(default_factory=PlacementStats)
     dirty: bool = False
@@ -173,6 +187,7 @@ class PlacementActor(Actor[PlacementMsg]):
         jobs on nodes hold their reservations, and every node that is not offline is in
         the fleet with that load. Messages sent meanwhile wait in the mailbox (which
         outlives a crash) and apply on top: each is idempotent against this state."""
+        self._set_grants(tuple(await node_grants.live(self.store, now_ms())))
         rows = await jobs_repo.live_columns(self.store, _PLACEMENT_COLUMNS)
         for row in rows:
             job_id, phase, spec = row["id"], Phase(row["phase"]), from_json(row["spec"])
@@ -214,7 +229,31 @@ class PlacementActor(Actor[PlacementMsg]):
             return
         self.dirty = True
 
+    def _set_grants(self, grants: tuple[Grant, ...]) -> None:
+        self.grants = grants
+        self.grants_expire_at = node_grants.next_expiry(grants)
+
+    def _granted(self, shape: NodeShape) -> NodeShape:
+        """``shape`` with the orgs the live grants let use it."""
+        grantees = node_grants.grantees(self.grants, shape.id, shape.owner, shape.tier.label)
+        return shape if grantees == shape.grantees else replace(shape, grantees=grantees)
+
+    def _regrant(self) -> None:
+        """Recompute every node's grantees (after a grant changed or expired)."""
+        for shape, load in list(self.fleet):
+            granted = self._granted(shape)
+            if granted is not shape:
+                self.fleet.upsert(granted, load)
+        self.dirty = True
+
+    def _expire_grants(self) -> None:
+        now = now_ms()
+        if self.grants_expire_at is not None and now >= self.grants_expire_at:
+            self._set_grants(tuple(g for g in self.grants if g.live(now)))
+            self._regrant()
+
     def _node_up(self, shape: NodeShape) -> None:
+        shape = self._granted(shape)
         load = NodeLoad()
         for node_id, demand in self.placed.values():
             if node_id == shape.id:
@@ -260,6 +299,9 @@ class PlacementActor(Actor[PlacementMsg]):
             case NodeDown(node_id):
                 self.fleet.remove(node_id)
                 self.dirty = True
+            case GrantsChanged(grants):
+                self._set_grants(grants)
+                self._regrant()
             case WaitReasons(job_ids):
                 return {j: self.reasons[j] for j in job_ids if j in self.reasons}
             case Loads():
@@ -304,6 +346,7 @@ class PlacementActor(Actor[PlacementMsg]):
             self.context.tell_after(REASON_TICK, _TellReasons())
 
     def _plan(self) -> None:
+        self._expire_grants()  # an expired grant stops matching at the next tick
         self.dirty = False
         self.last_plan = clock.now()
         self.stats.queued, self.stats.nodes = len(self.queue), len(self.fleet)

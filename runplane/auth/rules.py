@@ -110,6 +110,11 @@ RULES: dict[tuple[str, str], Rule] = {
     # The only route that also accepts ?token= (browser EventSource cannot set headers).
     ("GET", "/v1/jobs/<job_id>/events"): Rule("read", query_token=True),
     ("GET", "/v1/nodes"): READ,
+    # cross-org node grants (docs/placement.md): owners/admins hold nodes:grant (via *);
+    # the routes narrow a non-superuser to grants of its own org
+    ("POST", "/v1/nodes/grants"): scope("nodes:grant"),
+    ("GET", "/v1/nodes/grants"): READ,
+    ("DELETE", "/v1/nodes/grants/<grant_id>"): scope("nodes:grant"),
     # --- realtime streams (docs/streams.md) ------------------------------------------------
     ("GET", "/v1/jobs/<job_id>/streams"): READ,
     ("POST", "/v1/jobs/<job_id>/streams/<name>/subscribe"): READ,

@@ -1,5 +1,6 @@
 """Node ownership in placement, with a real agent enrolled by an org's join token: it runs
-that org's jobs and never another org's (whose jobs wait, saying why)."""
+that org's jobs and never another org's (whose jobs wait, saying why) until the owner
+grants that org its nodes; after the grant is revoked, new jobs of that org wait again."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from .conftest import ADMIN, StartAgent, e2e_settings, start_server, wait_for
 ADMIN_H = {"Authorization": f"Bearer {ADMIN}"}
 
 
-async def member_of(client: httpx.AsyncClient, org: str) -> dict[str, str]:
+async def member_of(client: httpx.AsyncClient, org: str, role: str = "member") -> dict[str, str]:
     minted = await client.post(
         "/v1/auth/tokens",
-        json={"subject": f"dev-{org}", "org_id": org, "role": "member"},
+        json={"subject": f"{role}-{org}", "org_id": org, "role": role},
         headers=ADMIN_H,
     )
     assert minted.status_code == 201, minted.text
@@ -64,5 +65,25 @@ async def test_an_org_node_never_runs_another_orgs_jobs(
         await trio.sleep(1.0)  # and it stays off the node
         still = (await client.get(f"/v1/jobs/{theirs}", headers=beta)).json()
         assert still["phase"] == "queued"
+
+        owner = await member_of(client, "org_alpha", "owner")
+        granted = await client.post(
+            "/v1/nodes/grants", json={"grantee_org": "org_beta"}, headers=owner
+        )
+        assert granted.status_code == 201, granted.text
+
+        async def ran(job_id: str) -> dict[str, object] | None:
+            view = (await client.get(f"/v1/jobs/{job_id}", headers=beta)).json()
+            return view if view["phase"] in ("succeeded", "failed") else None
+
+        assert (await wait_for(lambda: ran(theirs), 60, "beta's job once granted"))[
+            "phase"
+        ] == "succeeded"
+        revoked = await client.delete(f"/v1/nodes/grants/{granted.json()['id']}", headers=owner)
+        assert revoked.status_code == 204
+        later = (await client.post("/v1/jobs", json=body, headers=beta)).json()["job_id"]
+        await trio.sleep(1.5)
+        after = (await client.get(f"/v1/jobs/{later}", headers=beta)).json()
+        assert after["phase"] == "queued", after
     server.stop.set()
     await server.done.wait()

@@ -30,7 +30,7 @@ from werkzeug.datastructures import FileStorage
 from runplane.auth import identity, tokens
 from runplane.auth.rules import methods_of, rule_for
 from runplane.http.app import create_app
-from runplane.nodes import enrollment
+from runplane.nodes import enrollment, grants
 from tests.auth.support import (
     ADMIN_H,
     MANAGERS,
@@ -240,6 +240,26 @@ async def _session_to_keep(ctx: Ctx) -> Req:
     return await _fresh_session(ctx, "/keepalive")
 
 
+async def _grant_to_revoke(ctx: Ctx) -> Req:
+    made = await grants.create(
+        store_of(ctx.app),
+        grants.GrantBody(grantee_org="org_partner"),
+        caller_org=ctx.world.org_a,
+        superuser=False,
+        created_by="setup",
+    )
+    return Req(f"/v1/nodes/grants/{made.id}")
+
+
+def _grants_narrowed(ctx: Ctx, body: Any) -> None:
+    assert set(body) == {"issued", "received"}
+    owners = {g["owner_org"] for g in body["issued"]}
+    if ctx.persona == "wrong_org":
+        assert owners <= {ctx.world.org_b}, owners
+    elif ctx.persona != "admin":
+        assert owners <= {ctx.world.org_a}, owners
+
+
 def _analytics_narrowed(ctx: Ctx, body: Any) -> None:
     # org A has jobs (job_a, the pipeline's, the session's); org B none yet
     submitted = body["summary"]["submitted"]
@@ -362,6 +382,7 @@ CASES: dict[tuple[str, str], Case] = {
     ),
     ("GET", "/v1/jobs/<job_id>/recording"): Case("read", path(JOB + "/recording"), org_bound=True),
     ("GET", "/v1/nodes"): Case("read", path("/v1/nodes")),
+    ("GET", "/v1/nodes/grants"): Case("read", path("/v1/nodes/grants"), check=_grants_narrowed),
     ("GET", "/v1/runs"): Case("read", path("/v1/runs"), check=_runs_narrowed),
     ("GET", "/v1/runs/<run_id>"): Case("read", path("/v1/runs/{w.job_a}"), org_bound=True),
     ("GET", "/v1/me/entitlements"): Case("read", path("/v1/me/entitlements")),
@@ -400,6 +421,19 @@ CASES: dict[tuple[str, str], Case] = {
     ),
     ("POST", "/v1/pipelines/validate"): Case(
         "scope", body("/v1/pipelines/validate", lambda c: PIPELINE_BODY), scope="runs:submit"
+    ),
+    ("POST", "/v1/nodes/grants"): Case(
+        "scope",
+        body(
+            "/v1/nodes/grants",
+            lambda c: {"owner_org": c.world.org_a, "grantee_org": "org_partner"},
+        ),
+        ok=201,
+        scope="nodes:grant",
+        org_bound=True,
+    ),
+    ("DELETE", "/v1/nodes/grants/<grant_id>"): Case(
+        "scope", _grant_to_revoke, ok=204, scope="nodes:grant", org_bound=True
     ),
     ("POST", "/v1/sessions"): Case(
         "scope", body("/v1/sessions", lambda c: SESSION_BODY), ok=202, scope="runs:submit"

@@ -1,4 +1,5 @@
-"""``GET /v1/nodes``: the fleet, as a bare list or a NodePage (keyset on node id)."""
+"""``GET /v1/nodes``: the fleet, as a bare list or a NodePage (keyset on node id); and the
+cross-org node grants (``runplane/nodes/grants.py``)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,14 @@ from typing import Any
 
 from quart import Blueprint, request
 
+from runplane.http import audit
+from runplane.http.bodies import parse_body
 from runplane.http.caller import current_caller
 from runplane.http.context import services
+from runplane.http.guards import require_area
 from runplane.http.query import accepts_query, flag_arg, int_arg
 from runplane.jobs.repo import decode_cursor, encode_cursor
+from runplane.nodes import grants
 
 blueprint = Blueprint("nodes", __name__, url_prefix="/v1/nodes")
 
@@ -34,3 +39,38 @@ async def list_nodes() -> Any:
         "next_cursor": encode_cursor(views[-1]["id"]) if has_more else "",
         "has_more": has_more,
     }
+
+
+@blueprint.post("/grants")
+async def grant() -> tuple[dict[str, Any], int]:
+    require_area("node_sharing", "node sharing")
+    body = await parse_body(grants.GrantBody)
+    caller = current_caller()
+    made = await grants.create(
+        services().store,
+        body,
+        caller_org=caller.org_id,
+        superuser=caller.superuser,
+        created_by=caller.subject,
+    )
+    await services().root.grants_changed()
+    view = made.view()
+    await audit.record("nodes:grant", "node_grant", made.id, org_id=made.owner_org, after=view)
+    return view, 201
+
+
+@blueprint.get("/grants")
+async def list_grants() -> dict[str, Any]:
+    require_area("node_sharing", "node sharing")
+    return await grants.listing(services().store, current_caller().read_org)
+
+
+@blueprint.delete("/grants/<grant_id>")
+async def revoke_grant(grant_id: str) -> tuple[str, int]:
+    require_area("node_sharing", "node sharing")
+    gone = await grants.revoke(services().store, grant_id, current_caller().read_org)
+    await services().root.grants_changed()
+    await audit.record(
+        "nodes:revoke_grant", "node_grant", grant_id, org_id=gone.owner_org, after=gone.view()
+    )
+    return "", 204
