@@ -40,7 +40,8 @@ class NodeRow:
         return cls(
             id=row["id"],
             org_id=row["org_id"],
-            name=row["name"],
+            # a name set with PATCH wins over the one the agent reports at each hello
+            name=_overridden_name(row.get("overrides")) or row["name"],
             tier=row["tier"],
             facts=NodeFacts.parse(row["facts"], row["overrides"]),
             disabled=bool(row["disabled"]),
@@ -54,6 +55,12 @@ class NodeRow:
             created_at=row["created_at"],
             updated_at=row["updated_at"],
         )
+
+
+def _overridden_name(overrides: Any) -> str | None:
+    decoded = from_json(overrides) if isinstance(overrides, str) and overrides else overrides
+    name = decoded.get("name") if isinstance(decoded, dict) else None
+    return name if isinstance(name, str) and name else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,16 @@ from runplane.actors.heartbeats import (
     HeartbeatLog,
     LatestBeats,
 )
-from runplane.actors.node import NODES, Attach, Deliver, Detach, NodeActor, NodeDeps, NodeMsg
+from runplane.actors.node import (
+    NODES,
+    Attach,
+    Deliver,
+    Detach,
+    NodeActor,
+    NodeDeps,
+    NodeMsg,
+    Refresh,
+)
 from runplane.agent import protocol as p
 from runplane.nodes import repo as nodes_repo
 from runplane.nodes.connect import identify
@@ -138,6 +147,13 @@ class Fleet:
             return await self.registry.ask(NODES, node_id, Deliver(order))
         except (ActorGone, MailboxClosed):
             return False
+
+    async def refresh(self, node_id: str) -> None:
+        """The node's row changed (a PATCH): its actor re-announces its shape to placement
+        (a node not connected is announced when its agent next says hello)."""
+        if self.registry.active(NODES, node_id):
+            with contextlib.suppress(ActorGone, MailboxClosed):
+                await self.registry.tell(NODES, node_id, Refresh())
 
     async def node_outcome(self, node_id: str, outcome: str) -> None:
         await nodes_repo.count_outcome(self.store, node_id, outcome)

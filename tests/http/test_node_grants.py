@@ -98,3 +98,44 @@ async def test_node_sharing_disabled_is_503(make_settings: Callable[..., Setting
         ):
             response = await client.open(url, method=method, json={}, headers=ADMIN_H)
             assert response.status_code == 503, url
+
+
+async def test_who_may_patch_a_node_and_what(app: Any, client: Any) -> None:
+    alpha = await owner_token(client, "org_alpha")
+    beta = await owner_token(client, "org_beta")
+    ours = await enrolled_node(app, "org_alpha")
+    await store_of(app).execute(
+        "UPDATE nodes SET facts = ? WHERE id = ?",
+        ('{"cpu_cores": 8, "ram_gb": 32, "max_concurrency": 4}', ours),
+    )
+    universal = await enrolled_node(app, "org_default")
+    patched = await ok_json(
+        await client.patch(
+            f"/v1/nodes/{ours}",
+            json={"cpu_cap": 2, "ram_cap": 16, "max_concurrency": 1, "name": "lab"},
+            headers=alpha,
+        ),
+        200,
+    )
+    assert patched == {
+        "id": ours,
+        "name": "lab",
+        "disabled": False,
+        "cpu_cores": 2,
+        "ram_gb": 16,
+        "max_concurrency": 1,
+    }
+    # only the fields given change; 0 lifts a cap
+    again = await ok_json(
+        await client.patch(f"/v1/nodes/{ours}", json={"cpu_cap": 0}, headers=alpha), 200
+    )
+    assert (again["cpu_cores"], again["ram_gb"], again["name"]) == (8, 16, "lab")
+    for body in ({"cpu_cap": 9}, {"ram_cap": -1}, {"max_concurrency": 5}, {"colour": "red"}):
+        response = await client.patch(f"/v1/nodes/{ours}", json=body, headers=alpha)
+        assert response.status_code == 400, body
+    assert (await client.patch(f"/v1/nodes/{ours}", json={}, headers=beta)).status_code == 404
+    assert (await client.patch("/v1/nodes/node_nope", json={}, headers=alpha)).status_code == 404
+    refused = await client.patch(f"/v1/nodes/{universal}", json={"disabled": True}, headers=alpha)
+    assert refused.status_code == 403
+    admin = await client.patch(f"/v1/nodes/{universal}", json={"disabled": True}, headers=ADMIN_H)
+    assert (await ok_json(admin, 200))["disabled"] is True

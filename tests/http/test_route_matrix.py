@@ -240,6 +240,18 @@ async def _session_to_keep(ctx: Ctx) -> Req:
     return await _fresh_session(ctx, "/keepalive")
 
 
+async def _node_of_org_a(ctx: Ctx) -> Req:
+    """A node row owned by org A (as enrollment with org A's join token writes it)."""
+    node_id = f"node_{ctx.world.org_a}"
+    await store_of(ctx.app).execute(
+        "INSERT INTO nodes (id, org_id, name, tier, facts, agent_version, channel, status,"
+        " created_at, updated_at) VALUES (?, ?, 'box', 'community', '{\"cpu_cores\": 8}',"
+        " '1', 'stable', 'offline', 0, 0) ON CONFLICT (id) DO NOTHING",
+        (node_id, ctx.world.org_a),
+    )
+    return Req(f"/v1/nodes/{node_id}", json={"name": f"by-{ctx.persona}", "cpu_cap": 4})
+
+
 async def _grant_to_revoke(ctx: Ctx) -> Req:
     made = await grants.create(
         store_of(ctx.app),
@@ -422,6 +434,7 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/pipelines/validate"): Case(
         "scope", body("/v1/pipelines/validate", lambda c: PIPELINE_BODY), scope="runs:submit"
     ),
+    ("PATCH", "/v1/nodes/<node_id>"): Case("manage", _node_of_org_a, org_bound=True),
     ("POST", "/v1/nodes/grants"): Case(
         "scope",
         body(

@@ -14,7 +14,7 @@ from runplane.http.context import services
 from runplane.http.guards import require_area
 from runplane.http.query import accepts_query, flag_arg, int_arg
 from runplane.jobs.repo import decode_cursor, encode_cursor
-from runplane.nodes import grants
+from runplane.nodes import grants, patch
 
 blueprint = Blueprint("nodes", __name__, url_prefix="/v1/nodes")
 
@@ -74,3 +74,19 @@ async def revoke_grant(grant_id: str) -> tuple[str, int]:
         "nodes:revoke_grant", "node_grant", grant_id, org_id=gone.owner_org, after=gone.view()
     )
     return "", 204
+
+
+@blueprint.patch("/<node_id>")
+async def patch_node(node_id: str) -> dict[str, Any]:
+    """Overrides (docs/placement.md): the admin token, or an owner/admin of the org that
+    owns the node; a node no org owns is the admin token's only."""
+    body = await parse_body(patch.NodePatch)
+    caller = current_caller()
+    result = await patch.apply(
+        services().store, node_id, body, org_id=None if caller.superuser else caller.org_id
+    )
+    await services().root.fleet.refresh(node_id)
+    await audit.record(
+        "nodes:patch", "node", node_id, after={**body.model_dump(exclude_unset=True), **result}
+    )
+    return result
