@@ -6,6 +6,7 @@ services, and nothing below imports it (only ``http`` and ``cli`` do).
     ├── channels        ChannelTargets: operator release-channel map
     ├── admission       AdmissionActor: policy documents + quota ledger (the one gate)
     ├── placement       PlacementActor: queue + fleet index, plans assignments
+    ├── sampler         NodeSampler: every node's committed load, one batch per 30 s
     └── actors          supervisor of the registry's virtual actors
         ├── job/<id>    JobActor, one per live job (terminal ones passivate)
         ├── pipeline/<id>  PipelineActor, one per live pipeline run (finished ones passivate)
@@ -29,13 +30,15 @@ from runplane.actors.admission import AdmissionActor, AdmissionMsg, PhaseChanged
 from runplane.actors.channels import ChannelMsg, ChannelTargets
 from runplane.actors.job import JOBS, Assign, JobDeps, LoseAttempt, WaitReason
 from runplane.actors.node import NodeDeps
+from runplane.actors.sampler import NodeSampler
 from runplane.jobs import counts
 from runplane.jobs.orders import cancel_order, run_order
 from runplane.jobs.rows import JobRow
 from runplane.nodes import grants as node_grants
 from runplane.nodes import repo as nodes_repo
+from runplane.nodes.metrics import SAMPLE_SEC
 from runplane.persistence import Store, now_ms
-from runplane.placement import NodeShape
+from runplane.placement import NodeLoad, NodeShape
 from runplane.policy import platform_caps
 from runplane.runtime import ActorRef, ChildSpec, Hub, Registry, Supervisor
 from runplane.services.fleet import Fleet
@@ -60,6 +63,7 @@ class Root:
         catalog: Catalog,
         *,
         heartbeat_sec: float = HEARTBEAT_SEC,
+        node_sample_sec: float = SAMPLE_SEC,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -88,6 +92,7 @@ class Root:
                     ),
                     mailbox_capacity=4096,
                 ),
+                ChildSpec("sampler", lambda: NodeSampler(store, self._fleet_now, node_sample_sec)),
                 ChildSpec("actors", lambda: self.actors),
             ],
             intensity=5,
@@ -105,6 +110,9 @@ class Root:
     async def _assign(self, job_id: str, node_id: str) -> pl.Handover:
         answer = await self.registry.ask(JOBS, job_id, Assign(node_id))
         return pl.Handover(answer.taken, answer.on_node)
+
+    async def _fleet_now(self) -> list[tuple[NodeShape, NodeLoad]]:
+        return await self.placement.try_ask(pl.FleetNow())
 
     def _tell_reason(self, job_id: str, reason: str) -> bool:
         # from placement's handler, for many jobs at once: never waits, never activates

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 
@@ -13,3 +14,15 @@ def iso_ms(ms: int) -> str:
 
 def iso_ms_or_none(ms: int | None) -> str | None:
     return None if ms is None else iso_ms(ms)
+
+
+_DURATION = re.compile(r"^([1-9][0-9]{0,6})(m|h|d)$")
+_UNIT_MS = {"m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def duration_ms(text: str) -> int:
+    """``15m``, ``24h``, ``7d`` (minutes, hours, days) -> milliseconds; ValueError else."""
+    match = _DURATION.match(text.strip())
+    if match is None:
+        raise ValueError(f"{text[:40]!r} is not a duration such as 15m, 24h or 7d")
+    return int(match.group(1)) * _UNIT_MS[match.group(2)]

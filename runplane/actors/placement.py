@@ -107,6 +107,11 @@ class Loads(Asks[dict[str, NodeLoad]]):
 
 
 @dataclass(frozen=True, slots=True)
+class FleetNow(Asks[list[tuple[NodeShape, NodeLoad]]]):
+    """Every node in the fleet with its committed load (the node sampler's round)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Queued(Asks[dict[str, JobDemand]]):
     """The queue as it is now (job id -> demand): for tests and operators."""
 
@@ -134,6 +139,7 @@ PlacementMsg = (
     | GrantsChanged
     | WaitReasons
     | Loads
+    | FleetNow
     | Queued
     | _HeldOn
     | _TellReasons
@@ -306,6 +312,8 @@ class PlacementActor(Actor[PlacementMsg]):
                 return {j: self.reasons[j] for j in job_ids if j in self.reasons}
             case Loads():
                 return {shape.id: self.fleet.load(shape.id) for shape, _ in self.fleet}
+            case FleetNow():
+                return list(self.fleet)
             case Queued():
                 return dict(self.queue)
             case _TellReasons():

@@ -118,6 +118,7 @@ RULES: dict[tuple[str, str], Rule] = {
     # overrides: the admin token or an owner/admin of the owning org (the route: a node of
     # another org is 404, one no org owns 403 to everybody but the admin token)
     ("PATCH", "/v1/nodes/<node_id>"): MANAGE,
+    ("GET", "/v1/nodes/<node_id>/metrics"): READ,
     # --- realtime streams (docs/streams.md) ------------------------------------------------
     ("GET", "/v1/jobs/<job_id>/streams"): READ,
     ("POST", "/v1/jobs/<job_id>/streams/<name>/subscribe"): READ,

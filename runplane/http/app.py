@@ -44,6 +44,7 @@ from runplane.http.routes import (
     stacks,
     streams,
 )
+from runplane.nodes.metrics import SAMPLE_SEC
 from runplane.persistence import Store, open_store
 from runplane.policy.refusal import AdmissionRefused
 from runplane.problems import Problem
@@ -143,7 +144,11 @@ async def _on_unexpected(exc: Exception) -> Any:
 
 
 def create_app(
-    settings: Settings, *, store: Store | None = None, heartbeat_sec: float = HEARTBEAT_SEC
+    settings: Settings,
+    *,
+    store: Store | None = None,
+    heartbeat_sec: float = HEARTBEAT_SEC,
+    node_sample_sec: float = SAMPLE_SEC,
 ) -> QuartTrio:
     """Build the app. ``store`` may be given (tests share one); otherwise the lifespan opens
     the store named by the settings and closes it on shutdown. ``heartbeat_sec`` is what
@@ -190,7 +195,9 @@ def create_app(
         active = store or open_store(settings.database_url, settings.data_dir)
         if own_store:
             await active.open()
-        root = Root(settings, active, catalog, heartbeat_sec=heartbeat_sec)
+        root = Root(
+            settings, active, catalog, heartbeat_sec=heartbeat_sec, node_sample_sec=node_sample_sec
+        )
         artifact_store = open_artifact_store(settings.data_dir)
         await artifact_store.open()
         try:

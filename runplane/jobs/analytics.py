@@ -13,28 +13,26 @@ in 500 buckets is 500 x 87 minutes = ``725h``).
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 from runplane.persistence import Store
 from runplane.problems import FieldProblem, Problem
+from runplane.timefmt import duration_ms
 
 from .counts import ALL_ORGS, MINUTE_MS
 
 DEFAULT_WINDOW = "24h"
 MAX_WINDOW_MS = 30 * 86_400_000
 DEFAULT_BUCKETS, MAX_BUCKETS = 48, 500
-_WINDOW = re.compile(r"^([1-9][0-9]{0,6})(m|h|d)$")
-_UNIT_MS = {"m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _LIVE = ("queued", "assigned", "pulling", "running")
 
 
 def parse_window(text: str) -> int:
     """``15m``, ``24h``, ``7d`` -> milliseconds; a 400 naming ``window`` otherwise."""
-    match = _WINDOW.match(text.strip())
-    if match is None:
-        raise _bad(f"window {text[:40]!r} is not a duration such as 15m, 24h or 7d")
-    ms = int(match.group(1)) * _UNIT_MS[match.group(2)]
+    try:
+        ms = duration_ms(text)
+    except ValueError as exc:
+        raise _bad(f"window {exc}") from None
     if ms > MAX_WINDOW_MS:
         raise _bad(f"window {text} is longer than the most allowed, 30d")
     return ms

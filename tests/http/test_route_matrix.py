@@ -252,6 +252,11 @@ async def _node_of_org_a(ctx: Ctx) -> Req:
     return Req(f"/v1/nodes/{node_id}", json={"name": f"by-{ctx.persona}", "cpu_cap": 4})
 
 
+async def _node_metrics(ctx: Ctx) -> Req:
+    made = await _node_of_org_a(ctx)
+    return Req(made.path + "/metrics?window=15m")
+
+
 async def _grant_to_revoke(ctx: Ctx) -> Req:
     made = await grants.create(
         store_of(ctx.app),
@@ -435,6 +440,8 @@ CASES: dict[tuple[str, str], Case] = {
         "scope", body("/v1/pipelines/validate", lambda c: PIPELINE_BODY), scope="runs:submit"
     ),
     ("PATCH", "/v1/nodes/<node_id>"): Case("manage", _node_of_org_a, org_bound=True),
+    # nodes are a shared fleet: every reader sees every node's load
+    ("GET", "/v1/nodes/<node_id>/metrics"): Case("read", _node_metrics),
     ("POST", "/v1/nodes/grants"): Case(
         "scope",
         body(

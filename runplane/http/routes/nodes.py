@@ -14,7 +14,8 @@ from runplane.http.context import services
 from runplane.http.guards import require_area
 from runplane.http.query import accepts_query, flag_arg, int_arg
 from runplane.jobs.repo import decode_cursor, encode_cursor
-from runplane.nodes import grants, patch
+from runplane.nodes import grants, metrics, patch
+from runplane.persistence import now_ms
 
 blueprint = Blueprint("nodes", __name__, url_prefix="/v1/nodes")
 
@@ -90,3 +91,12 @@ async def patch_node(node_id: str) -> dict[str, Any]:
         "nodes:patch", "node", node_id, after={**body.model_dump(exclude_unset=True), **result}
     )
     return result
+
+
+@blueprint.get("/<node_id>/metrics")
+@accepts_query("window")
+async def node_metrics(node_id: str) -> dict[str, Any]:
+    """The node's sampled load (docs/placement.md#node-metrics); nodes are a shared fleet:
+    visible to every caller that may list them."""
+    window = request.args.get("window") or metrics.DEFAULT_WINDOW
+    return await metrics.metrics(services().store, node_id, window, now_ms())
