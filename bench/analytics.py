@@ -32,16 +32,15 @@ TARGET_P99_MS = 200.0
 SPAN_MS = 30 * 86_400_000
 
 _SEED = """
-WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < {jobs})
+WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < {jobs}),
+t(x, c) AS (SELECT x, {now} - (x * CAST(1000003 AS BIGINT)) % {span} FROM n)
 INSERT INTO jobs (id, org_id, project, submitted_by, stack, image, phase, priority, mode,
                   seed, spec_hash, spec, event_seq, created_at, updated_at, finished_at)
 SELECT 'job_' || x, 'org_' || (x % 100), '', 'u', 'shell', 'img',
        CASE x % 4 WHEN 0 THEN 'succeeded' WHEN 1 THEN 'failed' WHEN 2 THEN 'timeout'
                   ELSE 'cancelled' END,
-       100, 'run', 1, 'h', '{{}}', 0,
-       {now} - (x * CAST(1000003 AS BIGINT)) % {span}, {now} - (x * CAST(1000003 AS BIGINT)) % {span},
-       {now} - (x * CAST(1000003 AS BIGINT)) % {span} + (x * CAST(7919 AS BIGINT)) % 3600000
-  FROM n
+       100, 'run', 1, 'h', '{{}}', 0, c, c, c + (x * CAST(7919 AS BIGINT)) % 3600000
+  FROM t
 """
 
 

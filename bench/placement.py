@@ -11,6 +11,10 @@ placed job reserving its share and old ones finishing, so loads keep moving. Onl
 at 1,000 nodes, how often the bounded candidate set picks the node that scoring every
 feasible node would (and how close its score is).
 
+``owned_10000``: the largest fleet again, its nodes owned by 100 orgs (a tenth universal,
+owned by none) with 500 cross-org grants, and every job of a random org (the ``owner``
+filter and the per-org class signatures at work).
+
 Prints ONE JSON object. Well under a minute at the defaults.
 """
 
@@ -25,6 +29,7 @@ import statistics
 import sys
 import time
 from collections import deque
+from dataclasses import replace
 from pathlib import Path
 
 if not __package__:  # run as a file: make the repository importable
@@ -167,13 +172,40 @@ def summary(samples_ns: list[int]) -> dict[str, float]:
     }
 
 
-def bench_size(size: int, decisions: int, seed: int, per_stream: int) -> dict[str, object]:
+#: The owned-and-granted fleet: nodes across this many orgs (a tenth universal), this many
+#: grants (an owner org lets another use all its nodes), jobs of random orgs.
+OWNED_ORGS, OWNED_GRANTS = 100, 500
+
+
+def owned_fleet(
+    nodes: list[tuple[NodeShape, NodeLoad]], rnd: random.Random
+) -> list[tuple[NodeShape, NodeLoad]]:
+    """``nodes`` owned by ``OWNED_ORGS`` orgs (10 % universal) with ``OWNED_GRANTS`` grants."""
+    grants: dict[str, set[str]] = {}
+    for _ in range(OWNED_GRANTS):
+        owner, grantee = rnd.sample(range(OWNED_ORGS), 2)
+        grants.setdefault(f"org_{owner}", set()).add(f"org_{grantee}")
+    out = []
+    for shape, load in nodes:
+        owner = None if rnd.random() < 0.1 else f"org_{rnd.randrange(OWNED_ORGS)}"
+        granted = frozenset(grants.get(owner, ())) if owner else frozenset()
+        out.append((replace(shape, owner=owner, grantees=granted), load))
+    return out
+
+
+def bench_size(
+    size: int, decisions: int, seed: int, per_stream: int, *, owned: bool = False
+) -> dict[str, object]:
     rnd = random.Random(seed + size)
     nodes = [make_node(i, rnd) for i in range(size)]
+    if owned:
+        nodes = owned_fleet(nodes, rnd)
     t0 = time.perf_counter()
     fleet = FleetIndex(nodes, per_stream=per_stream)
     build_s = time.perf_counter() - t0
     jobs = job_stream(rnd, decisions)
+    if owned:
+        jobs = [replace(j, org_id=f"org_{rnd.randrange(OWNED_ORGS)}") for j in jobs]
     for _, name, kwargs in JOB_KINDS:  # warm the per-signature caches
         place(JobDemand(job_id=f"warm-{name}", **kwargs), fleet)  # type: ignore[arg-type]
 
@@ -303,6 +335,10 @@ def main(argv: list[str] | None = None) -> None:
         "sizes": sizes,
         "growth_ratio_100_to_10000": growth,
         "quality_1000_nodes": quality(400, args.seed, args.per_stream),
+        # nodes owned by 100 orgs (a tenth universal) with 500 grants; jobs of random orgs
+        "owned_10000": bench_size(
+            SIZES[-1], args.decisions, args.seed, args.per_stream, owned=True
+        ),
         "elapsed_s": round(time.perf_counter() - started, 1),
     }
     print(json.dumps(result))
