@@ -33,7 +33,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from .explain import EMPTY_FLEET, Placement, Unplaced, unplaced
@@ -312,6 +312,9 @@ class FleetIndex:
         self._all = _Shelf()
         self._shelves: dict[Shape, dict[int, _Shelf]] = {}  # shape -> free GPUs -> shelf
         self._class_cache: dict[tuple[object, ...], Feasibility] = {}
+        #: per class signature without the job's org: the classes the other class filters
+        #: pass, as (class id, GPU threshold, shape, gpu_fit); the owner filter runs on it
+        self._base_cache: dict[tuple[object, ...], list[tuple[int, int, Shape, float]]] = {}
         self._static_cache: dict[tuple[object, ...], tuple[dict[str, int], tuple[str, ...]]] = {}
         for item in nodes:
             if isinstance(item, NodeShape):
@@ -365,6 +368,7 @@ class FleetIndex:
             for shape, by_free in self._shelves.items()
         }
         other._class_cache = dict(self._class_cache)
+        other._base_cache = dict(self._base_cache)
         other._static_cache = dict(self._static_cache)
         return other
 
@@ -437,6 +441,7 @@ class FleetIndex:
             self._classes[cid] = _Class(cid, key, node, shape)
             self._class_ids[key] = cid
             self._class_cache.clear()
+            self._base_cache.clear()
         cls = self._classes[cid]
         cls.members.add(node.id)
         new = _Entry(node, load, cid)
@@ -456,6 +461,7 @@ class FleetIndex:
             del self._classes[e.cid]
             del self._class_ids[cls.key]
             self._class_cache.clear()
+            self._base_cache.clear()
 
     def _shelve(self, cls: _Class, e: _Entry) -> None:
         if not e.walkable:
@@ -487,27 +493,30 @@ class FleetIndex:
 
     def feasibility(self, job: JobDemand) -> Feasibility:
         """What the class filters say of ``job``'s class signature (cached until a class
-        appears or disappears)."""
+        appears or disappears). Two levels: the classes every filter but ``owner`` passes,
+        per signature without the job's org; then, per org, those of them its jobs may use
+        (owned by nobody, by the org, or granted to it): an org seen for the first time
+        costs one pass over the feasible classes, not the class filters again."""
         sig = job.class_signature
         hit = self._class_cache.get(sig)
         if hit is not None:
             return hit
+        org = job.org_id
         thresholds: dict[int, int] = {}
         shapes: dict[Shape, int] = {}
         shape_classes: dict[Shape, list[int]] = {}
         fit_of: dict[Shape, float] = {}
-        for cid, cls in self._classes.items():
-            rep = cls.rep
-            if first_rejection(rep, _ZERO, job, CLASS_FILTERS) is not None:
-                continue
-            if job.gpus:
-                threshold = job.gpus + len(rep.gpus) - gpu_verdict(rep, job)[1]
-            else:
-                threshold = _NO_GPU_NEED
+        classes = self._classes
+        for cid, threshold, shape, fit in self._base_feasible(job):
+            if org is not None:
+                rep = classes[cid].rep
+                owner = rep.owner
+                if owner is not None and owner != org and org not in rep.grantees:
+                    continue
             thresholds[cid] = threshold
-            shapes[cls.shape] = threshold  # equal for every class of a shape
-            shape_classes.setdefault(cls.shape, []).append(cid)
-            fit_of[cls.shape] = score_gpu_fit(rep, _ZERO, job)
+            shapes[shape] = threshold  # equal for every class of a shape
+            shape_classes.setdefault(shape, []).append(cid)
+            fit_of[shape] = fit
         by_fit: dict[float, list[Shape]] = {}
         for shape, fit in fit_of.items():
             by_fit.setdefault(fit, []).append(shape)
@@ -524,6 +533,28 @@ class FleetIndex:
             self._class_cache.clear()
         self._class_cache[sig] = result
         return result
+
+    def _base_feasible(self, job: JobDemand) -> list[tuple[int, int, Shape, float]]:
+        """The classes every class filter but ``owner`` passes for ``job`` (any org)."""
+        key = job.class_signature[:-1]  # the signature's last item is the org
+        hit = self._base_cache.get(key)
+        if hit is not None:
+            return hit
+        anyone = job if job.org_id is None else replace(job, org_id=None)
+        found: list[tuple[int, int, Shape, float]] = []
+        for cid, cls in self._classes.items():
+            rep = cls.rep
+            if first_rejection(rep, _ZERO, anyone, CLASS_FILTERS) is not None:
+                continue
+            if anyone.gpus:
+                threshold = anyone.gpus + len(rep.gpus) - gpu_verdict(rep, anyone)[1]
+            else:
+                threshold = _NO_GPU_NEED
+            found.append((cid, threshold, cls.shape, score_gpu_fit(rep, _ZERO, anyone)))
+        if len(self._base_cache) >= _CACHE_LIMIT:
+            self._base_cache.clear()
+        self._base_cache[key] = found
+        return found
 
     def candidates(self, job: JobDemand) -> list[tuple[NodeShape, NodeLoad]]:
         """The bounded candidate set a decision scores (empty: nothing fits now)."""
