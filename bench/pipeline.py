@@ -20,7 +20,11 @@ stage, the moment its job row was created minus the moment the last job it needs
 finished (target p99 < 20 ms; 1 ms resolution); the makespan (the run's ``finished_at -
 created_at``) against the sum of the stage jobs' own durations along the critical path
 (``started_at`` -> ``finished_at``, near 0 here: the ratio shows the control plane's
-share). Prints ONE JSON object.
+share), per run (``makespan_over_stage_time_per_run``: p50/max over the runs) and as the
+worst makespan over the longest critical path (``makespan_over_stage_time``). Runs are
+awaited by polling ``GET /v1/pipelines`` (one request for all of them, not one
+``GET /v1/pipelines/{id}`` each with its stages), failing after 300 s. Prints ONE JSON
+object.
 """
 
 from __future__ import annotations
@@ -63,7 +67,9 @@ def wait_finished(client: httpx.Client, ids: list[str], limit: float) -> dict[st
     deadline = time.monotonic() + limit
     wanted = set(ids)
     while time.monotonic() < deadline:
-        listed = client.get("/v1/pipelines?limit=5000").json()  # one cheap read per poll
+        response = client.get("/v1/pipelines?limit=5000")  # one cheap read per poll
+        response.raise_for_status()
+        listed = response.json()
         statuses = {
             r["pipeline_run_id"]: r["status"]
             for r in listed
@@ -117,8 +123,19 @@ def figures(db_path: Any, project: str) -> dict[str, Any]:
     overhead: list[float] = []
     makespans: list[float] = []
     critical: list[float] = []
+    per_run: list[float] = []  # makespan / critical path, run by run
+    # where the rest of the makespan goes: run created -> root job created, stage job
+    # created -> started (placement, the agent's answer), last job finished -> run over
+    root_launch: list[float] = []
+    queued: list[float] = []
+    finish_lag: list[float] = []
     for run in runs:
         needs = needs_of[run["id"]]
+        mine = [job_of[(run["id"], n)] for n in needs]
+        roots = [job_of[(run["id"], n)]["created_at"] for n, wanted in needs.items() if not wanted]
+        root_launch.append((min(roots) - run["created_at"]) / 1000)
+        queued.extend((j["started_at"] - j["created_at"]) / 1000 for j in mine)
+        finish_lag.append((run["finished_at"] - max(j["finished_at"] for j in mine)) / 1000)
         for name, wanted in needs.items():
             if wanted:
                 last = max(job_of[(run["id"], n)]["finished_at"] for n in wanted)
@@ -129,6 +146,8 @@ def figures(db_path: Any, project: str) -> dict[str, Any]:
             critical_path(needs, {n: j["finished_at"] - j["started_at"] for n, j in own.items()})
             / 1000
         )
+        if critical[-1]:
+            per_run.append(makespans[-1] / critical[-1])
     makespan = common.latency_summary(makespans)
     return {
         "pipelines": len(runs),
@@ -140,6 +159,18 @@ def figures(db_path: Any, project: str) -> dict[str, Any]:
         "makespan_over_stage_time": common.ratio(
             makespan["max_ms"], max(critical) * 1000 if critical else None
         ),
+        "stage_time_sum_ms": {
+            "p50": round((common.pct(critical, 0.5) or 0.0) * 1000, 1) if critical else None,
+            "max": round(max(critical) * 1000, 1) if critical else None,
+        },
+        "makespan_over_stage_time_per_run": {
+            "n": len(per_run),  # the runs whose critical path took >= 1 ms
+            "p50": round(common.pct(per_run, 0.5) or 0.0, 2) if per_run else None,
+            "max": round(max(per_run), 2) if per_run else None,
+        },
+        "run_created_to_root_job": common.latency_summary(root_launch),
+        "stage_job_created_to_started": common.latency_summary(queued),
+        "last_job_finished_to_run_finished": common.latency_summary(finish_lag),
     }
 
 
@@ -240,6 +271,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 chain["launch_overhead"]["p99_ms"], LAUNCH_P99_TARGET_MS
             ),
             "chain_pipelines_created_per_s": round(chains / create_window, 1),
+            "fanout_makespan_ms": fan["makespan"]["max_ms"],
+            "fanout_stage_time_sum_ms": fan["critical_path_stage_time_ms"],
+            "fanout_makespan_ratio": fan["makespan_over_stage_time"],
+            "chain_makespan_ms": chain["makespan"],
+            "chain_stage_time_sum_ms": chain["stage_time_sum_ms"],
+            "chain_makespan_ratio": chain["makespan_over_stage_time_per_run"],
             "all_succeeded": all_ok,
             "solo": alone,
             "fanout": fan,

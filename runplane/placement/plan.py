@@ -109,7 +109,18 @@ def plan(queue: Iterable[JobDemand], fleet: FleetIndex, *, explain: bool = True)
 
 #: Filters that make a node *eligible* for a stream (walkable, class, free GPUs)...
 _ELIGIBILITY = frozenset(
-    {"disabled", "trust", "arch", "capabilities", "gpu", "slots", "slots_free", "gpu_free"}
+    {
+        "disabled",
+        "owner",
+        "trust",
+        "arch",
+        "capabilities",
+        "limits",
+        "gpu",
+        "slots",
+        "slots_free",
+        "gpu_free",
+    }
 )
 #: ...and the rest, that make an eligible node *fit* (CPU, RAM, disk).
 _ELIGIBLE = tuple(f for f in FILTERS if f.name in _ELIGIBILITY)

@@ -60,6 +60,9 @@ def nodes(draw: st.DrawFn) -> tuple[NodeShape, NodeLoad]:
         max_concurrency=slots,
         dlperf=draw(st.sampled_from([0.0, 10.0, 50.0, 120.0])),
         reliability=draw(st.sampled_from([0.0, 0.5, 0.9, 1.0])),
+        # owned by an org (or universal), maybe granted to another (the owner filter)
+        owner=draw(st.sampled_from([None, None, "org_a", "org_b"])),
+        grantees=draw(st.sampled_from([frozenset(), frozenset(), frozenset({"org_c"})])),
     )
     load = NodeLoad(
         used_cpu=draw(st.sampled_from([0] * 3 + [1, 0.5, 2, 4, 8, 17])),
@@ -79,6 +82,7 @@ def jobs(draw: st.DrawFn, job_id: str = "j") -> JobDemand:
         cpu_cores=draw(st.sampled_from([0] * 3 + [0.5, 1, 2, 4, 8])),
         ram_gb=draw(st.sampled_from([0] * 3 + [1, 4, 16])),
         gpu_count=draw(often(0, 1, 2, 4)),  # type: ignore[arg-type]
+        org_id=draw(st.sampled_from([None, "org_a", "org_b", "org_c"])),
         requires=Requires(
             gpu=GpuRequirement(
                 required=draw(often(False, True)),  # type: ignore[arg-type]
