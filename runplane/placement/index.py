@@ -67,6 +67,8 @@ _NO_GPU_NEED = -(1 << 62)
 _UNBOUNDED = 1 << 62
 _ZERO = NodeLoad()
 _CACHE_LIMIT = 512
+#: Per-org verdicts kept (job kinds x orgs: an owned fleet of 100 orgs needs thousands).
+_ORG_CACHE_LIMIT = 8192
 
 Walk = Literal["auto", "scan", "merge", "enumerate"]
 ShapeKey = tuple[str, tuple[Gpu, ...]]  # (arch, GPUs): what decides GPU eligibility
@@ -258,6 +260,30 @@ class Feasibility:
     groups: tuple[tuple[float, tuple[Shape, ...]], ...]
 
 
+_Found = tuple[int, int, Shape, float]  # class id, GPU threshold, shape, gpu_fit
+
+
+@dataclass(slots=True)
+class _Base:
+    """The classes a job signature passes (every class filter but ``owner``), by who may
+    use them: ``universal`` (no owner), ``by_owner`` and ``by_grantee`` (an owned class is
+    listed under its owner and under each of its grantees); ``every`` is all of them."""
+
+    every: list[_Found] = field(default_factory=list)
+    universal: list[_Found] = field(default_factory=list)
+    by_owner: dict[str, list[_Found]] = field(default_factory=dict)
+    by_grantee: dict[str, list[_Found]] = field(default_factory=dict)
+
+    def add(self, rep: NodeShape, found: _Found) -> None:
+        self.every.append(found)
+        if rep.owner is None:
+            self.universal.append(found)
+            return
+        self.by_owner.setdefault(rep.owner, []).append(found)
+        for grantee in rep.grantees:
+            self.by_grantee.setdefault(grantee, []).append(found)
+
+
 @dataclass(slots=True)
 class _Scope:
     """The shelves one walk may take from: ``shelves`` (selected by shape and free GPUs)
@@ -314,7 +340,7 @@ class FleetIndex:
         self._class_cache: dict[tuple[object, ...], Feasibility] = {}
         #: per class signature without the job's org: the classes the other class filters
         #: pass, as (class id, GPU threshold, shape, gpu_fit); the owner filter runs on it
-        self._base_cache: dict[tuple[object, ...], list[tuple[int, int, Shape, float]]] = {}
+        self._base_cache: dict[tuple[object, ...], _Base] = {}
         self._static_cache: dict[tuple[object, ...], tuple[dict[str, int], tuple[str, ...]]] = {}
         for item in nodes:
             if isinstance(item, NodeShape):
@@ -494,25 +520,26 @@ class FleetIndex:
     def feasibility(self, job: JobDemand) -> Feasibility:
         """What the class filters say of ``job``'s class signature (cached until a class
         appears or disappears). Two levels: the classes every filter but ``owner`` passes,
-        per signature without the job's org; then, per org, those of them its jobs may use
-        (owned by nobody, by the org, or granted to it): an org seen for the first time
-        costs one pass over the feasible classes, not the class filters again."""
+        per signature without the job's org, indexed by owner and by grantee; then, per
+        org, the universal ones, the org's own and those granted to it: an org seen for
+        the first time costs a pass over its share of the feasible classes only."""
         sig = job.class_signature
         hit = self._class_cache.get(sig)
         if hit is not None:
             return hit
+        base = self._base_feasible(job)
         org = job.org_id
+        if org is None:
+            found = base.every
+        else:
+            found = base.universal + base.by_owner.get(org, []) + base.by_grantee.get(org, [])
         thresholds: dict[int, int] = {}
         shapes: dict[Shape, int] = {}
         shape_classes: dict[Shape, list[int]] = {}
         fit_of: dict[Shape, float] = {}
-        classes = self._classes
-        for cid, threshold, shape, fit in self._base_feasible(job):
-            if org is not None:
-                rep = classes[cid].rep
-                owner = rep.owner
-                if owner is not None and owner != org and org not in rep.grantees:
-                    continue
+        for cid, threshold, shape, fit in found:
+            if cid in thresholds:  # owned by the org and granted to it too
+                continue
             thresholds[cid] = threshold
             shapes[shape] = threshold  # equal for every class of a shape
             shape_classes.setdefault(shape, []).append(cid)
@@ -529,19 +556,19 @@ class FleetIndex:
                 (fit, tuple(group)) for fit, group in sorted(by_fit.items(), key=lambda g: -g[0])
             ),
         )
-        if len(self._class_cache) >= _CACHE_LIMIT:
+        if len(self._class_cache) >= _ORG_CACHE_LIMIT:
             self._class_cache.clear()
         self._class_cache[sig] = result
         return result
 
-    def _base_feasible(self, job: JobDemand) -> list[tuple[int, int, Shape, float]]:
+    def _base_feasible(self, job: JobDemand) -> _Base:
         """The classes every class filter but ``owner`` passes for ``job`` (any org)."""
         key = job.class_signature[:-1]  # the signature's last item is the org
         hit = self._base_cache.get(key)
         if hit is not None:
             return hit
         anyone = job if job.org_id is None else replace(job, org_id=None)
-        found: list[tuple[int, int, Shape, float]] = []
+        base = _Base()
         for cid, cls in self._classes.items():
             rep = cls.rep
             if first_rejection(rep, _ZERO, anyone, CLASS_FILTERS) is not None:
@@ -550,11 +577,11 @@ class FleetIndex:
                 threshold = anyone.gpus + len(rep.gpus) - gpu_verdict(rep, anyone)[1]
             else:
                 threshold = _NO_GPU_NEED
-            found.append((cid, threshold, cls.shape, score_gpu_fit(rep, _ZERO, anyone)))
+            base.add(rep, (cid, threshold, cls.shape, score_gpu_fit(rep, _ZERO, anyone)))
         if len(self._base_cache) >= _CACHE_LIMIT:
             self._base_cache.clear()
-        self._base_cache[key] = found
-        return found
+        self._base_cache[key] = base
+        return base
 
     def candidates(self, job: JobDemand) -> list[tuple[NodeShape, NodeLoad]]:
         """The bounded candidate set a decision scores (empty: nothing fits now)."""
