@@ -43,6 +43,7 @@ from .filters import (
     DISABLED,
     GPU_FREE,
     NODE_FILTERS,
+    OWNER,
     RAM_FREE,
     SLOTS_FULL,
     first_rejection,
@@ -273,6 +274,8 @@ class _Base:
     universal: list[_Found] = field(default_factory=list)
     by_owner: dict[str, list[_Found]] = field(default_factory=dict)
     by_grantee: dict[str, list[_Found]] = field(default_factory=dict)
+    #: class id -> the first class filter but ``owner`` it fails (the reason any org gets)
+    rejected: dict[int, str] = field(default_factory=dict)
 
     def add(self, rep: NodeShape, found: _Found) -> None:
         self.every.append(found)
@@ -571,7 +574,9 @@ class FleetIndex:
         base = _Base()
         for cid, cls in self._classes.items():
             rep = cls.rep
-            if first_rejection(rep, _ZERO, anyone, CLASS_FILTERS) is not None:
+            rejection = first_rejection(rep, _ZERO, anyone, CLASS_FILTERS)
+            if rejection is not None:
+                base.rejected[cid] = rejection.reason
                 continue
             if anyone.gpus:
                 threshold = anyone.gpus + len(rep.gpus) - gpu_verdict(rep, anyone)[1]
@@ -844,12 +849,23 @@ class FleetIndex:
         if self._disabled:
             counts[DISABLED] = len(self._disabled)
         feasible = self.feasibility(job).thresholds
+        rejected = self._base_feasible(job).rejected  # reasons every org gets, per class
+        org = job.org_id
         matching: list[str] = []
         for cid, cls in self._classes.items():
             if cid not in feasible:
-                rejection = first_rejection(cls.rep, _ZERO, job, CLASS_FILTERS)
-                assert rejection is not None
-                counts[rejection.reason] += len(cls.members)
+                rep = cls.rep
+                owner = rep.owner
+                blocked = org is not None and owner is not None and owner != org
+                if blocked and org not in rep.grantees:  # the owner filter runs first
+                    counts[OWNER] += len(cls.members)
+                    continue
+                reason = rejected.get(cid)
+                if reason is None:  # pragma: no cover - feasible for the org then
+                    found = first_rejection(rep, _ZERO, job, CLASS_FILTERS)
+                    assert found is not None
+                    reason = found.reason
+                counts[reason] += len(cls.members)
                 continue
             for nid in cls.members:
                 rejection = first_rejection(self._entries[nid].node, _ZERO, job, NODE_FILTERS)
