@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import time
 
+from runplane.problems import FieldProblem, Problem
+
 
 def iso_ms(ms: int) -> str:
     """Unix milliseconds as ``2026-11-22T10:15:04.123Z``."""
@@ -26,3 +28,17 @@ def duration_ms(text: str) -> int:
     if match is None:
         raise ValueError(f"{text[:40]!r} is not a duration such as 15m, 24h or 7d")
     return int(match.group(1)) * _UNIT_MS[match.group(2)]
+
+
+def window_ms(text: str, *, max_ms: int, most: str) -> int:
+    """A ``window`` query value (``duration_ms``) of at most ``max_ms`` (``most`` says it):
+    milliseconds, or a 400 naming ``window``."""
+    try:
+        ms = duration_ms(text)
+    except ValueError as exc:
+        message = f"window {exc}"
+    else:
+        if ms <= max_ms:
+            return ms
+        message = f"window {text} is longer than {most}"
+    raise Problem(400, "invalid_query", message, [FieldProblem("window", "invalid", message)])

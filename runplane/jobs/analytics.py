@@ -16,8 +16,7 @@ import math
 from typing import Any
 
 from runplane.persistence import Store
-from runplane.problems import FieldProblem, Problem
-from runplane.timefmt import duration_ms
+from runplane.timefmt import window_ms
 
 from .counts import ALL_ORGS, MINUTE_MS
 
@@ -29,17 +28,7 @@ _LIVE = ("queued", "assigned", "pulling", "running")
 
 def parse_window(text: str) -> int:
     """``15m``, ``24h``, ``7d`` -> milliseconds; a 400 naming ``window`` otherwise."""
-    try:
-        ms = duration_ms(text)
-    except ValueError as exc:
-        raise _bad(f"window {exc}") from None
-    if ms > MAX_WINDOW_MS:
-        raise _bad(f"window {text} is longer than the most allowed, 30d")
-    return ms
-
-
-def _bad(message: str) -> Problem:
-    return Problem(400, "invalid_query", message, [FieldProblem("window", "invalid", message)])
+    return window_ms(text, max_ms=MAX_WINDOW_MS, most="the most allowed, 30d")
 
 
 def window_text(minutes: int) -> str:

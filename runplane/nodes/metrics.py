@@ -12,8 +12,8 @@ from typing import Any
 
 from runplane.persistence import Store, Tx
 from runplane.placement import NodeLoad, NodeShape
-from runplane.problems import FieldProblem, Problem, not_found
-from runplane.timefmt import duration_ms
+from runplane.problems import not_found
+from runplane.timefmt import window_ms
 
 from .facts import NodeFacts
 
@@ -61,16 +61,7 @@ def write(samples: Iterable[Sample], now: int) -> Any:
 
 
 def parse_window(text: str) -> int:
-    try:
-        ms = duration_ms(text)
-    except ValueError as exc:
-        ms = -1
-        message = f"window {exc}"
-    else:
-        message = f"window {text} is longer than the most kept, 24h"
-    if 0 < ms <= MAX_WINDOW_MS:
-        return ms
-    raise Problem(400, "invalid_query", message, [FieldProblem("window", "invalid", message)])
+    return window_ms(text, max_ms=MAX_WINDOW_MS, most="the most kept, 24h")
 
 
 async def metrics(store: Store, node_id: str, window: str, now: int) -> dict[str, Any]:

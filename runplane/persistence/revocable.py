@@ -37,3 +37,15 @@ async def newest_first(store: Store, table: str, columns: str, org_id: str | Non
     return await store.fetchall(
         f"SELECT {columns} FROM {table} WHERE org_id = ? {order}", (org_id,)
     )
+
+
+async def newest_page(
+    store: Store, table: str, columns: str, org_id: str | None, *, limit: int, offset: int
+) -> list[Row]:
+    """A page of ``table`` newest first by id (ids sort by creation); only ``org_id``'s
+    rows when given."""
+    where, params = ("WHERE org_id = ? ", [org_id]) if org_id is not None else ("", [])
+    return await store.fetchall(
+        f"SELECT {columns} FROM {table} {where}ORDER BY id DESC LIMIT ? OFFSET ?",
+        (*params, limit, offset),
+    )

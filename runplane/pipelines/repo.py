@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runplane.persistence import Row, Store, Tx, from_json, now_ms, to_json
+from runplane.persistence.revocable import newest_page
 
 from .machine import PipelineState, Stage, StagePhase, Status
 
@@ -202,11 +203,9 @@ async def get_stages(store: Store, run_id: str) -> list[StageRow]:
 
 
 async def list_runs(store: Store, org_id: str | None, *, limit: int, offset: int) -> list[RunRow]:
-    """Newest first (ids sort by creation)."""
-    where, params = ("WHERE org_id = ? ", [org_id]) if org_id is not None else ("", [])
-    rows = await store.fetchall(
-        f"SELECT {RUN_COLUMNS} FROM pipeline_runs {where}ORDER BY id DESC LIMIT ? OFFSET ?",
-        (*params, limit, offset),
+    """Newest first."""
+    rows = await newest_page(
+        store, "pipeline_runs", RUN_COLUMNS, org_id, limit=limit, offset=offset
     )
     return [RunRow.of(r) for r in rows]
 

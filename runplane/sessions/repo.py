@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runplane.persistence import Row, Store, Tx, from_json, now_ms, to_json
+from runplane.persistence.revocable import newest_page
 
 from .machine import Phase, SessionState
 
@@ -131,11 +132,8 @@ async def get(store: Store, session_id: str, org_id: str | None) -> SessionRow |
 async def list_rows(
     store: Store, org_id: str | None, *, limit: int, offset: int
 ) -> list[SessionRow]:
-    where, params = ("WHERE org_id = ? ", [org_id]) if org_id is not None else ("", [])
-    rows = await store.fetchall(
-        f"SELECT {COLUMNS} FROM sessions {where}ORDER BY id DESC LIMIT ? OFFSET ?",
-        (*params, limit, offset),
-    )
+    """Newest first."""
+    rows = await newest_page(store, "sessions", COLUMNS, org_id, limit=limit, offset=offset)
     return [SessionRow.of(r) for r in rows]
 
 
