@@ -107,6 +107,21 @@ def _parser() -> argparse.ArgumentParser:
         help="also run jobs whose limits this node cannot enforce (each such job's log says "
         "which limit is not enforced); by default placement sends them elsewhere",
     )
+    agent.add_argument(
+        "--auto-update",
+        action="store_true",
+        help="apply the release channel's target version by itself (install, let running "
+        "jobs finish, restart); without it only an operator's POST /v1/nodes/{id}/update "
+        "does; install command: RUNPLANE_AGENT_UPDATE_CMD / RUNPLANE_AGENT_UPDATE_PIP_ARGS",
+    )
+    agent.add_argument(
+        "--update-drain-timeout",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="after a self-update installed, how long running jobs may finish before they "
+        "are handed back to the server to requeue (default: wait for them however long)",
+    )
     agent.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
     return parser
 
@@ -194,6 +209,8 @@ async def serve(settings: Settings, host: str, port: int) -> None:
                     name="local",
                     best_effort_limits=True,
                     executor=settings.local_agent_executor,
+                    # it is the server's process: it updates with the server, not alone
+                    self_update=False,
                 )
                 agent_done = trio.Event()
 
@@ -248,6 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             work_dir=args.work_dir,
             executor=args.executor,
             best_effort_limits=args.best_effort_limits,
+            auto_update=args.auto_update,
+            update_drain_timeout=args.update_drain_timeout,
         )
     try:
         settings = ensure_secret_key(load_settings())

@@ -27,7 +27,7 @@ import trio
 
 from runplane.actors import placement as pl
 from runplane.actors.admission import AdmissionActor, AdmissionMsg, PhaseChanged
-from runplane.actors.channels import ChannelMsg, ChannelTargets
+from runplane.actors.channels import ChannelMsg, ChannelTargets, get_targets
 from runplane.actors.job import JOBS, Assign, JobDeps, LoseAttempt, WaitReason
 from runplane.actors.node import NodeDeps
 from runplane.actors.sampler import NodeSampler
@@ -201,8 +201,12 @@ class Root:
                 lose_attempt=lose_attempt,
                 expected=fleet.expected,
                 record_beat=fleet.record_beat,
+                channel_target=self._channel_target,
             )
         )
+
+    async def _channel_target(self, channel: str) -> str | None:
+        return (await get_targets(self.channels)).get(channel)
 
     def _stream_kinds(self, stack: str) -> dict[str, str]:
         """The streams a stack declares, by name: their kinds."""

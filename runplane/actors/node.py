@@ -26,6 +26,12 @@ of the last beat (``nodes.last_heartbeat``) is not written per beat: it goes to
 ``NodeDeps.record_beat``, the heartbeat log (``runplane/actors/heartbeats.py``), which
 writes all nodes' latest beats in one batch every few seconds. A status change
 (online, draining, disconnected, offline) still writes at once, with the last beat.
+
+Self-update (``runplane/nodes/update.py``): at each hello the actor hands the agent an
+operator's pending request (``update``, requested), else, for an agent that said
+``auto_update``, its channel's target when it differs; ``OfferUpdate`` does the same at
+once for a connected node (an operator's request, or a channel target just moved); the
+agent's ``update_status`` reports are written to the row.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import trio
 
 from runplane.agent import protocol as p
 from runplane.nodes import repo as nodes_repo
+from runplane.nodes import update
 from runplane.nodes.shape import shape_of
 from runplane.persistence import Store
 from runplane.placement import NodeShape
@@ -98,6 +105,25 @@ class Released(Asks["str | None"]):
 
 
 @dataclass(frozen=True, slots=True)
+class OfferUpdate(Asks[bool]):
+    """Send the connected agent ``update`` to ``version`` (True when it went out).
+    ``channel`` set: a channel target moved; only an auto-updating agent of that channel
+    on another version gets it. ``channel`` None: an operator's request, always sent."""
+
+    version: str
+    channel: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateReported:
+    """The agent's ``update_status``."""
+
+    version: str
+    phase: str
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     """Periodic liveness check (sent to self)."""
 
@@ -107,7 +133,19 @@ class Refresh:
     """Node row changed (patch, overrides): re-announce the shape to placement."""
 
 
-NodeMsg = Attach | Detach | Beat | Deliver | AttemptEnded | Drain | Released | Tick | Refresh
+NodeMsg = (
+    Attach
+    | Detach
+    | Beat
+    | Deliver
+    | AttemptEnded
+    | Drain
+    | Released
+    | Tick
+    | Refresh
+    | OfferUpdate
+    | UpdateReported
+)
 
 #: The node status while its agent drains (``online``, ``disconnected``, ``offline`` besides).
 DRAINING = "draining"
@@ -135,6 +173,12 @@ class NodeDeps:
     #: where the wall time (unix ms) of each heartbeat goes: the fleet's batching heartbeat
     #: log (``Fleet.record_beat``)
     record_beat: Callable[[str, int], Awaitable[None]]
+    #: the target version of a release channel (None: no target set)
+    channel_target: Callable[[str], Awaitable[str | None]] = lambda _: _no_target()
+
+
+async def _no_target() -> str | None:
+    return None
 
 
 class NodeActor(Actor[NodeMsg]):
@@ -154,6 +198,8 @@ class NodeActor(Actor[NodeMsg]):
         #: out of placement because it cannot take run orders now (disconnected, or a run
         #: order could not be handed to its session): back in at its next sign of life
         self.unready = False
+        #: the current session's hello (its version, channel and auto-update)
+        self.hello: p.Hello | None = None
 
     async def on_start(self) -> None:
         """Rebuild from the store: the attempts the jobs table puts on this node. A node
@@ -234,8 +280,42 @@ class NodeActor(Actor[NodeMsg]):
                 if self.outbox is not None and not self.draining:
                     await self._announce()
                 return None
+            case OfferUpdate(version, channel):
+                return self._offer(version, channel)
+            case UpdateReported(version, phase, error):
+                log.log(
+                    logging.WARNING if phase == "failed" else logging.INFO,
+                    "agent self-update",
+                    extra={
+                        "node_id": self.node_id,
+                        "version": version,
+                        "phase": phase,
+                        "error": error,
+                    },
+                )
+                await update.record_status(self.deps.store, self.node_id, version, phase, error)
+                return None
 
-    def _deliver(self, order: p.Run | p.Cancel | p.FinishedAck | p.Teleop) -> bool:
+    def _offer(self, version: str, channel: str | None) -> bool:
+        hello = self.hello
+        if hello is None or self.outbox is None or version == hello.agent_version:
+            return False
+        if channel is not None and (channel != hello.channel or not hello.auto_update):
+            return False
+        return self._deliver(p.Update(version=version, requested=channel is None))
+
+    async def _offer_on_hello(self, hello: p.Hello, requested: str) -> None:
+        """An operator's pending request (``requested``, from the row) first; else the
+        channel target, if the agent applies targets by itself."""
+        store, version = self.deps.store, hello.agent_version
+        if await update.still_pending(store, self.node_id, requested, version):
+            self._offer(requested, None)
+        elif hello.auto_update:
+            target = await self.deps.channel_target(hello.channel)
+            if target:
+                self._offer(target, hello.channel)
+
+    def _deliver(self, order: p.Run | p.Cancel | p.FinishedAck | p.Teleop | p.Update) -> bool:
         """Hand ``order`` to the session; a run order's attempt is this node's only once
         it went out (one that did not is requeued by its job actor, uncounted)."""
         if self.outbox is None:
@@ -260,6 +340,7 @@ class NodeActor(Actor[NodeMsg]):
         if self.outbox is not None and self.outbox is not outbox:
             self.outbox.close()  # the old session is stale: its writer ends and closes it
         self.outbox = outbox
+        self.hello = hello
         self.draining = False  # a new session: its agent says again if it still drains
         self.unready = False  # announced below
         self.last_seen = clock.now()
@@ -277,7 +358,9 @@ class NodeActor(Actor[NodeMsg]):
             if self.attempts.get(job_id) != attempt:
                 self._deliver(p.Cancel(job_id=job_id, attempt=attempt))
         await self._set_status("online")
-        await self._announce()
+        row = await self._announce()
+        if row is not None:
+            await self._offer_on_hello(hello, row.update.target)
         log.info(
             "node attached",
             extra={"node_id": self.node_id, "resumed": sorted(self.attempts)},
@@ -341,12 +424,13 @@ class NodeActor(Actor[NodeMsg]):
         self.attempts.clear()
         self.context.stop()
 
-    async def _announce(self) -> None:
-        """Tell placement the node's shape (facts and overrides from its row)."""
+    async def _announce(self) -> nodes_repo.NodeRow | None:
+        """Tell placement the node's shape (facts and overrides from its row, returned)."""
         row = await nodes_repo.get(self.deps.store, self.node_id)
         if row is not None:
             self.unready = False
             await self.deps.node_up(shape_of(row))
+        return row
 
     async def _set_status(self, status: str) -> None:
         """Written at once (not batched), with the last beat: after a crash the row says

@@ -14,6 +14,11 @@ its jobs into cancels: it says ``draining`` (the server places nothing more here
 the running jobs finish for up to ``drain_timeout`` seconds, then stops the ones left and
 hands them back (``job_released``: the server requeues them), and stops.
 
+Self-update (``update`` from the server, :mod:`runplane.agent.update`): the agent installs
+the offered version while its jobs run, reports ``update_status``, and once the install
+took it drains (without a deadline unless ``update_drain_timeout``) and stops with
+:attr:`Agent.restart_into` set: ``runplane agent`` then re-executes itself.
+
 The same class runs as its own process (``runplane agent``, see :mod:`runplane.agent.main`)
 and inside the server's nursery as the local agent.
 """
@@ -39,6 +44,7 @@ from pydantic import ValidationError
 
 from runplane import __version__
 from runplane.agent import credentials
+from runplane.agent import update as updates
 from runplane.agent.backoff import BACKOFF_MAX_SEC, BACKOFF_MIN_SEC, Backoff
 from runplane.agent.errors import AgentError, AgentRefused, AgentReplaced, DataDirBusy
 from runplane.agent.executor import (
@@ -96,6 +102,8 @@ from runplane.agent.protocol import (
     RunSpec,
     Teleop,
     TeleopAck,
+    Update,
+    UpdateStatus,
     Welcome,
     decode_server,
     encode,
@@ -119,6 +127,8 @@ ACK_RESEND_SEC = 30.0
 STOP_FLUSH_SEC = 5.0
 #: How long a draining agent lets its running jobs finish before it hands them back.
 DRAIN_TIMEOUT_SEC = 60.0
+#: What ``draining`` says for a drain without a deadline (a self-update's, by default).
+NO_DEADLINE_SEC = 1e9
 #: While connected, a job's reporting waits (back-pressure) once this many are queued.
 HIGH_WATER_UNITS = 2_000
 #: A job placed while its GPUs are still held by an ending job waits the grace period and
@@ -294,6 +304,10 @@ class Agent:
         executor: str = "process",
         best_effort_limits: bool = False,
         enforce_limits: bool = True,
+        auto_update: bool = False,
+        self_update: bool = True,
+        update_plan: updates.UpdatePlan | None = None,
+        update_drain_timeout: float = math.inf,
     ) -> None:
         if executor not in EXECUTORS:
             raise ValueError(
@@ -345,6 +359,21 @@ class Agent:
         #: False: do not look for cgroups (tests of many agents in one process)
         self.enforce_limits = enforce_limits
         self._rules = NodeRules(node=name or "")
+        #: self-update: apply channel targets unasked; how to install; how long the drain
+        #: after an install waits for running jobs before handing them back
+        self.auto_update = auto_update
+        #: False: an ``update`` is answered ``failed`` (the local agent of ``runplane serve``)
+        self.self_update = self_update
+        self.update_plan = update_plan or (updates.plan_from_env() if self_update else None)
+        if not update_drain_timeout >= 0:
+            raise ValueError(f"update drain timeout must be 0 or more, got {update_drain_timeout}")
+        self.update_drain_timeout = update_drain_timeout
+        #: the version installed by a self-update: ``run()`` returned to be re-executed
+        self.restart_into: str | None = None
+        self._updating: trio.CancelScope | None = None
+        self._update_report: UpdateStatus | None = None
+        self._next_update: Update | None = None
+        self._failed_updates: set[str] = set()
 
     # -- public
 
@@ -391,6 +420,8 @@ class Agent:
     def request_stop(self) -> None:
         """Stop gracefully (as cancelling ``run()`` does, but ``run()`` then returns)."""
         self._stop.set()
+        if self._updating is not None:
+            self._updating.cancel()  # an install in progress is abandoned (not applied)
         if self._handshake_scope is not None:
             self._handshake_scope.cancel()  # a connect attempt in progress is not worth waiting
         self._changed.notify()
@@ -627,7 +658,8 @@ class Agent:
         log.info(
             "draining",
             extra={
-                "drain_timeout_sec": drain.timeout,
+                # None: no deadline (a self-update's drain, by default)
+                "drain_timeout_sec": drain.timeout if math.isfinite(drain.timeout) else None,
                 "running": [list(k) for k in self._jobs],
             },
         )
@@ -680,6 +712,7 @@ class Agent:
         if not drain.server_drains:
             return
         left = 0.0 if drain.now.is_set() else max(0.0, drain.deadline - trio.current_time())
+        left = min(left, NO_DEADLINE_SEC)  # a drain without a deadline (self-update)
         await session.ws.send_message(encode(Draining(deadline_sec=round(left, 3))))
         session.draining_sent = True
 
@@ -781,6 +814,7 @@ class Agent:
             facts=self._facts,
             running=self._held(),
             channel="stable",
+            auto_update=self.auto_update,
         )
 
     def _parse_welcome(self, raw: str | bytes) -> Welcome:
@@ -870,6 +904,8 @@ class Agent:
         session = _Session(ws, max(0.05, min(welcome.heartbeat_sec, 300.0)))
         self._session = session
         self._outbox.requeue_unacked()
+        if self._update_report is not None:  # the last word on a self-update, said again
+            self._outbox.put_control(self._update_report)
         self._changed.notify()
         try:
             async with trio.open_nursery() as nursery:
@@ -938,6 +974,8 @@ class Agent:
                 self._on_ack(msg)
             elif isinstance(msg, Teleop):
                 self._on_teleop(msg)
+            elif isinstance(msg, Update):
+                self._on_update(msg)
             else:
                 log.warning("ignored a second welcome")
 
@@ -1064,6 +1102,65 @@ class Agent:
         )
         self._outbox.put_control(ack)
         self._changed.notify()
+
+    # -- self-update
+
+    def _on_update(self, msg: Update) -> None:
+        fields = {"version": msg.version, "current": __version__, "requested": msg.requested}
+        if msg.version == __version__:
+            log.info("update offered: already running that version", extra=fields)
+        elif not (msg.requested or self.auto_update):
+            log.info("update offered, not applied: auto-update is off", extra=fields)
+        elif not self.self_update:
+            log.warning(
+                "update offered, not applied: this agent does not update itself", extra=fields
+            )
+            why = "the local agent of `runplane serve` updates with the server, not by itself"
+            self._report_update(UpdateStatus(version=msg.version, phase="failed", error=why))
+        elif self._drain is not None or self._stop.is_set():
+            log.info("update offered, not applied: the agent is stopping", extra=fields)
+        elif self._updating is not None:
+            # the latest offer waits for the install in progress (tried if that one fails)
+            log.info("update offered while installing another: next", extra=fields)
+            self._next_update = msg
+        elif msg.version in self._failed_updates and not msg.requested:
+            log.info("update offered, not applied: it failed before", extra=fields)
+        elif self._jobs_nursery is not None:
+            self._updating = trio.CancelScope()
+            self._jobs_nursery.start_soon(self._self_update, msg.version, self._updating)
+
+    def _report_update(self, status: UpdateStatus) -> None:
+        self._update_report = status
+        self._outbox.put_control(status)
+        self._changed.notify()
+
+    async def _self_update(self, version: str, scope: trio.CancelScope) -> None:
+        """Install ``version`` while the jobs run; if it took, drain and stop for a re-exec;
+        if not, say why and keep running as before."""
+        log.info("self-update: installing", extra={"version": version, "from": __version__})
+        self._report_update(UpdateStatus(version=version, phase="installing"))
+        result: updates.Installed | None = None
+        with scope:
+            assert self.update_plan is not None  # (self_update: set in __init__)
+            result = await updates.install(self.update_plan, version)
+        self._updating = None
+        if result is None:
+            return  # the agent is stopping
+        if not result.ok:
+            self._failed_updates.add(version)
+            log.error("self-update failed", extra={"version": version, "error": result.error})
+            self._report_update(UpdateStatus(version=version, phase="failed", error=result.error))
+            following, self._next_update = self._next_update, None
+            if following is not None and following.version != version:
+                self._on_update(following)
+            return
+        self._report_update(UpdateStatus(version=version, phase="installed"))
+        log.info(
+            "self-update installed: draining, then restarting",
+            extra={"version": version, "running": [list(k) for k in self._jobs]},
+        )
+        self.restart_into = version
+        self.drain(self.update_drain_timeout)
 
     def _on_ack(self, msg: FinishedAck) -> None:
         key = job_key(msg)

@@ -9,7 +9,10 @@ Beyond :class:`~runplane.agent.client.Agent` itself, the process
 * makes itself a *child subreaper* (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``): processes
   orphaned inside a job's tree are re-parented to the agent instead of PID 1, and
   :func:`reap_orphans` reaps them when they exit, so killed job trees do not linger as
-  zombies (many containers run a PID 1 that never reaps).
+  zombies (many containers run a PID 1 that never reaps);
+* re-executes itself after a self-update installed a new version
+  (:attr:`~runplane.agent.client.Agent.restart_into`, :mod:`runplane.agent.update`): the
+  same arguments, through the newly installed package.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import math
 import os
 import signal
 import sys
@@ -28,6 +32,7 @@ import trio
 from runplane import fdlimit
 from runplane.agent.client import DRAIN_TIMEOUT_SEC, Agent
 from runplane.agent.errors import AgentError
+from runplane.agent.update import reexec_argv
 
 log = logging.getLogger("runplane.agent")
 
@@ -136,6 +141,7 @@ async def run_agent(agent: Agent, *, subreaper: bool = True) -> None:
                             "stop requested",
                             extra={"signal": name, "drain_timeout_sec": agent.drain_timeout},
                         )
+                        agent.restart_into = None  # a stop wins over a self-update
                         agent.drain()
                     elif count == 2:
                         log.warning(
@@ -174,6 +180,8 @@ def main(
     work_dir: Path | None = None,
     executor: str = "process",
     best_effort_limits: bool = False,
+    auto_update: bool = False,
+    update_drain_timeout: float | None = None,
 ) -> int:
     """Entry of ``runplane agent``: exit 0 after a requested stop, 1 if refused, 2 bad input.
     ``host_paths``, ``run_as``, ``work_dir``: see :mod:`runplane.agent.isolation`;
@@ -192,6 +200,8 @@ def main(
             work_dir=work_dir,
             executor=executor,
             best_effort_limits=best_effort_limits,
+            auto_update=auto_update,
+            update_drain_timeout=math.inf if update_drain_timeout is None else update_drain_timeout,
         )
     except ValueError as exc:
         print(f"runplane agent: {exc}", file=sys.stderr)
@@ -202,4 +212,11 @@ def main(
     except AgentError as exc:
         print(f"runplane agent: {exc}", file=sys.stderr)
         return 1
+    if agent.restart_into is not None:
+        argv = reexec_argv()
+        log.info("restarting into the updated agent", extra={"version": agent.restart_into})
+        logging.shutdown()  # flush: nothing of this process runs after exec
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(argv[0], argv)
     return 0

@@ -6,7 +6,7 @@ queue of ``job_phase``/``job_logs``/``job_metric``/``job_stream``/``job_finished
 beyond the buffer limits (``MAX_BUFFERED_UNITS``, ``MAX_BUFFERED_BYTES``) with a note
 (:func:`dropped_note`), splitting big log batches into frames (``MAX_FRAME_TEXT``), and
 keeping each ``job_finished`` until the server acknowledges it. Answers that need no
-ack (``teleop_ack``) wait in a small queue of their own and go out first.
+ack (``teleop_ack``, ``update_status``) wait in a small queue of their own and go out first.
 :func:`check_job_ref` says whether a job id/attempt may name a workdir.
 """
 
@@ -31,6 +31,7 @@ from runplane.agent.protocol import (
     RunningJob,
     Teleop,
     TeleopAck,
+    UpdateStatus,
 )
 
 #: Per job, reports waiting to be sent are bounded: beyond this many log lines + metric
@@ -45,8 +46,10 @@ MAX_CONTROL = 1_000
 
 JobKey: TypeAlias = tuple[str, int]
 Queued: TypeAlias = JobPhase | JobLogs | JobMetric | JobStream | JobFinished | JobReleased
+#: An answer or notice that needs no ack (sent first; dropped on a disconnect).
+Control: TypeAlias = TeleopAck | UpdateStatus
 #: What the sender sends: a job's report, or an answer that needs no ack.
-Outgoing: TypeAlias = Queued | TeleopAck
+Outgoing: TypeAlias = Queued | Control
 
 _JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 
@@ -60,7 +63,7 @@ def check_job_ref(job_id: str, attempt: int) -> str | None:
     return None
 
 
-def job_key(msg: Outgoing | Run | Cancel | FinishedAck | Teleop | RunningJob) -> JobKey:
+def job_key(msg: Queued | TeleopAck | Run | Cancel | FinishedAck | Teleop | RunningJob) -> JobKey:
     """The job attempt a message is about: ``(job_id, attempt)``."""
     return (msg.job_id, msg.attempt)
 
@@ -182,7 +185,7 @@ class Outbox:
         self.frame_text = MAX_FRAME_TEXT if frame_text is None else frame_text
         self._queues: dict[JobKey, _Queue] = {}
         self._unacked: dict[JobKey, _Unacked] = {}
-        self._control: deque[TeleopAck] = deque(maxlen=MAX_CONTROL)
+        self._control: deque[Control] = deque(maxlen=MAX_CONTROL)
         self._inflight: _Inflight | None = None
         self._seq = 0
         self.dropped_lines = 0
@@ -219,7 +222,7 @@ class Outbox:
                 self._unacked[key] = _Unacked(msg)
             queue.add(self._entry(msg))
 
-    def put_control(self, msg: TeleopAck) -> None:
+    def put_control(self, msg: Control) -> None:
         """An answer that needs no ack: sent before the jobs' reports; while disconnected
         (:meth:`clear_control`) it is dropped."""
         self._control.append(msg)
@@ -293,7 +296,8 @@ class Outbox:
             return self._inflight.key, self._inflight.messages
         if self._control:
             ack = self._control.popleft()
-            self._inflight = _Inflight(job_key(ack), None, [ack])
+            key = job_key(ack) if isinstance(ack, TeleopAck) else ("", 0)
+            self._inflight = _Inflight(key, None, [ack])
             return self._inflight.key, self._inflight.messages
         best: tuple[int, JobKey] | None = None
         for key, queue in self._queues.items():

@@ -24,6 +24,8 @@ Flow::
                                             <- cancel {job_id, attempt}
     draining {deadline_sec}                 ->        the agent is stopping: no new work
     job_released {job_id, attempt}          ->        stopped by the drain: requeue it
+                                            <- update {version, requested}
+    update_status {version, phase, error}   ->        installing, installed, failed
 
 The agent keeps ``job_finished`` messages until acknowledged and resends them after a
 reconnect, so an outcome reached while disconnected is not lost. In ``hello`` it lists the
@@ -35,6 +37,15 @@ for ``deadline_sec`` more; an attempt still running then is stopped and handed b
 type the receiver does not know is logged and ignored by both ends (forward compatible);
 servers before ``draining`` closed the session with 4400 instead, which the agent takes as
 "this server does not drain" (see ``docs/agent.md``).
+
+Self-update (``docs/agent.md#self-update``): ``update`` offers a version, ``requested``
+when an operator asked for it (``POST /v1/nodes/{id}/update``: the agent applies it), else
+the node's release channel moved (applied only by an agent started with
+``--auto-update``, which says ``auto_update`` in its hello). The agent reports
+``update_status`` as it installs; once installed it drains, re-executes itself and says
+hello with the new ``agent_version``. Fields added after the first release (``auto_update``
+in ``hello``) are sent only when set, so a server that predates them still reads the
+frame; new server messages are new types, which older agents log and ignore.
 """
 
 from __future__ import annotations
@@ -102,6 +113,16 @@ class Hello(_Msg):
     facts: Facts
     running: list[RunningJob] = []
     channel: str = "stable"
+    #: the agent applies its channel's target version by itself (``--auto-update``);
+    #: sent only when true (see the module doc)
+    auto_update: bool = False
+
+    @model_serializer(mode="wrap")
+    def _without_default_auto_update(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and not data.get("auto_update"):
+            data.pop("auto_update", None)
+        return data
 
 
 class Heartbeat(_Msg):
@@ -210,6 +231,17 @@ class JobReleased(_Msg):
     declined: str | None = None
 
 
+class UpdateStatus(_Msg):
+    """How a self-update to ``version`` goes: ``installing`` (the install command runs),
+    ``installed`` (it worked: the agent drains, then re-executes itself), ``failed``
+    (``error`` says why; the agent keeps running the version it has)."""
+
+    type: Literal["update_status"] = "update_status"
+    version: str
+    phase: Literal["installing", "installed", "failed"]
+    error: str | None = None
+
+
 AgentMsg = (
     Hello
     | Heartbeat
@@ -221,6 +253,7 @@ AgentMsg = (
     | JobReleased
     | JobStream
     | TeleopAck
+    | UpdateStatus
 )
 AgentMessage = Annotated[AgentMsg, Field(discriminator="type")]
 
@@ -357,7 +390,16 @@ class FinishedAck(_Msg):
     attempt: int
 
 
-ServerMsg = Welcome | Refused | Run | Cancel | FinishedAck | Teleop
+class Update(_Msg):
+    """Run agent ``version``: ``requested`` by an operator (always applied), else the
+    node's channel target (applied only with ``--auto-update``)."""
+
+    type: Literal["update"] = "update"
+    version: str = Field(min_length=1, max_length=128)
+    requested: bool = False
+
+
+ServerMsg = Welcome | Refused | Run | Cancel | FinishedAck | Teleop | Update
 ServerMessage = Annotated[ServerMsg, Field(discriminator="type")]
 
 _agent_adapter: TypeAdapter[AgentMsg] = TypeAdapter(AgentMessage)
@@ -388,6 +430,7 @@ AGENT_TYPES: frozenset[str] = frozenset(
         JobReleased,
         JobStream,
         TeleopAck,
+        UpdateStatus,
     )
 )
 

@@ -119,6 +119,8 @@ RULES: dict[tuple[str, str], Rule] = {
     # another org is 404, one no org owns 403 to everybody but the admin token)
     ("PATCH", "/v1/nodes/<node_id>"): MANAGE,
     ("GET", "/v1/nodes/<node_id>/metrics"): READ,
+    # self-update: fleet-wide operator control (spec: the admin token)
+    ("POST", "/v1/nodes/<node_id>/update"): ADMIN,
     # --- realtime streams (docs/streams.md) ------------------------------------------------
     ("GET", "/v1/jobs/<job_id>/streams"): READ,
     ("POST", "/v1/jobs/<job_id>/streams/<name>/subscribe"): READ,

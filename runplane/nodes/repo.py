@@ -12,6 +12,7 @@ from runplane.jobs.phase import ON_NODE, Phase
 from runplane.persistence import Store, from_json, now_ms, to_json
 
 from .facts import NodeFacts
+from .update import UpdateState
 
 _ON_NODE = tuple(ph.value for ph in ON_NODE)
 _ON_NODE_MARKS = ",".join("?" * len(_ON_NODE))
@@ -34,6 +35,7 @@ class NodeRow:
     last_heartbeat: int | None  # unix ms
     created_at: int
     updated_at: int
+    update: UpdateState
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> NodeRow:
@@ -54,6 +56,7 @@ class NodeRow:
             last_heartbeat=row["last_heartbeat"],
             created_at=row["created_at"],
             updated_at=row["updated_at"],
+            update=UpdateState.of(row),
         )
 
 
@@ -74,6 +77,7 @@ class Attached:
     facts: dict[str, Any]
     agent_version: str
     channel: str
+    auto_update: bool = False
 
 
 async def get(store: Store, node_id: str) -> NodeRow | None:
@@ -99,11 +103,12 @@ async def upsert_attached(store: Store, node: Attached) -> None:
     """The node is online now (insert on first enrollment; name, facts, version refreshed)."""
     now = now_ms()
     await store.execute(
-        "INSERT INTO nodes (id, org_id, name, tier, facts, agent_version, channel, status,"
-        " last_heartbeat, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+        "INSERT INTO nodes (id, org_id, name, tier, facts, agent_version, channel, auto_update,"
+        " status, last_heartbeat, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
         " ON CONFLICT (id) DO UPDATE SET name = excluded.name, facts = excluded.facts,"
         " agent_version = excluded.agent_version, channel = excluded.channel,"
-        " last_heartbeat = excluded.last_heartbeat, updated_at = excluded.updated_at",
+        " auto_update = excluded.auto_update, last_heartbeat = excluded.last_heartbeat,"
+        " updated_at = excluded.updated_at",
         (
             node.node_id,
             node.org_id,
@@ -112,6 +117,7 @@ async def upsert_attached(store: Store, node: Attached) -> None:
             to_json(node.facts),
             node.agent_version,
             node.channel,
+            int(node.auto_update),
             "online",
             now,
             now,

@@ -77,4 +77,13 @@ def node_view(
         "reliability": round(reliability_of(row), 4),
         "active_jobs": len(jobs),
         "last_heartbeat": iso_ms_or_none(last_heartbeat),
+        # additions (docs/agent.md#self-update): whether the agent applies its channel's
+        # target by itself, and how its last self-update went
+        "auto_update": row.update.auto_update,
+        "update": {
+            "requested": row.update.target,
+            "version": row.update.version,
+            "phase": row.update.phase,
+            "error": row.update.error,
+        },
     }

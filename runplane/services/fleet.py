@@ -29,14 +29,17 @@ from runplane.actors.node import (
     NodeActor,
     NodeDeps,
     NodeMsg,
+    OfferUpdate,
     Refresh,
 )
 from runplane.agent import protocol as p
 from runplane.nodes import repo as nodes_repo
+from runplane.nodes import update
 from runplane.nodes.connect import identify
 from runplane.nodes.enrollment import NodeIdentity
 from runplane.nodes.view import node_view
 from runplane.persistence import Store
+from runplane.problems import not_found
 from runplane.runtime import ActorError, ActorGone, ActorKind, ActorRef, MailboxClosed, Registry
 from runplane.settings import Settings
 
@@ -126,6 +129,7 @@ class Fleet:
                 facts=hello.facts.model_dump(),
                 agent_version=hello.agent_version,
                 channel=hello.channel,
+                auto_update=hello.auto_update,
             ),
         )
         self.sessions[identity.node_id] = outbox
@@ -154,6 +158,57 @@ class Fleet:
         if self.registry.active(NODES, node_id):
             with contextlib.suppress(ActorGone, MailboxClosed):
                 await self.registry.tell(NODES, node_id, Refresh())
+
+    async def _offer(self, node_id: str, msg: OfferUpdate) -> bool:
+        if node_id not in self.sessions or not self.registry.active(NODES, node_id):
+            return False
+        try:
+            return await self.registry.ask(NODES, node_id, msg)
+        except (ActorGone, MailboxClosed):
+            return False
+
+    async def request_update(
+        self, node_id: str, targets: dict[str, str]
+    ) -> tuple[dict[str, Any], int]:
+        """``POST /v1/nodes/{id}/update``: the NodeUpdateResult and its status: 200 when the
+        node is connected and got the signal (or needs none), 202 when it gets it at its
+        next hello. The request is stored before it is sent, so an offline node (or one
+        whose session could not take it now) still gets it."""
+        row = await nodes_repo.get(self.store, node_id)
+        if row is None:
+            raise not_found("node")
+        target = targets.get(row.channel)
+        connected = node_id in self.sessions
+        sent = False
+        if target is not None and target != row.agent_version:
+            await update.request(self.store, node_id, target)
+            sent = await self._offer(node_id, OfferUpdate(target))
+        elif target is not None:  # nothing to do: an older request is void
+            await update.request(self.store, node_id, "")
+        body = update.result(
+            node_id,
+            row.agent_version,
+            row.channel,
+            target,
+            row.update,
+            connected=connected,
+            sent=sent,
+        )
+        due = target is not None and target != row.agent_version
+        return body, 200 if connected and (sent or not due) else 202
+
+    async def announce_target(self, channel: str, version: str) -> int:
+        """A channel's target moved: offer it to the connected agents of that channel that
+        apply targets by themselves (how many got it)."""
+        offered = 0
+        for node_id in list(self.sessions):
+            offered += await self._offer(node_id, OfferUpdate(version, channel))
+        if offered:
+            log.info(
+                "channel target offered to auto-updating agents",
+                extra={"channel": channel, "version": version, "nodes": offered},
+            )
+        return offered
 
     async def node_outcome(self, node_id: str, outcome: str) -> None:
         await nodes_repo.count_outcome(self.store, node_id, outcome)

@@ -257,6 +257,11 @@ async def _node_metrics(ctx: Ctx) -> Req:
     return Req(made.path + "/metrics?window=15m")
 
 
+async def _node_update(ctx: Ctx) -> Req:
+    made = await _node_of_org_a(ctx)
+    return Req(made.path + "/update")
+
+
 async def _grant_to_revoke(ctx: Ctx) -> Req:
     made = await grants.create(
         store_of(ctx.app),
@@ -442,6 +447,8 @@ CASES: dict[tuple[str, str], Case] = {
     ("PATCH", "/v1/nodes/<node_id>"): Case("manage", _node_of_org_a, org_bound=True),
     # nodes are a shared fleet: every reader sees every node's load
     ("GET", "/v1/nodes/<node_id>/metrics"): Case("read", _node_metrics),
+    # self-update: the operator's (an offline node: 202, it takes the target when back)
+    ("POST", "/v1/nodes/<node_id>/update"): Case("admin", _node_update, ok=202),
     ("POST", "/v1/nodes/grants"): Case(
         "scope",
         body(

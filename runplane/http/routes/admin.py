@@ -32,4 +32,8 @@ async def get_channel_targets() -> dict[str, str]:
 async def set_channel_target() -> dict[str, str]:
     require_admin()
     body = await parse_body(ChannelTargetBody)
-    return await channels.set_target(services().root.channels, body.channel, body.version)
+    root = services().root
+    targets = await channels.set_target(root.channels, body.channel, body.version)
+    # agents started with --auto-update take the new target now (docs/agent.md)
+    await root.fleet.announce_target(body.channel, body.version)
+    return targets

@@ -27,7 +27,7 @@ from runplane.actors.job import (
     LoseAttempt,
     OrderUndelivered,
 )
-from runplane.actors.node import AttemptEnded, Beat, Drain, NodeMsg, Released
+from runplane.actors.node import AttemptEnded, Beat, Drain, NodeMsg, Released, UpdateReported
 from runplane.agent import protocol as p
 from runplane.http.context import services
 from runplane.nodes.connect import ConnectRefused
@@ -179,6 +179,8 @@ async def _dispatch(
             key = (ack.job_id, ack.attempt, ack.stream, ack.seq)
             if not services().root.teleop_acks.resolve(key, ack.ok, ack.error):
                 log.info("late teleop ack ignored", extra={"job_id": ack.job_id, "seq": ack.seq})
+        case p.UpdateStatus(version=version, phase=phase, error=error):
+            await node.tell(UpdateReported(version, phase, error))
         case p.Hello():
             pass  # a second hello is meaningless; ignore it
 

@@ -7,11 +7,12 @@ from typing import Any
 
 from quart import Blueprint, request
 
+from runplane.actors import channels
 from runplane.http import audit
 from runplane.http.bodies import parse_body
 from runplane.http.caller import current_caller
 from runplane.http.context import services
-from runplane.http.guards import require_area
+from runplane.http.guards import require_admin, require_area
 from runplane.http.query import accepts_query, flag_arg, int_arg
 from runplane.jobs.repo import decode_cursor, encode_cursor
 from runplane.nodes import grants, metrics, patch
@@ -100,3 +101,15 @@ async def node_metrics(node_id: str) -> dict[str, Any]:
     visible to every caller that may list them."""
     window = request.args.get("window") or metrics.DEFAULT_WINDOW
     return await metrics.metrics(services().store, node_id, window, now_ms())
+
+
+@blueprint.post("/<node_id>/update")
+async def update_node(node_id: str) -> tuple[dict[str, Any], int]:
+    """Self-update to the node's channel target (docs/agent.md#self-update): 200 when the
+    signal reached the connected agent, 202 when it takes it at its next connect."""
+    require_admin()
+    root = services().root
+    targets = await channels.get_targets(root.channels)
+    result, status = await root.fleet.request_update(node_id, targets)
+    await audit.record("nodes:update", "node", node_id, after=result)
+    return result, status
