@@ -240,6 +240,8 @@ def bench_size(
             update_t.append(clock() - t)
 
     queue = job_stream(random.Random(seed), 500)
+    if owned:  # jobs of random orgs here too (every job the server places has an org)
+        queue = [replace(j, org_id=f"org_{rnd.randrange(OWNED_ORGS)}") for j in queue]
     t = time.perf_counter()
     planned = plan(queue, fleet)
     plan_ms = (time.perf_counter() - t) * 1000

@@ -7,8 +7,8 @@ Layout (see ``docs/placement.md``):
   (cached), never per node.
 * **shelves**: the *walkable* nodes (enabled, a free job slot) grouped by GPU shape (arch
   and GPU models) and free GPU count, so a job needing ``g`` matching GPUs only looks at
-  shelves of shapes that have them and with enough free; plus one shelf of every
-  walkable node.
+  shelves of shapes that have them and with enough free; plus, per owner org (None:
+  unowned nodes), one shelf of all its walkable nodes.
 * **sorted lists** per shelf (:data:`ITEMS`): ``fit`` (free CPU, free RAM), ``roomy`` (the
   reverse), ``full`` / ``empty`` (current utilisation), ``dlperf``, ``reliable``; each item
   ends with the node id, so every order is total.
@@ -22,7 +22,9 @@ does, so a job that fits anywhere is placed. The union is scored in full.
 
 A stream is walked in one of three ways, all visiting the eligible nodes in the same
 order (so the outcome is the one :func:`~runplane.placement.plan.reference_place` gets by
-sorting every node): a *scan* of the all-nodes shelf skipping ineligible nodes, a heap
+sorting every node): a *scan* of the all-nodes shelves of the owners whose nodes the job
+may use (merged when several: its org's, the unowned, its granters'), skipping ineligible
+nodes, a heap
 *merge* of the selected shelves skipping nodes of ineligible classes, or an *enumeration*
 of the feasible classes' members, sorted. A cost estimate picks the first to try; one
 that visits far more nodes than estimated hands over to the next.
@@ -226,13 +228,14 @@ class _Shelf:
 
 
 class _Class:
-    __slots__ = ("cid", "key", "members", "rep", "shape", "walkable")
+    __slots__ = ("cid", "key", "members", "owner", "rep", "shape", "walkable")
 
     def __init__(self, cid: int, key: tuple[object, ...], rep: NodeShape, shape: Shape) -> None:
         self.cid = cid
         self.key = key
         self.rep = rep  # any member: class filters read only class attributes
         self.shape = shape
+        self.owner = rep.owner
         self.members: set[str] = set()
         self.walkable = 0
 
@@ -251,11 +254,13 @@ class Feasibility:
     (``need + total - qualifying``: busy GPUs are assumed to be qualifying ones; very
     negative when the job needs none). ``shapes``: GPU shape -> its threshold, for shapes
     with a feasible class; ``gpu_fit``: the job's ``gpu_fit`` score on each (it reads only
-    the GPUs). ``groups``: shapes by ``gpu_fit``, best first.
+    the GPUs). ``groups``: shapes by ``gpu_fit``, best first. ``owners``: the owners (None:
+    unowned) of the feasible classes: the shelves worth walking.
     """
 
     thresholds: dict[int, int]
     shapes: dict[Shape, int]
+    owners: tuple[str | None, ...]
     shape_classes: dict[Shape, tuple[int, ...]]
     gpu_fit: dict[Shape, float]
     groups: tuple[tuple[float, tuple[Shape, ...]], ...]
@@ -287,6 +292,40 @@ class _Base:
             self.by_grantee.setdefault(grantee, []).append(found)
 
 
+@dataclass(frozen=True, slots=True)
+class _ClassVerdict:
+    """A class's static verdict for any org: rejection counts, the passing node ids."""
+
+    counts: dict[str, int]
+    matching: list[str]
+    members: int
+
+
+@dataclass(slots=True)
+class _StaticBase:
+    """The static verdicts of every class for a job static signature without the org:
+    the unowned classes' summed; the owned ones by class id, indexed by owner and by
+    grantee (what each org may use); ``owned_members``: nodes in owned classes."""
+
+    universal_counts: Counter[str] = field(default_factory=Counter)
+    universal_matching: list[str] = field(default_factory=list)
+    owned: dict[int, _ClassVerdict] = field(default_factory=dict)
+    by_owner: dict[str, list[int]] = field(default_factory=dict)
+    by_grantee: dict[str, list[int]] = field(default_factory=dict)
+    owned_members: int = 0
+
+    def add(self, rep: NodeShape, cid: int, verdict: _ClassVerdict) -> None:
+        if rep.owner is None:
+            self.universal_counts.update(verdict.counts)
+            self.universal_matching.extend(verdict.matching)
+            return
+        self.owned[cid] = verdict
+        self.owned_members += verdict.members
+        self.by_owner.setdefault(rep.owner, []).append(cid)
+        for grantee in rep.grantees:
+            self.by_grantee.setdefault(grantee, []).append(cid)
+
+
 @dataclass(slots=True)
 class _Scope:
     """The shelves one walk may take from: ``shelves`` (selected by shape and free GPUs)
@@ -296,7 +335,9 @@ class _Scope:
     classes: tuple[int, ...]
     shelves: list[_Shelf]
     size: int
+    owners: tuple[str | None, ...]
     members: int = field(default=-1)
+    scanned: list[_Shelf] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,13 +379,17 @@ class FleetIndex:
         self._next_cid = 0
         self._shape_ids: dict[ShapeKey, Shape] = {}
         self._disabled: set[str] = set()
-        self._all = _Shelf()
+        #: owner (None: unowned) -> a shelf of its walkable nodes: a scan walks the ones of
+        #: the owners a job may use
+        self._all: dict[str | None, _Shelf] = {}
         self._shelves: dict[Shape, dict[int, _Shelf]] = {}  # shape -> free GPUs -> shelf
         self._class_cache: dict[tuple[object, ...], Feasibility] = {}
         #: per class signature without the job's org: the classes the other class filters
         #: pass, as (class id, GPU threshold, shape, gpu_fit); the owner filter runs on it
         self._base_cache: dict[tuple[object, ...], _Base] = {}
         self._static_cache: dict[tuple[object, ...], tuple[dict[str, int], tuple[str, ...]]] = {}
+        #: per static signature without the job's org (what ``static_summary`` starts from)
+        self._static_base_cache: dict[tuple[object, ...], _StaticBase] = {}
         for item in nodes:
             if isinstance(item, NodeShape):
                 self.upsert(item)
@@ -373,7 +418,7 @@ class FleetIndex:
         return FleetStatistics(
             nodes=len(self._entries),
             disabled=len(self._disabled),
-            walkable=len(self._all),
+            walkable=sum(len(shelf) for shelf in self._all.values()),
             classes=len(self._classes),
             shapes=len(self._shelves),
             shelves=sum(len(s) for s in self._shelves.values()),
@@ -391,7 +436,7 @@ class FleetIndex:
         other._next_cid = self._next_cid
         other._shape_ids = dict(self._shape_ids)
         other._disabled = set(self._disabled)
-        other._all = self._all.copy()
+        other._all = {owner: shelf.copy() for owner, shelf in self._all.items()}
         other._shelves = {
             shape: {free: s.copy() for free, s in by_free.items()}
             for shape, by_free in self._shelves.items()
@@ -399,6 +444,7 @@ class FleetIndex:
         other._class_cache = dict(self._class_cache)
         other._base_cache = dict(self._base_cache)
         other._static_cache = dict(self._static_cache)
+        other._static_base_cache = dict(self._static_base_cache)
         return other
 
     # --- writing -----------------------------------------------------------------------
@@ -416,6 +462,7 @@ class FleetIndex:
         self._insert(node, load if load is not None else old.load if old else _ZERO)
         if old is None or _static_view(old.node) != _static_view(node):
             self._static_cache.clear()  # not for a new dlperf or reliability
+            self._static_base_cache.clear()
 
     def remove(self, node_id: str) -> bool:
         """Forget a node; False when unknown."""
@@ -424,6 +471,7 @@ class FleetIndex:
             return False
         self._drop(old)
         self._static_cache.clear()
+        self._static_base_cache.clear()
         return True
 
     def update_load(self, node_id: str, load: NodeLoad) -> None:
@@ -439,7 +487,7 @@ class FleetIndex:
         if old.walkable and new.walkable and old.free_gpu == new.free_gpu:
             if (old.free_cpu, old.free_ram, old.full) != (new.free_cpu, new.free_ram, new.full):
                 self._shelves[cls.shape][old.free_gpu].move(old, new)
-                self._all.move(old, new)
+                self._all[cls.owner].move(old, new)
             return
         self._unshelve(cls, old)
         self._shelve(cls, new)
@@ -502,7 +550,10 @@ class FleetIndex:
         if shelf is None:
             shelf = by_free[e.free_gpu] = _Shelf()
         shelf.add(e)
-        self._all.add(e)
+        owned = self._all.get(cls.owner)
+        if owned is None:
+            owned = self._all[cls.owner] = _Shelf()
+        owned.add(e)
         cls.walkable += 1
 
     def _unshelve(self, cls: _Class, e: _Entry) -> None:
@@ -515,7 +566,10 @@ class FleetIndex:
             del by_free[e.free_gpu]
             if not by_free:
                 del self._shelves[cls.shape]
-        self._all.discard(e)
+        owned = self._all[cls.owner]
+        owned.discard(e)
+        if not len(owned):
+            del self._all[cls.owner]
         cls.walkable -= 1
 
     # --- searching ---------------------------------------------------------------------
@@ -540,9 +594,12 @@ class FleetIndex:
         shapes: dict[Shape, int] = {}
         shape_classes: dict[Shape, list[int]] = {}
         fit_of: dict[Shape, float] = {}
+        owners: dict[str | None, None] = {}
+        classes = self._classes
         for cid, threshold, shape, fit in found:
             if cid in thresholds:  # owned by the org and granted to it too
                 continue
+            owners[classes[cid].owner] = None
             thresholds[cid] = threshold
             shapes[shape] = threshold  # equal for every class of a shape
             shape_classes.setdefault(shape, []).append(cid)
@@ -553,6 +610,7 @@ class FleetIndex:
         result = Feasibility(
             thresholds=thresholds,
             shapes=shapes,
+            owners=tuple(owners),
             shape_classes={shape: tuple(cids) for shape, cids in shape_classes.items()},
             gpu_fit=fit_of,
             groups=tuple(
@@ -624,7 +682,7 @@ class FleetIndex:
                     shelves.append(shelf)
                     size += len(shelf)
         thresholds = feas.thresholds if whole else {cid: feas.thresholds[cid] for cid in classes}
-        return _Scope(thresholds, tuple(classes), shelves, size)
+        return _Scope(thresholds, tuple(classes), shelves, size, feas.owners)
 
     def stream_takes(self, job: JobDemand) -> dict[str, list[str]]:
         """What each of ``job``'s streams takes, in order (node ids): for tests and for
@@ -695,12 +753,18 @@ class FleetIndex:
             ways: list[tuple[str, int]] = [(self.walk, _UNBOUNDED)]
         else:
             wanted = need if budget >= _UNBOUNDED else min(budget, 2 * need)
-            in_range = (
-                self._all.lists["fit"].count_from((job.cpu,))
-                if name in ("fit", "roomy")
-                else len(self._all)
-            )
-            scan = wanted * in_range / scope.size
+            alls = self._scanned(scope)
+            ranged = name in ("fit", "roomy")
+            if len(alls) == 1:
+                only = alls[0]
+                in_range = only.lists["fit"].count_from((job.cpu,)) if ranged else len(only)
+                scan = wanted * in_range / scope.size
+            else:
+                in_range = sum(
+                    shelf.lists["fit"].count_from((job.cpu,)) if ranged else len(shelf)
+                    for shelf in alls
+                )
+                scan = wanted * in_range / scope.size + SHELF_COST * (len(alls) - 1)
             merge = SHELF_COST * len(scope.shelves) + wanted
             if min(scan, merge) <= MEMBER_COST * len(scope.classes):
                 enum = float(_UNBOUNDED)  # each class has a member: enumerating costs more
@@ -718,7 +782,12 @@ class FleetIndex:
             ways.append(("enumerate", _UNBOUNDED))
         for way, limit in ways:
             if way == "scan":
-                items = self._all.lists[name].irange(start)
+                alls = self._scanned(scope)
+                items = (
+                    alls[0].lists[name].irange(start)
+                    if len(alls) == 1
+                    else heapq.merge(*(shelf.lists[name].irange(start) for shelf in alls))
+                )
                 got = self._scan(items, stop, job, scope.thresholds, need, budget, limit)
             elif way == "merge":
                 iters = [shelf.lists[name].irange(start) for shelf in scope.shelves]
@@ -728,6 +797,17 @@ class FleetIndex:
             if got is not None:
                 return got
         raise AssertionError("enumeration always completes")
+
+    def _scanned(self, scope: _Scope) -> list[_Shelf]:
+        """What a scan walks: the all-nodes shelves of the owners of the scope's classes
+        (one list in a fleet no org owns a node of; set on the scope once)."""
+        if scope.scanned is None:
+            alls = self._all
+            if len(alls) == 1:
+                scope.scanned = list(alls.values())
+            else:
+                scope.scanned = [alls[owner] for owner in scope.owners if owner in alls]
+        return scope.scanned
 
     def _scan(
         self,
@@ -838,46 +918,70 @@ class FleetIndex:
     def static_summary(self, job: JobDemand) -> tuple[dict[str, int], tuple[str, ...]]:
         """``(static rejection counts, ids of nodes passing every static filter)``.
 
-        Class filters run once per class; node filters once per member of a feasible class.
-        Cached per job static signature until a node is added, removed or reshaped.
+        From the org-independent verdicts (:meth:`_static_base`, per job static signature
+        without the org): the unowned classes' summed once, then the owned classes the
+        job's org may use (its own, granted to it) one by one; every other owned node is
+        an ``owner`` rejection. Cached per static signature until a node is added,
+        removed or reshaped.
         """
         sig = job.static_signature
         hit = self._static_cache.get(sig)
         if hit is not None:
             return hit
-        counts: Counter[str] = Counter()
+        base = self._static_base(job)
+        counts = Counter(base.universal_counts)
         if self._disabled:
             counts[DISABLED] = len(self._disabled)
-        feasible = self.feasibility(job).thresholds
-        rejected = self._base_feasible(job).rejected  # reasons every org gets, per class
+        matching = list(base.universal_matching)
         org = job.org_id
-        matching: list[str] = []
-        for cid, cls in self._classes.items():
-            if cid not in feasible:
-                rep = cls.rep
-                owner = rep.owner
-                blocked = org is not None and owner is not None and owner != org
-                if blocked and org not in rep.grantees:  # the owner filter runs first
-                    counts[OWNER] += len(cls.members)
-                    continue
-                reason = rejected.get(cid)
-                if reason is None:  # pragma: no cover - feasible for the org then
-                    found = first_rejection(rep, _ZERO, job, CLASS_FILTERS)
-                    assert found is not None
-                    reason = found.reason
-                counts[reason] += len(cls.members)
-                continue
-            for nid in cls.members:
-                rejection = first_rejection(self._entries[nid].node, _ZERO, job, NODE_FILTERS)
-                if rejection is None:
-                    matching.append(nid)
-                else:
-                    counts[rejection.reason] += 1
+        if org is None:
+            usable: Iterable[int] = base.owned
+        else:
+            usable = dict.fromkeys((*base.by_owner.get(org, ()), *base.by_grantee.get(org, ())))
+        members = 0
+        for cid in usable:
+            verdict = base.owned[cid]
+            counts.update(verdict.counts)
+            matching.extend(verdict.matching)
+            members += verdict.members
+        if base.owned_members > members:  # the owner filter runs first
+            counts[OWNER] += base.owned_members - members
         result = (dict(counts), tuple(matching))
-        if len(self._static_cache) >= _CACHE_LIMIT:
+        if len(self._static_cache) >= _ORG_CACHE_LIMIT:
             self._static_cache.clear()
         self._static_cache[sig] = result
         return result
+
+    def _static_base(self, job: JobDemand) -> _StaticBase:
+        """Every static filter but ``owner``, for any org: class filters once per class,
+        node filters once per member of a class they pass."""
+        key = (job.class_signature[:-1], *job.static_signature[1:])
+        hit = self._static_base_cache.get(key)
+        if hit is not None:
+            return hit
+        anyone = job if job.org_id is None else replace(job, org_id=None)
+        rejected = self._base_feasible(anyone).rejected
+        entries = self._entries
+        base = _StaticBase()
+        for cid, cls in self._classes.items():
+            reason = rejected.get(cid)
+            if reason is not None:
+                verdict = _ClassVerdict({reason: len(cls.members)}, [], len(cls.members))
+            else:
+                counts: Counter[str] = Counter()
+                matching: list[str] = []
+                for nid in cls.members:
+                    rejection = first_rejection(entries[nid].node, _ZERO, anyone, NODE_FILTERS)
+                    if rejection is None:
+                        matching.append(nid)
+                    else:
+                        counts[rejection.reason] += 1
+                verdict = _ClassVerdict(counts, matching, len(cls.members))
+            base.add(cls.rep, cid, verdict)
+        if len(self._static_base_cache) >= _CACHE_LIMIT:
+            self._static_base_cache.clear()
+        self._static_base_cache[key] = base
+        return base
 
     def unplaced(self, job: JobDemand, *, explain: bool = True) -> Unplaced:
         """Why ``job`` cannot be placed now (call when :meth:`candidates` is empty).
