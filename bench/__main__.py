@@ -4,7 +4,7 @@
     python -m bench SCENARIO [--quick] [...]   # one scenario (its own flags pass through)
 
 Scenarios: submit, lifecycle, placement, fanout, agents, store, local_lifecycle,
-admission, teleop_rtt, stream_fanout, pipeline, sessions, analytics. Each runs in its own
+admission, teleop_rtt, stream_fanout, pipeline, sessions, analytics, webhooks. Each runs in its own
 process, starts its own server on loopback with a fresh data dir, and prints ONE JSON
 object; ``all`` prints them as
 they finish, then a last ``summary`` line with the headline figures. ``--quick`` keeps all
@@ -36,6 +36,7 @@ SCENARIOS: dict[str, str] = {
     "pipeline": "bench.pipeline",
     "sessions": "bench.sessions",
     "analytics": "bench.analytics",
+    "webhooks": "bench.webhooks",
 }
 #: seconds one scenario may take before ``all`` gives up on it
 LIMIT_QUICK, LIMIT_FULL = 180, 1200
@@ -56,6 +57,7 @@ HEADLINES: dict[str, tuple[str, ...]] = {
         "all_succeeded",
     ),
     "analytics": ("worst_p99_ms", "worst_p99_ratio"),
+    "webhooks": ("firing_delay_ms", "deliveries"),
     "sessions": (
         "beyond_pod_start_ms",
         "launch_to_ready_ms",

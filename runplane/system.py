@@ -7,6 +7,7 @@ services, and nothing below imports it (only ``http`` and ``cli`` do).
     ├── admission       AdmissionActor: policy documents + quota ledger (the one gate)
     ├── placement       PlacementActor: queue + fleet index, plans assignments
     ├── sampler         NodeSampler: every node's committed load, one batch per 30 s
+    ├── webhooks        WebhookDispatcher: pending deliveries, attempts and retries
     └── actors          supervisor of the registry's virtual actors
         ├── job/<id>    JobActor, one per live job (terminal ones passivate)
         ├── pipeline/<id>  PipelineActor, one per live pipeline run (finished ones passivate)
@@ -31,8 +32,10 @@ from runplane.actors.channels import ChannelMsg, ChannelTargets, get_targets
 from runplane.actors.job import JOBS, Assign, JobDeps, LoseAttempt, WaitReason
 from runplane.actors.node import NodeDeps
 from runplane.actors.sampler import NodeSampler
+from runplane.actors.webhooks import DispatchDeps, DispatchMsg, WebhookDispatcher
 from runplane.jobs import counts
 from runplane.jobs.orders import cancel_order, run_order
+from runplane.jobs.phase import TERMINAL
 from runplane.jobs.rows import JobRow
 from runplane.nodes import grants as node_grants
 from runplane.nodes import repo as nodes_repo
@@ -46,10 +49,12 @@ from runplane.services.jobs import Jobs
 from runplane.services.pipelines import Pipelines
 from runplane.services.sessions import Sessions
 from runplane.services.streams import Streams
+from runplane.services.webhooks import Webhooks
 from runplane.settings import Settings
 from runplane.stacks import Catalog
 from runplane.streams.acks import TeleopAcks
 
+TERMINAL_PHASES = frozenset(ph.value for ph in TERMINAL)
 #: Seconds between agent heartbeats, and how many may be missed before a node is lost.
 HEARTBEAT_SEC = 5.0
 MISSED_HEARTBEATS = 3
@@ -93,6 +98,18 @@ class Root:
                     mailbox_capacity=4096,
                 ),
                 ChildSpec("sampler", lambda: NodeSampler(store, self._fleet_now, node_sample_sec)),
+                ChildSpec(
+                    "webhooks",
+                    lambda: WebhookDispatcher(
+                        DispatchDeps(
+                            store,
+                            self.webhooks.sealer,
+                            self.webhooks.allow,
+                            enabled=self.webhooks.enabled,
+                        )
+                    ),
+                    mailbox_capacity=4096,
+                ),
                 ChildSpec("actors", lambda: self.actors),
             ],
             intensity=5,
@@ -100,6 +117,8 @@ class Root:
             name="root",
         )
         self.fleet = Fleet(settings, store, self.registry)
+        #: outgoing webhooks (runplane/services/webhooks.py); its dispatcher is a child above
+        self.webhooks = Webhooks(store, settings, lambda: self.dispatcher)
         self._catalog = catalog
         self._jobs: Jobs | None = None
         self._pipelines: Pipelines | None = None
@@ -130,6 +149,7 @@ class Root:
             await self.jobs.recover()
             await self.pipelines.recover()
             await self.sessions.recover()
+            await self.webhooks.recover()
             task_status.started()
 
     def _wire(self) -> None:
@@ -147,8 +167,12 @@ class Root:
 
         # Job actors send these on every transition: tell_now queues without a scheduling
         # point (a yield per transition had tripled the paced submit-to-running latency).
+        webhooks = self.webhooks
+
         async def phase_changed(row: JobRow, phase: str) -> None:
             await admission.tell_now(PhaseChanged(row.id, phase, row.org_id, row.submitted_by))
+            if phase in TERMINAL_PHASES:
+                await webhooks.ended(row.org_id)  # its deliveries were queued with its end
 
         async def enqueue(row: JobRow) -> None:
             await placement.tell(pl.Enqueue.of(row))
@@ -186,6 +210,7 @@ class Root:
                 phase_changed=phase_changed,
                 stage_changed=pipelines.stage_changed,
                 session_changed=sessions.job_changed,
+                end_tx=webhooks.end_tx,
                 stream_kinds=self._stream_kinds,
                 stream_ring=self.settings.stream_ring,
                 teleop_acks=self.teleop_acks,
@@ -249,6 +274,10 @@ class Root:
     @property
     def admission(self) -> ActorRef[AdmissionMsg]:
         return cast(ActorRef[AdmissionMsg], self.supervisor.child("admission"))
+
+    @property
+    def dispatcher(self) -> ActorRef[DispatchMsg]:
+        return cast(ActorRef[DispatchMsg], self.supervisor.child("webhooks"))
 
     @property
     def placement(self) -> ActorRef[pl.PlacementMsg]:

@@ -252,6 +252,11 @@ class JobDeps:
     session_changed: Callable[[JobRow, str, str | None, dict[str, float]], Awaitable[None]] = (
         _no_stage_hook
     )
+    #: the run ended: the part of the transaction storing its end that queues its
+    #: webhook deliveries, or None (``runplane/services/webhooks.py`` ``end_tx``)
+    end_tx: Callable[
+        [JobRow, JobState, dict[str, float], list[dict[str, Any]]], Callable[[Any], Any] | None
+    ] = lambda row, state, metrics, artifacts: None
     #: streams: the kind of each stream a stack declares (stack name -> {name: kind}),
     #: chunks a stream's ring keeps, and teleop frames waiting for their agent
     stream_kinds: Callable[[str], dict[str, str]] = lambda stack: {}
@@ -555,6 +560,12 @@ class JobActor(Actor[JobMsg]):
             extra["gpus"] = to_json(list(self._gpus))
             self.row = replace(self.row, gpus=self._gpus)
         ends = after.phase.terminal and not before.phase.terminal
+        also = None
+        if ends:
+            artifacts = self._finish_artifacts
+            if artifacts is None:
+                artifacts = list(self.row.artifacts)
+            also = self.deps.end_tx(self.row, after, dict(self.final_metrics), artifacts)
         await self.deps.store.transaction(
             repo.save_state(
                 self.id,
@@ -562,6 +573,7 @@ class JobActor(Actor[JobMsg]):
                 events,
                 self.seq,
                 ended_org=self.row.org_id if ends else None,
+                also=also,
                 **extra,
             )
         )

@@ -93,6 +93,12 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/admin/channel-target"): ADMIN,
     ("POST", "/v1/admin/channel-target"): ADMIN,
     ("GET", "/v1/admin/audit"): MANAGE,
+    # outgoing webhooks (docs/webhooks.md): the admin token or an org owner/admin, own org
+    ("POST", "/v1/webhooks"): MANAGE,
+    ("GET", "/v1/webhooks"): MANAGE,
+    ("DELETE", "/v1/webhooks/<webhook_id>"): MANAGE,
+    ("POST", "/v1/webhooks/<webhook_id>/test"): MANAGE,
+    ("GET", "/v1/webhooks/<webhook_id>/deliveries"): MANAGE,
     ("POST", "/v1/nodes/join-tokens"): ADMIN,
     ("GET", "/v1/nodes/join-tokens"): ADMIN,
     ("DELETE", "/v1/nodes/join-tokens/<token_id>"): ADMIN,

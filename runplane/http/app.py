@@ -43,6 +43,7 @@ from runplane.http.routes import (
     sessions,
     stacks,
     streams,
+    webhooks,
 )
 from runplane.nodes.metrics import SAMPLE_SEC
 from runplane.persistence import Store, open_store
@@ -182,6 +183,7 @@ def create_app(
     app.register_blueprint(runs.blueprint)
     app.register_blueprint(policy.blueprint)
     app.register_blueprint(me.blueprint)
+    app.register_blueprint(webhooks.blueprint)
     # first: control characters in path ids and query values never reach auth or the store
     app.before_request(check_request_text)
     install_auth(app)  # the auth layer: runplane/auth/rules.py says what each route needs

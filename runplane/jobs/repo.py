@@ -283,11 +283,13 @@ def save_state(
     seq: int,
     *,
     ended_org: str | None = None,
+    also: Callable[[Tx], Any] | None = None,
     **extra: Any,
 ) -> Any:
     """A transaction function writing the job's state and new events together; with
     ``ended_org`` (the job's org, when this write ends the job) it also counts the end in
-    the analytics rollup."""
+    the analytics rollup; ``also`` runs in the same transaction (the run's webhook
+    deliveries, queued with its end)."""
     sets = [
         "phase = ?",
         "attempt = ?",
@@ -322,6 +324,8 @@ def save_state(
         tx.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE id = ?", (*params, job_id))
         if ended_org is not None and state.finished_at is not None:
             counts.count(tx, ended_org, state.finished_at, counts.ENDED[state.phase.value])
+        if also is not None:
+            also(tx)
 
     return run
 

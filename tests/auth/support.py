@@ -83,6 +83,8 @@ class World:
     pipeline_a: str = ""
     #: a session of org A (made by the route matrix's fixture)
     session_a: str = ""
+    #: a webhook endpoint of org A (made by the route matrix's fixture)
+    webhook_a: str = ""
 
     def headers(self, persona: str) -> dict[str, str]:
         if persona == "anonymous":

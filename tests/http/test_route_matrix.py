@@ -31,6 +31,7 @@ from runplane.auth import identity, tokens
 from runplane.auth.rules import methods_of, rule_for
 from runplane.http.app import create_app
 from runplane.nodes import enrollment, grants
+from runplane.webhooks import endpoints
 from tests.auth.support import (
     ADMIN_H,
     MANAGERS,
@@ -262,6 +263,30 @@ async def _node_update(ctx: Ctx) -> Req:
     return Req(made.path + "/update")
 
 
+#: Where the matrix's webhooks point: a loopback port nothing listens on (allowed by the
+#: fixture's RUNPLANE_EGRESS_ALLOW), so no delivery leaves the machine.
+HOOK_URL = "http://127.0.0.1:9/hook"
+
+
+def _webhook_body(ctx: Ctx) -> dict[str, Any]:
+    # the admin token names the org (400 otherwise); a manager creates in its own
+    return {"url": HOOK_URL, **({"org_id": ctx.world.org_a} if ctx.persona == "admin" else {})}
+
+
+async def _webhook_to_delete(ctx: Ctx) -> Req:
+    """A fresh endpoint of org A (a delete consumes it)."""
+    root = ctx.app.extensions["runplane"].root
+    endpoint, _ = endpoints.new_endpoint(
+        root.webhooks.sealer(),
+        org_id=ctx.world.org_a,
+        url=HOOK_URL,
+        events=endpoints.EVENTS,
+        created_by="setup",
+    )
+    await endpoints.insert(store_of(ctx.app), endpoint)
+    return Req(f"/v1/webhooks/{endpoint.id}")
+
+
 async def _grant_to_revoke(ctx: Ctx) -> Req:
     made = await grants.create(
         store_of(ctx.app),
@@ -445,6 +470,15 @@ CASES: dict[tuple[str, str], Case] = {
         "scope", body("/v1/pipelines/validate", lambda c: PIPELINE_BODY), scope="runs:submit"
     ),
     ("PATCH", "/v1/nodes/<node_id>"): Case("manage", _node_of_org_a, org_bound=True),
+    ("POST", "/v1/webhooks"): Case("manage", body("/v1/webhooks", _webhook_body), ok=201),
+    ("GET", "/v1/webhooks"): Case("manage", path("/v1/webhooks")),
+    ("DELETE", "/v1/webhooks/<webhook_id>"): Case("manage", _webhook_to_delete, org_bound=True),
+    ("POST", "/v1/webhooks/<webhook_id>/test"): Case(
+        "manage", path("/v1/webhooks/{w.webhook_a}/test"), ok=202, org_bound=True
+    ),
+    ("GET", "/v1/webhooks/<webhook_id>/deliveries"): Case(
+        "manage", path("/v1/webhooks/{w.webhook_a}/deliveries"), org_bound=True
+    ),
     # nodes are a shared fleet: every reader sees every node's load
     ("GET", "/v1/nodes/<node_id>/metrics"): Case("read", _node_metrics),
     # self-update: the operator's (an offline node: 202, it takes the target when back)
@@ -509,10 +543,15 @@ WEBSOCKETS = {("WEBSOCKET", "/v1/nodes/connect")}
 
 @pytest.fixture
 async def served(make_settings: Callable[..., Any]) -> Any:
-    app = create_app(make_settings(auth="required"))
+    app = create_app(make_settings(auth="required", egress_allow="127.0.0.1"))
     async with app.test_app():
         client = app.test_client()
         world = await build_world(client, store_of(app))
+        hook = await client.post(
+            "/v1/webhooks", json={"url": HOOK_URL, "org_id": world.org_a}, headers=ADMIN_H
+        )
+        assert hook.status_code == 201, await hook.get_data()
+        world.webhook_a = (await hook.get_json())["id"]
         response = await client.put(f"/v1/artifacts/{world.job_a}/out.txt", data=b"artifact")
         assert response.status_code == 201, await response.get_data()
         pipeline = await client.post(
@@ -613,6 +652,9 @@ async def test_websocket_routes_reach_their_handler(served: Any) -> None:
         ("wrong_org", "/v1/runs/{w.job_a}", "/v1/runs/job_nope"),
         ("wrong_org", "/v1/pipelines/{w.pipeline_a}", "/v1/pipelines/plr_nope"),
         ("wrong_org", "/v1/sessions/{w.session_a}", "/v1/sessions/ses_nope"),
+        ("wrong_org", "/v1/webhooks/{w.webhook_a}/deliveries", "/v1/webhooks/wh_nope/deliveries"),
+        ("wrong_org", "DELETE /v1/webhooks/{w.webhook_a}", "DELETE /v1/webhooks/wh_nope"),
+        ("wrong_org", "POST /v1/webhooks/{w.webhook_a}/test", "POST /v1/webhooks/wh_nope/test"),
         ("wrong_org", "DELETE /v1/sessions/{w.session_a}", "DELETE /v1/sessions/ses_nope"),
         (
             "wrong_org",

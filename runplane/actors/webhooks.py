@@ -1,0 +1,290 @@
+"""The webhook dispatcher: attempts pending deliveries, with retries, never blocking on one.
+
+It keeps the pending deliveries due (id, endpoint, when) in a heap, rebuilt from the store
+when it (re)starts, and learns of new ones by a ``Poke`` (a run of an org with endpoints
+ended, or a test ping): it then reads the pending rows newer than the last it knows, at
+most once per ``reload_delay``. Each attempt runs as its own task: at most
+``per_endpoint`` at once per endpoint (the others of that endpoint wait their turn
+without holding a slot) and ``overall`` in all, so a slow or dead receiver delays only its
+own deliveries. An attempt re-reads its row, checks the URL with the egress guard,
+signs, POSTs, and writes the outcome (``runplane/webhooks/deliveries.py`` ``record``)
+before it reports ``Attempted`` with the delay to the next try, if any
+(``runplane/webhooks/schedule.py``). Scheduling runs on trio's clock (tests drive it with
+the autojump clock); the due times written to the store (wall ms) matter after a restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import json
+import logging
+import random
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from runplane import egress, outbound
+from runplane.persistence import Store, now_ms
+from runplane.runtime import Actor, ActorError, clock
+from runplane.sealing import Sealer, SealError
+from runplane.timefmt import iso_ms
+from runplane.webhooks import deliveries, endpoints, schedule, signing
+from runplane.webhooks.deliveries import DELIVERED, FAILED, PENDING, Delivery
+
+log = logging.getLogger("runplane.webhooks")
+
+PER_ENDPOINT = 4
+OVERALL = 64
+RELOAD_DELAY_SEC = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class Poke:
+    """New pending deliveries may be in the store."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reload:
+    """Read the new pending deliveries (sent to self)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """A delivery may be due (sent to self)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Attempted:
+    """An attempt of ``delivery_id`` ended; ``retry_in`` seconds to the next (None: the
+    delivery is over: delivered, failed, or gone)."""
+
+    delivery_id: str
+    endpoint_id: str
+    retry_in: float | None
+
+
+DispatchMsg = Poke | Reload | Tick | Attempted
+
+
+@dataclass(slots=True)
+class DispatchDeps:
+    store: Store
+    #: the sealer of the endpoints' secrets (read when first needed: the server's key)
+    sealer: Callable[[], Sealer]
+    allow: egress.Allow
+    per_endpoint: int = PER_ENDPOINT
+    overall: int = OVERALL
+    reload_delay: float = RELOAD_DELAY_SEC
+    #: False (RUNPLANE_DISABLE=webhooks): nothing is attempted; pending rows wait
+    enabled: bool = True
+    rng: random.Random = field(default_factory=random.Random)
+
+
+@dataclass(slots=True)
+class DispatchStats:
+    attempts: int = 0
+    delivered: int = 0
+    failed: int = 0
+
+
+class WebhookDispatcher(Actor[DispatchMsg]):
+    def __init__(self, deps: DispatchDeps) -> None:
+        self.deps = deps
+        self._due: list[tuple[float, str, str]] = []  # (trio time, delivery id, endpoint id)
+        self._known: set[str] = set()  # in the heap, waiting or in flight
+        self._waiting: dict[str, deque[str]] = {}  # endpoint -> due ids over its limit
+        self._busy: Counter[str] = Counter()  # endpoint -> attempts in flight
+        self._inflight = 0
+        self._high: str | None = None  # the newest delivery id read
+        self._reloading = False
+        self._tick_at: float | None = None
+        self.stats = DispatchStats()
+
+    async def on_start(self) -> None:
+        if self.deps.enabled:
+            await self._read(None)
+
+    async def handle(self, msg: DispatchMsg) -> None:
+        match msg:
+            case Poke():
+                if self.deps.enabled and not self._reloading:
+                    self._reloading = True
+                    self.context.tell_after(self.deps.reload_delay, Reload())
+            case Reload():
+                self._reloading = False
+                await self._read(self._high)
+            case Tick():
+                self._tick_at = None
+                self._pump()
+            case Attempted(delivery_id, endpoint_id, retry_in):
+                self._inflight -= 1
+                self._busy[endpoint_id] -= 1
+                waiting = self._waiting.get(endpoint_id)
+                if waiting:
+                    heapq.heappush(self._due, (trio.current_time(), waiting.popleft(), endpoint_id))
+                if retry_in is None:
+                    self._known.discard(delivery_id)
+                else:
+                    due = trio.current_time() + retry_in
+                    heapq.heappush(self._due, (due, delivery_id, endpoint_id))
+                self._pump()
+
+    async def _read(self, after: str | None) -> None:
+        rows = await deliveries.pending(self.deps.store, after_id=after)
+        now, wall = trio.current_time(), now_ms()
+        for due in rows:
+            if due.id not in self._known:
+                self._known.add(due.id)
+                at = now + max(0.0, (due.next_at - wall) / 1000)
+                heapq.heappush(self._due, (at, due.id, due.endpoint_id))
+            if self._high is None or due.id > self._high:
+                self._high = due.id
+        self._pump()
+
+    def _pump(self) -> None:
+        """Start the due attempts the limits allow; wake up when the next one is due."""
+        now = trio.current_time()
+        due = self._due
+        while due and due[0][0] <= now and self._inflight < self.deps.overall:
+            _, delivery_id, endpoint_id = heapq.heappop(due)
+            if self._busy[endpoint_id] >= self.deps.per_endpoint:
+                self._waiting.setdefault(endpoint_id, deque()).append(delivery_id)
+                continue
+            self._busy[endpoint_id] += 1
+            self._inflight += 1
+            self.context.start_soon(self._attempt, delivery_id, endpoint_id)
+        if due and self._inflight < self.deps.overall:
+            at = due[0][0]
+            if self._tick_at is None or at < self._tick_at:
+                self._tick_at = at
+                self.context.tell_after(max(0.0, at - now), Tick())
+
+    async def _attempt(self, delivery_id: str, endpoint_id: str) -> None:
+        retry_in: float | None = None
+        try:
+            retry_in = await self._deliver(delivery_id)
+        except Exception:  # a bug, or the store failing: try again later, loudly
+            log.exception("webhook attempt crashed", extra={"delivery_id": delivery_id})
+            retry_in = 60.0
+        # stopping: the row says what is left, the next start picks it up
+        with contextlib.suppress(ActorError):
+            await self.context.ref.tell(Attempted(delivery_id, endpoint_id, retry_in))
+
+    async def _deliver(self, delivery_id: str) -> float | None:
+        """One attempt; the delay to the next one (None: the delivery is over)."""
+        store = self.deps.store
+        delivery = await deliveries.get(store, delivery_id)
+        if delivery is None or delivery.status != PENDING:
+            return None  # deleted with its endpoint, or already over
+        endpoint = await endpoints.find(store, delivery.endpoint_id)
+        if endpoint is None:
+            return None
+        self.stats.attempts += 1
+        attempts = delivery.attempts + 1
+        code, retry_after = 0, None
+        try:
+            secret = endpoint.secret(self.deps.sealer())
+            target, addresses = await egress.check(endpoint.url, self.deps.allow)
+            body = payload(delivery)
+            stamp = int(clock.wall())
+            heads = [("Content-Type", "application/json")]
+            heads += signing.headers(secret, delivery.id, delivery.event, stamp, body)
+            answer = await outbound.request(
+                "POST",
+                target,
+                addresses,
+                headers=heads,
+                body=body,
+                within=schedule.ATTEMPT_TIMEOUT_SEC,
+            )
+        except (egress.EgressRefused, egress.BadUrl, SealError) as exc:
+            await self._over(delivery, attempts, FAILED, 0, f"not sent: {exc}")
+            return None
+        except (egress.EgressUnreachable, outbound.SendError) as exc:
+            error = str(exc)
+        else:
+            code = answer.status
+            if 200 <= code < 300:
+                await self._over(delivery, attempts, DELIVERED, code, "")
+                return None
+            error = f"HTTP {code}"
+            snippet = answer.body[:200].decode("utf-8", "replace").strip()
+            if snippet:
+                error += f": {snippet}"
+            if not schedule.retryable(code):
+                await self._over(delivery, attempts, FAILED, code, error)
+                return None
+            retry_after = schedule.parse_retry_after(
+                answer.headers.get("retry-after"), clock.wall()
+            )
+        delay = schedule.next_delay(attempts, retry_after, self.deps.rng)
+        if delay is None:
+            error = f"gave up after {attempts} attempts; last: {error}"
+            await self._over(delivery, attempts, FAILED, code, error)
+            return None
+        await deliveries.record(
+            store,
+            delivery.id,
+            status=PENDING,
+            attempts=attempts,
+            response_code=code,
+            error=error,
+            next_at=now_ms() + int(delay * 1000),
+        )
+        log.info(
+            "webhook attempt failed, will retry",
+            extra={
+                "delivery_id": delivery.id,
+                "endpoint_id": delivery.endpoint_id,
+                "attempt": attempts,
+                "response_code": code,
+                "error": error[:300],
+                "retry_in_sec": round(delay, 3),
+            },
+        )
+        return delay
+
+    async def _over(
+        self, delivery: Delivery, attempts: int, status: str, code: int, error: str
+    ) -> None:
+        """The delivery is over: ``status`` delivered or failed."""
+        await deliveries.record(
+            self.deps.store,
+            delivery.id,
+            status=status,
+            attempts=attempts,
+            response_code=code,
+            error=error,
+            next_at=None,
+        )
+        if status == DELIVERED:
+            self.stats.delivered += 1
+        else:
+            self.stats.failed += 1
+        log.log(
+            logging.INFO if status == DELIVERED else logging.WARNING,
+            f"webhook {status}",
+            extra={
+                "delivery_id": delivery.id,
+                "endpoint_id": delivery.endpoint_id,
+                "event": delivery.event,
+                "attempt": attempts,
+                "response_code": code,
+                "error": error[:300],
+            },
+        )
+        return None
+
+
+def payload(delivery: Delivery) -> bytes:
+    """The WebhookPayload body (the same bytes on every attempt of a delivery)."""
+    body = {
+        "event": delivery.event,
+        "delivery_id": delivery.id,
+        "created_at": iso_ms(delivery.created_at),
+        "run": json.loads(delivery.run) if delivery.run else None,
+    }
+    return json.dumps(body, separators=(",", ":"), sort_keys=True).encode("utf-8")

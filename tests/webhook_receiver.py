@@ -1,0 +1,99 @@
+"""A webhook receiver for tests: a real HTTP/1.1 server (trio + h11) on a loopback port
+that records what it is sent and answers from a script (status codes, optionally with
+headers such as Retry-After; 200 once the script is used up)."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import h11
+import trio
+
+from runplane.webhooks import signing
+
+
+@dataclass(frozen=True)
+class Received:
+    path: str
+    headers: dict[str, str]  # lowercase names
+    body: bytes
+    at: float  # trio time
+
+    def verified(self, secret: str, now: float) -> bool:
+        """Both signatures check out (the X-Runplane one and the Standard Webhooks one)."""
+        standard = signing.standard_signature(
+            secret,
+            self.headers["webhook-id"],
+            int(self.headers["webhook-timestamp"]),
+            self.body,
+        )
+        return signing.verify(secret, self.headers, self.body, now) and (
+            self.headers["webhook-signature"] == standard
+        )
+
+
+#: A status, a status with extra headers, or "hang" (read the request, never answer).
+Answer = int | tuple[int, list[tuple[str, str]]] | str
+
+
+@dataclass
+class Receiver:
+    script: deque[Answer] = field(default_factory=deque)
+    received: list[Received] = field(default_factory=list)
+    port: int = 0
+    _changed: trio.Event = field(default_factory=trio.Event)
+
+    @classmethod
+    async def start(cls, nursery: trio.Nursery, script: Iterable[Answer] = ()) -> Receiver:
+        receiver = cls(script=deque(script))
+        listeners = await nursery.start(trio.serve_tcp, receiver._handle, 0)
+        receiver.port = listeners[0].socket.getsockname()[1]
+        return receiver
+
+    def url(self, host: str = "127.0.0.1", path: str = "/hook") -> str:
+        return f"http://{host}:{self.port}{path}"
+
+    async def wait_for(self, count: int) -> list[Received]:
+        while len(self.received) < count:
+            await self._changed.wait()
+        return self.received
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        conn = h11.Connection(h11.SERVER)
+        request: h11.Request | None = None
+        body = bytearray()
+        async with stream:
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    conn.receive_data(bytes(await stream.receive_some(65536)))
+                elif isinstance(event, h11.Request):
+                    request = event
+                elif isinstance(event, h11.Data):
+                    body += event.data
+                elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+                    break
+            if request is None:
+                return
+            answer = self.script.popleft() if self.script else 200
+            self.received.append(
+                Received(
+                    request.target.decode(),
+                    {k.decode().lower(): v.decode() for k, v in request.headers},
+                    bytes(body),
+                    trio.current_time(),
+                )
+            )
+            self._changed.set()
+            self._changed = trio.Event()
+            if answer == "hang":
+                await trio.sleep_forever()
+            assert not isinstance(answer, str)
+            status, extra = (answer, []) if isinstance(answer, int) else answer
+            headers = [("Content-Length", "2"), ("Connection", "close"), *extra]
+            out = conn.send(h11.Response(status_code=status, headers=headers)) or b""
+            out += conn.send(h11.Data(data=b"ok")) or b""
+            out += conn.send(h11.EndOfMessage()) or b""
+            await stream.send_all(out)
