@@ -45,6 +45,7 @@ from runplane.placement import NodeLoad, NodeShape
 from runplane.policy import platform_caps
 from runplane.runtime import ActorRef, ChildSpec, Hub, Registry, Supervisor
 from runplane.services.fleet import Fleet
+from runplane.services.git import Git
 from runplane.services.jobs import Jobs
 from runplane.services.pipelines import Pipelines
 from runplane.services.sessions import Sessions
@@ -117,6 +118,8 @@ class Root:
             name="root",
         )
         self.fleet = Fleet(settings, store, self.registry)
+        #: git connections (runplane/services/git.py)
+        self.git = Git(store, settings)
         #: outgoing webhooks (runplane/services/webhooks.py); its dispatcher is a child above
         self.webhooks = Webhooks(store, settings, lambda: self.dispatcher)
         self._catalog = catalog

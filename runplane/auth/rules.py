@@ -93,6 +93,9 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/admin/channel-target"): ADMIN,
     ("POST", "/v1/admin/channel-target"): ADMIN,
     ("GET", "/v1/admin/audit"): MANAGE,
+    # git connections (docs/git.md): owners/admins hold git:connect (via *), members git:read
+    ("POST", "/v1/git/connections"): scope("git:connect"),
+    ("GET", "/v1/git/connections"): scope("git:read"),
     # outgoing webhooks (docs/webhooks.md): the admin token or an org owner/admin, own org
     ("POST", "/v1/webhooks"): MANAGE,
     ("GET", "/v1/webhooks"): MANAGE,

@@ -31,6 +31,7 @@ from runplane.http.routes import (
     audit,
     auth,
     events,
+    git,
     health,
     jobs,
     join_tokens,
@@ -184,6 +185,7 @@ def create_app(
     app.register_blueprint(policy.blueprint)
     app.register_blueprint(me.blueprint)
     app.register_blueprint(webhooks.blueprint)
+    app.register_blueprint(git.blueprint)
     # first: control characters in path ids and query values never reach auth or the store
     app.before_request(check_request_text)
     install_auth(app)  # the auth layer: runplane/auth/rules.py says what each route needs

@@ -113,7 +113,7 @@ PERSONA_SCOPES: dict[str, frozenset[str]] = {
     "wrong_org": frozenset({"*"}),
     "no_scope": frozenset(),
     "viewer": frozenset(),
-    "member": frozenset({"runs:submit", "runs:cancel", "runs:priority", "runs:share"}),
+    "member": frozenset({"runs:submit", "runs:cancel", "runs:priority", "runs:share", "git:read"}),
     "org_admin": frozenset({"*"}),
     "admin": frozenset({"*"}),
     "session": frozenset({"*"}),

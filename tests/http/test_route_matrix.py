@@ -470,6 +470,22 @@ CASES: dict[tuple[str, str], Case] = {
         "scope", body("/v1/pipelines/validate", lambda c: PIPELINE_BODY), scope="runs:submit"
     ),
     ("PATCH", "/v1/nodes/<node_id>"): Case("manage", _node_of_org_a, org_bound=True),
+    # a connection to a repository that does not resolve: created degraded (no network)
+    ("POST", "/v1/git/connections"): Case(
+        "scope",
+        body(
+            "/v1/git/connections",
+            lambda c: {
+                "provider": "gitea",
+                "base_url": "http://git.invalid",
+                "repo_url": "http://git.invalid/o/r.git",
+                "secret": "pat-for-the-matrix",
+            },
+        ),
+        ok=201,
+        scope="git:connect",
+    ),
+    ("GET", "/v1/git/connections"): Case("scope", path("/v1/git/connections"), scope="git:read"),
     ("POST", "/v1/webhooks"): Case("manage", body("/v1/webhooks", _webhook_body), ok=201),
     ("GET", "/v1/webhooks"): Case("manage", path("/v1/webhooks")),
     ("DELETE", "/v1/webhooks/<webhook_id>"): Case("manage", _webhook_to_delete, org_bound=True),

@@ -1,0 +1,1 @@
+"""Git connections and talking to git repositories with their credentials (docs/git.md)."""
