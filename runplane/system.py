@@ -161,6 +161,7 @@ class Root:
         admission = self.admission
         fleet = self.fleet
         self._jobs = Jobs(self.store, self._catalog, registry, placement, admission, self.hub)
+        self._jobs.resolve_git = self.git.resolve_mounts
         self._pipelines = pipelines = Pipelines(self.store, self._jobs, registry)
         pipelines.register()
         self._sessions = sessions = Sessions(
@@ -214,6 +215,7 @@ class Root:
                 stage_changed=pipelines.stage_changed,
                 session_changed=sessions.job_changed,
                 end_tx=webhooks.end_tx,
+                mount_auth=self.git.mount_auth,
                 stream_kinds=self._stream_kinds,
                 stream_ring=self.settings.stream_ring,
                 teleop_acks=self.teleop_acks,

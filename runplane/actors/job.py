@@ -26,6 +26,7 @@ from runplane.jobs.events import (
     system_line_event,
     wait_reason_event,
 )
+from runplane.jobs.orders import connection_ids
 from runplane.jobs.phase import (
     Assigned,
     CancelRequested,
@@ -222,6 +223,15 @@ async def _no_stage_hook(
     return None
 
 
+async def _no_auth() -> dict[str, str]:
+    return {}
+
+
+def _clones(row: JobRow) -> bool:
+    """Whether a job's mounts clone with a git connection's credential."""
+    return bool(connection_ids(row.spec))
+
+
 @dataclass(frozen=True, slots=True)
 class JobDeps:
     """What a job actor talks to, injected so it knows no HTTP and no socket."""
@@ -238,8 +248,11 @@ class JobDeps:
     #: the node lost (or finished) an attempt: reliability counters
     node_outcome: Callable[[str, str], Awaitable[None]]
     #: build the agent's run order for (job row, attempt)
-    run_order: Callable[[JobRow, int], p.Run]
+    run_order: Callable[[JobRow, int, dict[str, str]], p.Run]
     cancel_order: Callable[[str, int], p.Cancel]
+    #: the credentials of the git connections a job's mounts clone with (connection id ->
+    #: Authorization header), read when its run order is built (docs/git.md)
+    mount_auth: Callable[[JobRow], Awaitable[dict[str, str]]] = lambda row: _no_auth()
     #: the job's phase changed (durably): the admission ledger counts live work by it
     phase_changed: Callable[[JobRow, str], Awaitable[None]] = _no_phase_hook
     #: a pipeline stage job's phase changed (durably): (row, phase, error, final metrics)
@@ -639,8 +652,9 @@ class JobActor(Actor[JobMsg]):
             match effect:
                 case Effect.RUN_ON_NODE:
                     assert after.node_id is not None
+                    auth = await self.deps.mount_auth(self.row) if _clones(self.row) else {}
                     delivered = await self.deps.deliver(
-                        after.node_id, self.deps.run_order(self.row, after.attempt)
+                        after.node_id, self.deps.run_order(self.row, after.attempt, auth)
                     )
                     await self.deps.node_outcome(after.node_id, "placed")
                     if not delivered:  # the node vanished between plan and order

@@ -288,6 +288,17 @@ class MountSpec(_Msg):
     path: str = ""
     ref: str = ""
     mode: Literal["ro", "rw"] = "rw"
+    #: a git mount of a connection: the HTTP ``Authorization`` header value to fetch with
+    #: (kept in memory, given to git through its environment, never written or logged);
+    #: sent only when set, so agents from before the field still read run orders
+    auth: str | None = Field(None, repr=False)
+
+    @model_serializer(mode="wrap")
+    def _without_unset_auth(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("auth") is None:
+            data.pop("auth", None)
+        return data
 
 
 class OutputGlob(_Msg):

@@ -165,7 +165,7 @@ async def _prepare_one(
         if ref:  # an inline mount without code (the Mount defaults) puts nothing there
             await trio.to_thread.run_sync(_write_text, target, ref)
     elif spec.type == "git":
-        commit = await clone_git(ref, target, host_paths)
+        commit = await clone_git(ref, target, host_paths, auth=spec.auth)
         if note is not None:
             url, _, rev = ref.partition("#")
             await note(
@@ -367,8 +367,16 @@ def make_read_only(target: Path, include_top: bool = True) -> None:
 # --------------------------------------------------------------------------- git
 
 
-def _git_env() -> dict[str, str]:
+def _git_env(auth: str | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    if auth is not None:
+        # a connection's credential (docs/git.md): an extra header for this git process
+        # only, through its environment: never on a command line, never in .git/config
+        env.update(
+            GIT_CONFIG_COUNT="1",
+            GIT_CONFIG_KEY_0="http.extraHeader",
+            GIT_CONFIG_VALUE_0=f"Authorization: {auth}",
+        )
     env.update(
         {
             "GIT_TERMINAL_PROMPT": "0",
@@ -385,13 +393,13 @@ def _git_env() -> dict[str, str]:
     return env
 
 
-async def _git(*args: str, cwd: Path | None = None) -> str:
+async def _git(*args: str, cwd: Path | None = None, auth: str | None = None) -> str:
     argv = ["git", "-c", "advice.detachedHead=false", *args]
     try:
         result = await trio.run_process(
             argv,
             cwd=cwd,
-            env=_git_env(),
+            env=_git_env(auth),
             capture_stdout=True,
             capture_stderr=True,
             check=False,
@@ -418,7 +426,9 @@ def _local_repository(url: str) -> Path | None:
     return None  # user@host:path (ssh)
 
 
-async def clone_git(ref: str, target: Path, host_paths: HostPaths = NO_HOST_PATHS) -> str:
+async def clone_git(
+    ref: str, target: Path, host_paths: HostPaths = NO_HOST_PATHS, *, auth: str | None = None
+) -> str:
     """Fetch ``<url>[#<rev>]`` into ``target`` and check it out detached; return the commit.
     A repository on the node itself is fetched only where ``host_paths`` allows.
 
@@ -435,13 +445,19 @@ async def clone_git(ref: str, target: Path, host_paths: HostPaths = NO_HOST_PATH
     await _git("init", "-q", str(target))
     await _git("remote", "add", "origin", url, cwd=target)
     try:
-        await _git("fetch", "-q", "--depth", "1", "origin", rev or "HEAD", cwd=target)
+        await _git("fetch", "-q", "--depth", "1", "origin", rev or "HEAD", cwd=target, auth=auth)
         commit = await _git("rev-parse", "--verify", "FETCH_HEAD^{commit}", cwd=target)
     except _Refused:
         if not rev:
             raise
         await _git(
-            "fetch", "-q", "--tags", "origin", "+refs/heads/*:refs/remotes/origin/*", cwd=target
+            "fetch",
+            "-q",
+            "--tags",
+            "origin",
+            "+refs/heads/*:refs/remotes/origin/*",
+            cwd=target,
+            auth=auth,
         )
         commit = ""
         for candidate in (f"{rev}^{{commit}}", f"origin/{rev}^{{commit}}"):

@@ -132,7 +132,8 @@ async def resolve(
     if _SHA.match(ref.lower()):
         return ref.lower()  # a full commit id is taken as it is (the clone checks it exists)
     candidates = (ref, f"refs/heads/{ref}", f"refs/tags/{ref}", f"refs/tags/{ref}^{{}}")
-    refs = await ls_remote(repo_url, credential, (ref,), within=within)
+    # an annotated tag's commit is listed (as ``<tag>^{}``) only when asked for by name
+    refs = await ls_remote(repo_url, credential, (ref, f"{ref}^{{}}"), within=within)
     found = None
     for name in candidates:
         if name in refs:

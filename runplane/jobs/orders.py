@@ -3,6 +3,7 @@ built from the job's row (``runplane/agent/protocol.py`` is the wire format)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from runplane.agent import protocol as p
@@ -11,20 +12,30 @@ from runplane.jobs.rows import JobRow
 from runplane.jobs.spec import SETUP_KEY, execution_env, inline_path, mount_relpath, output_glob
 
 
-def _mount_order(mount: dict[str, Any]) -> p.MountSpec:
+def _mount_order(mount: dict[str, Any], auth: Mapping[str, str]) -> p.MountSpec:
     inline = mount["type"] == "inline"
+    connection = mount.get("connection_id")
     return p.MountSpec(
         type=mount["type"],
         path=inline_path(mount["path"]) if inline else mount_relpath(mount["path"]),
         ref=mount.get("ref") or "",
         mode=mount.get("mode") or "rw",
+        auth=auth.get(connection) if connection else None,
     )
 
 
-def run_order(row: JobRow, attempt: int) -> p.Run:
+def connection_ids(spec: Mapping[str, Any]) -> set[str]:
+    """The git connections a job's mounts clone with (their credentials go in its order)."""
+    mounts = [spec.get("workspace"), *(spec.get("inputs") or [])]
+    return {m["connection_id"] for m in mounts if m and m.get("connection_id")}
+
+
+def run_order(row: JobRow, attempt: int, auth: Mapping[str, str] | None = None) -> p.Run:
     """The agent's run order: command, environment, and the mounts it prepares while the job
     is ``pulling`` (inline code included, so ``inline_files`` stays empty) and the output
-    globs it uploads after the command ends."""
+    globs it uploads after the command ends. ``auth``: git connection id -> the HTTP
+    Authorization header its mounts clone with (held in memory by the agent, this attempt
+    only)."""
     spec = row.spec
     timeout = (spec.get("limits") or {}).get("timeout_sec") or None
     workspace = spec.get("workspace")
@@ -37,8 +48,8 @@ def run_order(row: JobRow, attempt: int) -> p.Run:
             env=execution_env(row.id, spec),
             setup=(spec.get("env") or {}).get(SETUP_KEY) or None,
             timeout_sec=timeout,
-            workspace=_mount_order(workspace) if workspace else None,
-            inputs=[_mount_order(m) for m in inputs],
+            workspace=_mount_order(workspace, auth or {}) if workspace else None,
+            inputs=[_mount_order(m, auth or {}) for m in inputs],
             outputs=[
                 p.OutputGlob(
                     artifact=o["artifact"],

@@ -87,6 +87,9 @@ class Mount(_Strict):
     ref: str = ""
     type: Literal["git", "archive", "file", "dir", "inline"] = "inline"
     mode: Literal["ro", "rw"] = "rw"
+    #: a git connection of the org (docs/git.md): ``ref`` is then a branch, tag or commit
+    #: of its repository (empty: the connection's default_ref, else HEAD)
+    connection_id: str | None = Field(None, min_length=1, max_length=64)
 
     @field_validator("path")
     @classmethod
@@ -98,7 +101,12 @@ class Mount(_Strict):
         ref = self.ref
         if self.type != "inline" and len(ref) > MAX_REF:
             raise ValueError(f"ref is longer than {MAX_REF} characters")
-        if self.type == "git":
+        if self.connection_id is not None:
+            if self.type != "git":
+                raise ValueError("connection_id names a git connection: the type is git")
+            if ref.startswith("-") or any(c.isspace() for c in ref) or "#" in ref:
+                raise ValueError("with connection_id, ref is a branch, tag or commit")
+        elif self.type == "git":
             url, _, rev = ref.partition("#")
             if (
                 not url

@@ -34,6 +34,12 @@ def _mount_view(mount: dict[str, Any] | None) -> dict[str, Any] | None:
         view["code"] = mount.get("ref", "")
     elif mount["type"] in ("git", "archive") or str(mount.get("ref", "")).startswith("http"):
         view["ref"] = mount.get("ref", "")
+    if mount.get("connection_id"):
+        # additions (docs/git.md): the connection, the ref asked and the commit it resolved
+        # to at submit (``ref`` is then ``<repo_url>#<commit>``, what the agent fetches)
+        view.update(
+            connection_id=mount["connection_id"], rev=mount.get("rev"), commit=mount.get("commit")
+        )
     return view
 
 

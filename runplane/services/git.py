@@ -4,13 +4,16 @@ docs/git.md), and resolving a job's git workspace ref with a connection's creden
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import trio
 
 from runplane import egress
 from runplane.git import connections
 from runplane.git.connections import ACTIVE, DEGRADED, Connection, GitConnectionBody
-from runplane.git.probe import GitProbeError, ls_remote
+from runplane.git.probe import GitProbeError, ls_remote, resolve
+from runplane.jobs.orders import connection_ids
+from runplane.jobs.rows import JobRow
 from runplane.persistence import Store
 from runplane.problems import FieldProblem, Problem
 from runplane.sealing import Sealer
@@ -20,6 +23,8 @@ log = logging.getLogger("runplane.git")
 
 #: No create waits longer than this on the network (conventions).
 CREATE_NETWORK_SEC = 5.0
+#: A submit waits at most this long for a connection's repository to resolve a ref.
+RESOLVE_SEC = 10.0
 
 
 def _host_of(url: str) -> tuple[str, int] | None:
@@ -109,3 +114,63 @@ class Git:
 
     async def listing(self, org_id: str | None) -> list[Connection]:
         return await connections.listing(self.store, org_id)
+
+    # -- jobs whose mounts clone with a connection
+
+    async def resolve_mounts(self, spec: dict[str, Any], org_id: str) -> None:
+        """At submit: each mount naming a connection gets its ref resolved to a commit with
+        the connection's credential: ``ref`` becomes ``<repo_url>#<commit>`` (what the agent
+        fetches), ``rev`` keeps what was asked, ``commit`` the answer. 404 for a connection
+        of another org (or none), 422 for a ref the repository does not have, 503 when the
+        repository cannot be reached (the connection is then marked degraded)."""
+        fields = [("workspace", spec.get("workspace"))]
+        fields += [(f"inputs.{i}", m) for i, m in enumerate(spec.get("inputs") or [])]
+        for key, mount in fields:
+            if not mount or not mount.get("connection_id"):
+                continue
+            conn = await connections.get(self.store, mount["connection_id"], org_id)
+            if conn.auth_kind != "https_pat":
+                message = (
+                    "a workspace from an ssh_deploy_key connection is not supported yet: "
+                    "use an https_pat connection"
+                )
+                raise Problem(
+                    422, "unsupported", message, [FieldProblem(key, "unsupported", message)]
+                )
+            rev = mount.get("ref") or conn.default_ref or "HEAD"
+            try:
+                commit = await resolve(
+                    conn.repo_url, conn.credential(self.sealer()), rev, within=RESOLVE_SEC
+                )
+            except GitProbeError as exc:
+                await connections.set_status(self.store, conn.id, DEGRADED, str(exc))
+                raise Problem(
+                    503,
+                    "git_unavailable",
+                    f"git connection {conn.id}: {exc}; try again later",
+                    headers={"Retry-After": "30"},
+                ) from None
+            if commit is None:
+                message = f"{key}.ref: no branch, tag or commit {rev!r} in {conn.repo_url}"
+                raise Problem(
+                    422,
+                    "unknown_ref",
+                    message,
+                    [FieldProblem(f"{key}.ref", "unknown_ref", message)],
+                )
+            if conn.status != ACTIVE:
+                await connections.set_status(self.store, conn.id, ACTIVE, "")
+            mount.update(ref=f"{conn.repo_url}#{commit}", rev=rev, commit=commit)
+
+    async def mount_auth(self, row: JobRow) -> dict[str, str]:
+        """For a run order: connection id -> the Authorization header its mounts fetch
+        with (the job's org's connections only)."""
+        out: dict[str, str] = {}
+        for conn_id in connection_ids(row.spec):
+            try:
+                conn = await connections.get(self.store, conn_id, row.org_id)
+            except Problem:
+                continue  # deleted since: the clone fails and says so
+            if conn.auth_kind == "https_pat":
+                out[conn_id] = conn.credential(self.sealer()).header()
+        return out

@@ -12,7 +12,7 @@ which every transition reaches before it is announced.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -27,6 +27,7 @@ from runplane.jobs import repo
 from runplane.jobs.demand import demand_of
 from runplane.jobs.events import JobEvent
 from runplane.jobs.follow import JobEventSource, follow
+from runplane.jobs.orders import connection_ids
 from runplane.jobs.phase import Phase
 from runplane.jobs.rows import JobRow
 from runplane.jobs.spec import (
@@ -114,6 +115,9 @@ class Jobs:
         self.placement = placement
         self.admission = admission
         self._fresh: dict[str, JobRow] = {}
+        #: resolves the refs of mounts that name a git connection (the git service's
+        #: ``resolve_mounts``: spec, org), set by the root
+        self.resolve_git: Callable[[dict[str, Any], str], Awaitable[None]] | None = None
 
     def register(self, deps: JobDeps) -> None:
         async def activate(job_id: str) -> JobActor:
@@ -155,6 +159,8 @@ class Jobs:
         spec = build(body, planned.stack, planned.config, fingerprint)
         if pod:
             spec["pod"] = pod
+        if self.resolve_git is not None and connection_ids(spec):
+            await self.resolve_git(spec, who.org_id)
         return await self._create(
             spec,
             who,
