@@ -34,7 +34,7 @@ from runplane.actors.node import NodeDeps
 from runplane.actors.sampler import NodeSampler
 from runplane.actors.webhooks import DispatchDeps, DispatchMsg, WebhookDispatcher
 from runplane.jobs import counts
-from runplane.jobs.orders import cancel_order, run_order
+from runplane.jobs.orders import cancel_order, connection_ids, run_order
 from runplane.jobs.phase import TERMINAL
 from runplane.jobs.rows import JobRow
 from runplane.nodes import grants as node_grants
@@ -56,6 +56,8 @@ from runplane.stacks import Catalog
 from runplane.streams.acks import TeleopAcks
 
 TERMINAL_PHASES = frozenset(ph.value for ph in TERMINAL)
+#: Phases a run from a git connection reports as a commit status (docs/git.md).
+STATUS_PHASES = TERMINAL_PHASES | {"running"}
 #: Seconds between agent heartbeats, and how many may be missed before a node is lost.
 HEARTBEAT_SEC = 5.0
 MISSED_HEARTBEATS = 3
@@ -177,6 +179,8 @@ class Root:
             await admission.tell_now(PhaseChanged(row.id, phase, row.org_id, row.submitted_by))
             if phase in TERMINAL_PHASES:
                 await webhooks.ended(row.org_id)  # its deliveries were queued with its end
+            if phase in STATUS_PHASES and connection_ids(row.spec):
+                await webhooks.poke()  # a commit status was queued with the change
 
         async def enqueue(row: JobRow) -> None:
             await placement.tell(pl.Enqueue.of(row))
@@ -216,6 +220,7 @@ class Root:
                 session_changed=sessions.job_changed,
                 end_tx=webhooks.end_tx,
                 mount_auth=self.git.mount_auth,
+                phase_tx=self.git.status_tx,
                 stream_kinds=self._stream_kinds,
                 stream_ring=self.settings.stream_ring,
                 teleop_acks=self.teleop_acks,

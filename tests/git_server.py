@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import base64
 import os
+import ssl
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import h11
 import trio
+
+from tests.h11_server import answer, read_request
 
 
 def _git(*args: str, cwd: Path | None = None) -> str:
@@ -59,15 +62,32 @@ class GitServer:
     #: the Authorization headers seen (tests check what credential was sent)
     authorizations: list[str] = field(default_factory=list)
 
+    tls: ssl.SSLContext | None = None
+
     @classmethod
-    async def start(cls, nursery: trio.Nursery, root: Path, token: str) -> GitServer:
-        server = cls(root, token)
-        listeners = await nursery.start(trio.serve_tcp, server._handle, 0)
+    async def start(
+        cls, nursery: trio.Nursery, root: Path, token: str, *, tls: ssl.SSLContext | None = None
+    ) -> GitServer:
+        """``tls``: serve https with this context (tests/tls.py), else http."""
+        server = cls(root, token, tls=tls)
+        listeners = await nursery.start(trio.serve_tcp, server._accept, 0)
         server.port = listeners[0].socket.getsockname()[1]
         return server
 
     def url(self, repo: str, host: str = "127.0.0.1") -> str:
-        return f"http://{host}:{self.port}/{repo}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://{host}:{self.port}/{repo}"
+
+    async def _accept(self, stream: trio.SocketStream) -> None:
+        if self.tls is None:
+            await self._handle(stream)
+            return
+        secure = trio.SSLStream(stream, self.tls, server_side=True)
+        try:
+            await secure.do_handshake()
+        except trio.BrokenResourceError:
+            return  # a client that did not trust the certificate
+        await self._handle(secure)
 
     def _authorized(self, header: str | None) -> bool:
         if not header or not header.startswith("Basic "):
@@ -78,46 +98,24 @@ class GitServer:
             return False
         return user_pass.partition(":")[2] == self.token
 
-    async def _handle(self, stream: trio.SocketStream) -> None:
+    async def _handle(self, stream: trio.abc.Stream) -> None:
         conn = h11.Connection(h11.SERVER)
-        request: h11.Request | None = None
-        body = bytearray()
         async with stream:
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    data = await stream.receive_some(65536)
-                    conn.receive_data(bytes(data))
-                elif isinstance(event, h11.Request):
-                    request = event
-                elif isinstance(event, h11.Data):
-                    body += event.data
-                elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
-                    break
+            request = await read_request(stream, conn)
             if request is None:
                 return
-            heads = {k.decode().lower(): v.decode() for k, v in request.headers}
-            auth = heads.get("authorization")
+            auth = request.headers.get("authorization")
             if auth:
                 self.authorizations.append(auth)
             ok = self._authorized(auth)
-            target = request.target.decode()
-            self.requests.append((request.method.decode(), target, ok))
+            self.requests.append((request.method, request.target, ok))
             if not ok:
-                status, out_heads, out = 401, [("WWW-Authenticate", 'Basic realm="git"')], b"no"
-            else:
-                status, out_heads, out = await self._cgi(
-                    request.method.decode(), target, heads, bytes(body)
-                )
-            response = h11.Response(
-                status_code=status,
-                headers=[*out_heads, ("Content-Length", str(len(out))), ("Connection", "close")],
+                await answer(stream, conn, 401, b"no", [("WWW-Authenticate", 'Basic realm="git"')])
+                return
+            status, heads, out = await self._cgi(
+                request.method, request.target, request.headers, request.body
             )
-            data = bytearray(conn.send(response) or b"")
-            if out:
-                data += conn.send(h11.Data(data=out)) or b""
-            data += conn.send(h11.EndOfMessage()) or b""
-            await stream.send_all(bytes(data))
+            await answer(stream, conn, status, out, heads)
 
     async def _cgi(
         self, method: str, target: str, heads: dict[str, str], body: bytes
@@ -153,6 +151,6 @@ class GitServer:
             name, _, value = line.partition(":")
             if name.lower() == "status":
                 status = int(value.strip().split()[0])
-            elif name:
+            elif name and name.strip().lower() != "content-length":
                 headers.append((name.strip(), value.strip()))
         return status, headers, out

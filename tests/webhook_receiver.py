@@ -12,6 +12,7 @@ import h11
 import trio
 
 from runplane.webhooks import signing
+from tests.h11_server import answer, read_request
 
 
 @dataclass(frozen=True)
@@ -62,38 +63,18 @@ class Receiver:
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         conn = h11.Connection(h11.SERVER)
-        request: h11.Request | None = None
-        body = bytearray()
         async with stream:
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    conn.receive_data(bytes(await stream.receive_some(65536)))
-                elif isinstance(event, h11.Request):
-                    request = event
-                elif isinstance(event, h11.Data):
-                    body += event.data
-                elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
-                    break
+            request = await read_request(stream, conn)
             if request is None:
                 return
-            answer = self.script.popleft() if self.script else 200
+            answer_of = self.script.popleft() if self.script else 200
             self.received.append(
-                Received(
-                    request.target.decode(),
-                    {k.decode().lower(): v.decode() for k, v in request.headers},
-                    bytes(body),
-                    trio.current_time(),
-                )
+                Received(request.target, request.headers, request.body, trio.current_time())
             )
             self._changed.set()
             self._changed = trio.Event()
-            if answer == "hang":
+            if answer_of == "hang":
                 await trio.sleep_forever()
-            assert not isinstance(answer, str)
-            status, extra = (answer, []) if isinstance(answer, int) else answer
-            headers = [("Content-Length", "2"), ("Connection", "close"), *extra]
-            out = conn.send(h11.Response(status_code=status, headers=headers)) or b""
-            out += conn.send(h11.Data(data=b"ok")) or b""
-            out += conn.send(h11.EndOfMessage()) or b""
-            await stream.send_all(out)
+            assert not isinstance(answer_of, str)
+            status, extra = (answer_of, []) if isinstance(answer_of, int) else answer_of
+            await answer(stream, conn, status, b"ok", extra)

@@ -227,6 +227,20 @@ async def _no_auth() -> dict[str, str]:
     return {}
 
 
+def _both(
+    first: Callable[[Any], Any] | None, second: Callable[[Any], Any] | None
+) -> Callable[[Any], Any] | None:
+    """Two optional transaction parts as one."""
+    if first is None or second is None:
+        return first or second
+
+    def both(tx: Any) -> None:
+        first(tx)
+        second(tx)
+
+    return both
+
+
 def _clones(row: JobRow) -> bool:
     """Whether a job's mounts clone with a git connection's credential."""
     return bool(connection_ids(row.spec))
@@ -250,9 +264,10 @@ class JobDeps:
     #: build the agent's run order for (job row, attempt)
     run_order: Callable[[JobRow, int, dict[str, str]], p.Run]
     cancel_order: Callable[[str, int], p.Cancel]
-    #: the credentials of the git connections a job's mounts clone with (connection id ->
-    #: Authorization header), read when its run order is built (docs/git.md)
-    mount_auth: Callable[[JobRow], Awaitable[dict[str, str]]] = lambda row: _no_auth()
+    #: the credentials a job's mounts fetch git connections' repositories with through the
+    #: server (connection id -> Authorization header with the attempt's ticket), made when
+    #: its run order is built (docs/git.md)
+    mount_auth: Callable[[JobRow, int], Awaitable[dict[str, str]]] = lambda row, attempt: _no_auth()
     #: the job's phase changed (durably): the admission ledger counts live work by it
     phase_changed: Callable[[JobRow, str], Awaitable[None]] = _no_phase_hook
     #: a pipeline stage job's phase changed (durably): (row, phase, error, final metrics)
@@ -270,6 +285,9 @@ class JobDeps:
     end_tx: Callable[
         [JobRow, JobState, dict[str, float], list[dict[str, Any]]], Callable[[Any], Any] | None
     ] = lambda row, state, metrics, artifacts: None
+    #: the job's phase changed: a part of the transaction storing it (the commit status of
+    #: a run from a git connection, ``runplane/services/git.py`` ``status_tx``), or None
+    phase_tx: Callable[[JobRow, JobState], Callable[[Any], Any] | None] = lambda row, state: None
     #: streams: the kind of each stream a stack declares (stack name -> {name: kind}),
     #: chunks a stream's ring keeps, and teleop frames waiting for their agent
     stream_kinds: Callable[[str], dict[str, str]] = lambda stack: {}
@@ -579,6 +597,8 @@ class JobActor(Actor[JobMsg]):
             if artifacts is None:
                 artifacts = list(self.row.artifacts)
             also = self.deps.end_tx(self.row, after, dict(self.final_metrics), artifacts)
+        if after.phase is not before.phase:
+            also = _both(also, self.deps.phase_tx(self.row, after))
         await self.deps.store.transaction(
             repo.save_state(
                 self.id,
@@ -652,7 +672,9 @@ class JobActor(Actor[JobMsg]):
             match effect:
                 case Effect.RUN_ON_NODE:
                     assert after.node_id is not None
-                    auth = await self.deps.mount_auth(self.row) if _clones(self.row) else {}
+                    auth = {}
+                    if _clones(self.row):
+                        auth = await self.deps.mount_auth(self.row, after.attempt)
                     delivered = await self.deps.deliver(
                         after.node_id, self.deps.run_order(self.row, after.attempt, auth)
                     )

@@ -9,8 +9,10 @@ without holding a slot) and ``overall`` in all, so a slow or dead receiver delay
 own deliveries. An attempt re-reads its row, checks the URL with the egress guard,
 signs, POSTs, and writes the outcome (``runplane/webhooks/deliveries.py`` ``record``)
 before it reports ``Attempted`` with the delay to the next try, if any
-(``runplane/webhooks/schedule.py``). Scheduling runs on trio's clock (tests drive it with
-the autojump clock); the due times written to the store (wall ms) matter after a restart.
+(``runplane/webhooks/schedule.py``). Commit statuses for git connections
+(``runplane/git/statuses.py``) ride the same rows and retries, one at a time per
+connection, each sent as the job is when it goes. Scheduling runs on trio's clock (tests
+drive it); the due times written to the store (wall ms) matter after a restart.
 """
 
 from __future__ import annotations
@@ -27,12 +29,15 @@ from dataclasses import dataclass, field
 import trio
 
 from runplane import egress, outbound
+from runplane.git import connections, statuses
+from runplane.git.connections import CONNECTION_PREFIX
+from runplane.jobs import repo as jobs_repo
 from runplane.persistence import Store, now_ms
 from runplane.runtime import Actor, ActorError, clock
 from runplane.sealing import Sealer, SealError
 from runplane.timefmt import iso_ms
 from runplane.webhooks import deliveries, endpoints, schedule, signing
-from runplane.webhooks.deliveries import DELIVERED, FAILED, PENDING, Delivery
+from runplane.webhooks.deliveries import DELIVERED, FAILED, GIT_STATUS, PENDING, Delivery
 
 log = logging.getLogger("runplane.webhooks")
 
@@ -69,6 +74,15 @@ class Attempted:
 DispatchMsg = Poke | Reload | Tick | Attempted
 
 
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One attempt's request."""
+
+    url: str
+    headers: list[tuple[str, str]]
+    body: bytes
+
+
 @dataclass(slots=True)
 class DispatchDeps:
     store: Store
@@ -78,7 +92,8 @@ class DispatchDeps:
     per_endpoint: int = PER_ENDPOINT
     overall: int = OVERALL
     reload_delay: float = RELOAD_DELAY_SEC
-    #: False (RUNPLANE_DISABLE=webhooks): nothing is attempted; pending rows wait
+    #: False (RUNPLANE_DISABLE=webhooks): no webhook is attempted, pending ones wait in the
+    #: store (commit statuses still go)
     enabled: bool = True
     rng: random.Random = field(default_factory=random.Random)
 
@@ -104,13 +119,12 @@ class WebhookDispatcher(Actor[DispatchMsg]):
         self.stats = DispatchStats()
 
     async def on_start(self) -> None:
-        if self.deps.enabled:
-            await self._read(None)
+        await self._read(None)
 
     async def handle(self, msg: DispatchMsg) -> None:
         match msg:
             case Poke():
-                if self.deps.enabled and not self._reloading:
+                if not self._reloading:
                     self._reloading = True
                     self.context.tell_after(self.deps.reload_delay, Reload())
             case Reload():
@@ -136,6 +150,8 @@ class WebhookDispatcher(Actor[DispatchMsg]):
         rows = await deliveries.pending(self.deps.store, after_id=after)
         now, wall = trio.current_time(), now_ms()
         for due in rows:
+            if not self.deps.enabled and not due.endpoint_id.startswith(CONNECTION_PREFIX):
+                continue  # webhooks are switched off: it waits in the store
             if due.id not in self._known:
                 self._known.add(due.id)
                 at = now + max(0.0, (due.next_at - wall) / 1000)
@@ -150,7 +166,7 @@ class WebhookDispatcher(Actor[DispatchMsg]):
         due = self._due
         while due and due[0][0] <= now and self._inflight < self.deps.overall:
             _, delivery_id, endpoint_id = heapq.heappop(due)
-            if self._busy[endpoint_id] >= self.deps.per_endpoint:
+            if self._busy[endpoint_id] >= self._limit(endpoint_id):
                 self._waiting.setdefault(endpoint_id, deque()).append(delivery_id)
                 continue
             self._busy[endpoint_id] += 1
@@ -161,6 +177,11 @@ class WebhookDispatcher(Actor[DispatchMsg]):
             if self._tick_at is None or at < self._tick_at:
                 self._tick_at = at
                 self.context.tell_after(max(0.0, at - now), Tick())
+
+    def _limit(self, endpoint_id: str) -> int:
+        """Attempts at once per target: one per git connection (a job's statuses then
+        reach the provider in order), ``per_endpoint`` per webhook endpoint."""
+        return 1 if endpoint_id.startswith(CONNECTION_PREFIX) else self.deps.per_endpoint
 
     async def _attempt(self, delivery_id: str, endpoint_id: str) -> None:
         retry_in: float | None = None
@@ -179,25 +200,20 @@ class WebhookDispatcher(Actor[DispatchMsg]):
         delivery = await deliveries.get(store, delivery_id)
         if delivery is None or delivery.status != PENDING:
             return None  # deleted with its endpoint, or already over
-        endpoint = await endpoints.find(store, delivery.endpoint_id)
-        if endpoint is None:
-            return None
         self.stats.attempts += 1
         attempts = delivery.attempts + 1
         code, retry_after = 0, None
         try:
-            secret = endpoint.secret(self.deps.sealer())
-            target, addresses = await egress.check(endpoint.url, self.deps.allow)
-            body = payload(delivery)
-            stamp = int(clock.wall())
-            heads = [("Content-Type", "application/json")]
-            heads += signing.headers(secret, delivery.id, delivery.event, stamp, body)
+            call = await self._prepare(delivery)
+            if call is None:
+                return None  # its endpoint or connection is gone
+            target, addresses = await egress.check(call.url, self.deps.allow)
             answer = await outbound.request(
                 "POST",
                 target,
                 addresses,
-                headers=heads,
-                body=body,
+                headers=call.headers,
+                body=call.body,
                 within=schedule.ATTEMPT_TIMEOUT_SEC,
             )
         except (egress.EgressRefused, egress.BadUrl, SealError) as exc:
@@ -246,6 +262,37 @@ class WebhookDispatcher(Actor[DispatchMsg]):
             },
         )
         return delay
+
+    async def _prepare(self, delivery: Delivery) -> Call | None:
+        """The request of this attempt: a signed webhook message, or a commit status in
+        its provider's shape (sent as the job is now); None when its target is gone."""
+        store = self.deps.store
+        if delivery.kind == GIT_STATUS:
+            conn = await connections.find(store, delivery.endpoint_id)
+            job = await jobs_repo.get_row(store, delivery.job_id or "", None)
+            if conn is None or job is None:
+                return None
+            detail = json.loads(delivery.run or "{}")
+            phase = job.phase.value
+            status = statuses.call(
+                conn.provider,
+                conn.base_url,
+                conn.repo_url,
+                conn.credential(self.deps.sealer()),
+                commit=detail["commit"],
+                state=statuses.STATE_OF.get(phase, delivery.event),
+                target_url=detail.get("target_url", ""),
+                text=statuses.description(phase, job.error or ""),
+            )
+            return Call(status.url, status.headers, status.body)
+        endpoint = await endpoints.find(store, delivery.endpoint_id)
+        if endpoint is None:
+            return None
+        secret = endpoint.secret(self.deps.sealer())
+        body = payload(delivery)
+        heads = [("Content-Type", "application/json")]
+        heads += signing.headers(secret, delivery.id, delivery.event, int(clock.wall()), body)
+        return Call(endpoint.url, heads, body)
 
     async def _over(
         self, delivery: Delivery, attempts: int, status: str, code: int, error: str

@@ -145,6 +145,15 @@ class _ProtocolViolation(Exception):
 # --------------------------------------------------------------------------- small parts
 
 
+def http_origin(server_url: str) -> str:
+    """The server's http(s) origin (with its path prefix) from what the agent was given."""
+    parts = urlsplit(server_url.strip())
+    scheme = parts.scheme.lower()
+    scheme = {"ws": "http", "wss": "https"}.get(scheme, scheme)
+    path = parts.path.rstrip("/").removesuffix(CONNECT_PATH)
+    return urlunsplit((scheme, parts.netloc, path, "", ""))
+
+
 def connect_url(server_url: str) -> str:
     """The agent endpoint for a server URL: ``http://h:p/x`` -> ``ws://h:p/x/v1/nodes/connect``.
 
@@ -1268,6 +1277,7 @@ class Agent:
                         scratch=scratch,
                         note=lambda s: self._system(job, s),
                         host_paths=self._host_paths,
+                        server=http_origin(self.server_url),
                     )
                 except MountError as exc:
                     outcome = Finished("failed", None, str(exc), {}, 0)

@@ -276,6 +276,12 @@ class Refused(_Msg):
     reason: str
 
 
+#: A mount ``ref`` starting with this is on the server the agent is connected to: the
+#: agent puts its server's http(s) origin there (a git connection's repository, fetched
+#: through the server's git proxy with the attempt's ticket as ``auth``).
+SERVER_REF = "{server}"
+
+
 class MountSpec(_Msg):
     """A workspace or input, prepared by the agent while the job is ``pulling``.
 

@@ -56,7 +56,7 @@ from urllib.parse import unquote, urlsplit
 import trio
 
 from runplane.agent.isolation import HostPathRefused, HostPaths
-from runplane.agent.protocol import MountSpec
+from runplane.agent.protocol import SERVER_REF, MountSpec
 from runplane.artifacts.client import TransferError, download, redact_url
 
 #: Unpacking stops (and the mount fails) past this many entries or bytes: zip bombs.
@@ -106,17 +106,19 @@ async def prepare_mounts(
     scratch: Path,
     note: Note | None = None,
     host_paths: HostPaths = NO_HOST_PATHS,
+    server: str = "",
 ) -> None:
     """Prepare ``mounts`` in order inside ``workdir`` (created if missing). ``scratch`` is a
     directory for downloads on the same filesystem (created and removed here). Node paths
-    are copied only where ``host_paths`` allows."""
+    are copied only where ``host_paths`` allows. ``server``: the http(s) origin of the
+    agent's server, for refs on it (``SERVER_REF``)."""
     root = await trio.to_thread.run_sync(_make_dirs, workdir, scratch)
     try:
         read_only: list[tuple[Path, bool]] = []
         for mount in mounts:
             try:
                 target = await trio.to_thread.run_sync(_target, workdir, mount.spec.path)
-                await _prepare_one(mount, target, scratch, note, host_paths)
+                await _prepare_one(mount, target, scratch, note, host_paths, server)
             except (_Refused, HostPathRefused, TransferError, OSError) as exc:
                 raise MountError(f"{mount.describe()}: {_reason(exc)}") from None
             if mount.spec.mode == "ro":
@@ -157,7 +159,12 @@ def _target(workdir: Path, rel: str) -> Path:
 
 
 async def _prepare_one(
-    mount: Mount, target: Path, scratch: Path, note: Note | None, host_paths: HostPaths
+    mount: Mount,
+    target: Path,
+    scratch: Path,
+    note: Note | None,
+    host_paths: HostPaths,
+    server: str,
 ) -> None:
     spec = mount.spec
     ref = spec.ref
@@ -165,6 +172,8 @@ async def _prepare_one(
         if ref:  # an inline mount without code (the Mount defaults) puts nothing there
             await trio.to_thread.run_sync(_write_text, target, ref)
     elif spec.type == "git":
+        if ref.startswith(SERVER_REF):  # a connection's repository, through the server
+            ref = server + ref.removeprefix(SERVER_REF)
         commit = await clone_git(ref, target, host_paths, auth=spec.auth)
         if note is not None:
             url, _, rev = ref.partition("#")

@@ -96,6 +96,10 @@ RULES: dict[tuple[str, str], Rule] = {
     # git connections (docs/git.md): owners/admins hold git:connect (via *), members git:read
     ("POST", "/v1/git/connections"): scope("git:connect"),
     ("GET", "/v1/git/connections"): scope("git:read"),
+    # an agent fetching a connection's repository for a job: the handler checks the
+    # attempt's git fetch ticket (Basic auth), as /v1/nodes/connect checks its hello
+    ("GET", "/v1/git/proxy/<connection_id>/info/refs"): PUBLIC,
+    ("POST", "/v1/git/proxy/<connection_id>/git-upload-pack"): PUBLIC,
     # outgoing webhooks (docs/webhooks.md): the admin token or an org owner/admin, own org
     ("POST", "/v1/webhooks"): MANAGE,
     ("GET", "/v1/webhooks"): MANAGE,

@@ -288,6 +288,11 @@ async def get(store: Store, conn_id: str, org_id: str | None) -> Connection:
     return Connection.of(row)
 
 
+async def find(store: Store, conn_id: str) -> Connection | None:
+    row = await store.fetchone(f"SELECT {_COLUMNS} FROM git_connections WHERE id = ?", (conn_id,))
+    return None if row is None else Connection.of(row)
+
+
 async def listing(store: Store, org_id: str | None) -> list[Connection]:
     if org_id is None:
         rows = await store.fetchall(f"SELECT {_COLUMNS} FROM git_connections ORDER BY id DESC", ())

@@ -60,7 +60,18 @@ def git_env(credential: Credential | None, key_file: Path | None = None) -> dict
     env = {
         k: v
         for k, v in os.environ.items()
-        if k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SSL_CERT_FILE", "SSL_CERT_DIR")
+        # a git host with a private CA: SSL_CERT_FILE / GIT_SSL_CAINFO as for any git
+        if k
+        in (
+            "PATH",
+            "HOME",
+            "LANG",
+            "LC_ALL",
+            "TMPDIR",
+            "SSL_CERT_FILE",
+            "SSL_CERT_DIR",
+            "GIT_SSL_CAINFO",
+        )
     }
     env.update(GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true", GCM_INTERACTIVE="never")
     if credential is not None and credential.auth_kind == "https_pat":
@@ -77,28 +88,28 @@ def git_env(credential: Credential | None, key_file: Path | None = None) -> dict
     return env
 
 
-async def ls_remote(
-    repo_url: str, credential: Credential | None, patterns: tuple[str, ...], *, within: float
-) -> dict[str, str]:
-    """``git ls-remote`` of ``patterns`` (empty: every ref): ref name -> commit."""
+async def run_git(
+    args: list[str], credential: Credential | None, *, within: float, what: str
+) -> bytes:
+    """Run ``git <args>`` with the credential (bounded by ``within``); its stdout.
+    :class:`GitProbeError` when it fails (its last line of stderr, the secret masked),
+    times out, or git is missing."""
     tmp: str | None = None
     try:
         key_file = None
         if credential is not None and credential.auth_kind == "ssh_deploy_key":
             tmp = tempfile.mkdtemp(prefix="runplane-git-")
             key_file = Path(tmp) / "key"
+            secret = (
+                credential.secret if credential.secret.endswith("\n") else credential.secret + "\n"
+            )
             fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as fh:
-                fh.write(
-                    credential.secret
-                    if credential.secret.endswith("\n")
-                    else credential.secret + "\n"
-                )
-        argv = ["git", "ls-remote", "--", repo_url, *patterns]
+                fh.write(secret)
         with trio.move_on_after(within) as waited:
             try:
                 done = await trio.run_process(
-                    argv,
+                    ["git", *args],
                     capture_stdout=True,
                     capture_stderr=True,
                     check=False,
@@ -113,12 +124,22 @@ async def ls_remote(
             shutil.rmtree(tmp, ignore_errors=True)
     if done.returncode != 0:
         said = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        last = said[-1][:300] if said else f"git ls-remote exited {done.returncode}"
+        last = said[-1][:300] if said else f"{what} exited {done.returncode}"
         if credential is not None:
             last = last.replace(credential.secret, "***")
         raise GitProbeError(last, refused=bool(_REFUSED.search(" ".join(said))))
+    return done.stdout
+
+
+async def ls_remote(
+    repo_url: str, credential: Credential | None, patterns: tuple[str, ...], *, within: float
+) -> dict[str, str]:
+    """``git ls-remote`` of ``patterns`` (empty: every ref): ref name -> commit."""
+    out = await run_git(
+        ["ls-remote", "--", repo_url, *patterns], credential, within=within, what="git ls-remote"
+    )
     refs: dict[str, str] = {}
-    for line in done.stdout.decode("utf-8", "replace").splitlines():
+    for line in out.decode("utf-8", "replace").splitlines():
         sha, _, name = line.partition("\t")
         if _SHA.match(sha):
             refs[name] = sha

@@ -15,13 +15,21 @@ from runplane.jobs.spec import SETUP_KEY, execution_env, inline_path, mount_relp
 def _mount_order(mount: dict[str, Any], auth: Mapping[str, str]) -> p.MountSpec:
     inline = mount["type"] == "inline"
     connection = mount.get("connection_id")
+    ref = mount.get("ref") or ""
+    if connection and mount.get("commit"):
+        # through the server's git proxy: the agent never sees the connection's secret
+        ref = f"{p.SERVER_REF}{GIT_PROXY}/{connection}#{mount['commit']}"
     return p.MountSpec(
         type=mount["type"],
         path=inline_path(mount["path"]) if inline else mount_relpath(mount["path"]),
-        ref=mount.get("ref") or "",
+        ref=ref,
         mode=mount.get("mode") or "rw",
         auth=auth.get(connection) if connection else None,
     )
+
+
+#: Where the server serves a connection's repository to its agents (runplane/http/routes/git.py).
+GIT_PROXY = "/v1/git/proxy"
 
 
 def connection_ids(spec: Mapping[str, Any]) -> set[str]:
@@ -34,8 +42,8 @@ def run_order(row: JobRow, attempt: int, auth: Mapping[str, str] | None = None) 
     """The agent's run order: command, environment, and the mounts it prepares while the job
     is ``pulling`` (inline code included, so ``inline_files`` stays empty) and the output
     globs it uploads after the command ends. ``auth``: git connection id -> the HTTP
-    Authorization header its mounts clone with (held in memory by the agent, this attempt
-    only)."""
+    Authorization header its mounts fetch with through the server's git proxy (the
+    attempt's short-lived ticket; held in memory by the agent)."""
     spec = row.spec
     timeout = (spec.get("limits") or {}).get("timeout_sec") or None
     workspace = spec.get("workspace")

@@ -3,21 +3,30 @@ docs/git.md), and resolving a job's git workspace ref with a connection's creden
 
 from __future__ import annotations
 
+import base64
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import trio
 
-from runplane import egress
+from runplane import egress, outbound
 from runplane.git import connections
 from runplane.git.connections import ACTIVE, DEGRADED, Connection, GitConnectionBody
+from runplane.git.mirror import CgiAnswer, Mirrors
 from runplane.git.probe import GitProbeError, ls_remote, resolve
+from runplane.git.statuses import STATE_OF
+from runplane.git.tickets import TICKET_TTL_SEC, Ticket, TicketInvalid, mint, verify
+from runplane.jobs import repo as jobs_repo
 from runplane.jobs.orders import connection_ids
+from runplane.jobs.phase import JobState
 from runplane.jobs.rows import JobRow
-from runplane.persistence import Store
+from runplane.persistence import Store, Tx
 from runplane.problems import FieldProblem, Problem
+from runplane.runtime import clock
 from runplane.sealing import Sealer
 from runplane.settings import Settings
+from runplane.webhooks import deliveries
 
 log = logging.getLogger("runplane.git")
 
@@ -25,6 +34,15 @@ log = logging.getLogger("runplane.git")
 CREATE_NETWORK_SEC = 5.0
 #: A submit waits at most this long for a connection's repository to resolve a ref.
 RESOLVE_SEC = 10.0
+#: The git proxy: the repository's answer must start within, and not stall longer than.
+PROXY_HEAD_SEC = 30.0
+PROXY_IDLE_SEC = 120.0
+
+
+def _refused(why: str) -> Problem:
+    # git asks for credentials again on a 401 with WWW-Authenticate (prompts are off on
+    # agents: the fetch then fails with the reason in the job's log)
+    return Problem(401, "unauthorized", why, headers={"WWW-Authenticate": 'Basic realm="runplane"'})
 
 
 def _host_of(url: str) -> tuple[str, int] | None:
@@ -48,6 +66,8 @@ class Git:
         self.settings = settings
         self.allow = egress.Allow.of(settings.egress_allow)
         self._sealer: Sealer | None = None
+        #: mirrors of the ssh-only repositories, served to agents by the git proxy
+        self.mirrors = Mirrors(settings.data_dir / "git-mirrors")
 
     def sealer(self) -> Sealer:
         if self._sealer is None:
@@ -129,14 +149,6 @@ class Git:
             if not mount or not mount.get("connection_id"):
                 continue
             conn = await connections.get(self.store, mount["connection_id"], org_id)
-            if conn.auth_kind != "https_pat":
-                message = (
-                    "a workspace from an ssh_deploy_key connection is not supported yet: "
-                    "use an https_pat connection"
-                )
-                raise Problem(
-                    422, "unsupported", message, [FieldProblem(key, "unsupported", message)]
-                )
             rev = mount.get("ref") or conn.default_ref or "HEAD"
             try:
                 commit = await resolve(
@@ -162,15 +174,100 @@ class Git:
                 await connections.set_status(self.store, conn.id, ACTIVE, "")
             mount.update(ref=f"{conn.repo_url}#{commit}", rev=rev, commit=commit)
 
-    async def mount_auth(self, row: JobRow) -> dict[str, str]:
+    def status_tx(self, row: JobRow, state: JobState) -> Callable[[Tx], Any] | None:
+        """The part of a phase change's transaction that queues the commit status of a
+        run from a connection's repository (running: pending; its end: success, failure,
+        error); None for other jobs and phases. The connection's ``report_status`` is read
+        in the transaction (off: nothing is queued)."""
+        workspace = row.spec.get("workspace") or {}
+        conn_id, commit = workspace.get("connection_id"), workspace.get("commit")
+        status = STATE_OF.get(state.phase.value)
+        if not conn_id or not commit or status is None:
+            return None
+        origin = (self.settings.public_url or "").rstrip("/")
+        detail = {"commit": commit, "target_url": f"{origin}/runs/{row.id}" if origin else ""}
+        return deliveries.fire_status(conn_id, row.org_id, row.id, status, detail)
+
+    async def mount_auth(self, row: JobRow, attempt: int) -> dict[str, str]:
         """For a run order: connection id -> the Authorization header its mounts fetch
-        with (the job's org's connections only)."""
+        through the git proxy with: a ticket for this attempt, expiring (never the
+        connection's secret)."""
+        key = self.settings.secret_key_bytes()
+        expires = int(clock.wall()) + TICKET_TTL_SEC
         out: dict[str, str] = {}
         for conn_id in connection_ids(row.spec):
-            try:
-                conn = await connections.get(self.store, conn_id, row.org_id)
-            except Problem:
-                continue  # deleted since: the clone fails and says so
-            if conn.auth_kind == "https_pat":
-                out[conn_id] = conn.credential(self.sealer()).header()
+            token = mint(key, Ticket(row.id, attempt, conn_id, expires))
+            out[conn_id] = "Basic " + base64.b64encode(f"runplane:{token}".encode()).decode()
         return out
+
+    async def proxy(
+        self,
+        conn_id: str,
+        authorization: str | None,
+        service_path: str,
+        *,
+        method: str,
+        query: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+    ) -> outbound.Upstream | CgiAnswer:
+        """Forward one smart-HTTP request of an agent's clone to the connection's
+        repository with its credential (an ssh one: served from the server's mirror of it,
+        brought up to date when the clone starts). 401 without a valid ticket of a live
+        attempt."""
+        ticket = self._ticket(conn_id, authorization)
+        row = await jobs_repo.get_row(self.store, ticket.job_id, None)
+        if row is None or row.attempt != ticket.attempt or row.phase.terminal:
+            raise _refused("the ticket's attempt is over")
+        conn = await connections.get(self.store, conn_id, row.org_id)
+        if conn.auth_kind == "ssh_deploy_key":
+            return await self._from_mirror(conn, service_path, method, query, headers, body)
+        url = conn.repo_url.rstrip("/") + "/" + service_path + (f"?{query}" if query else "")
+        try:
+            target, addresses = await egress.check(url, self.allow)
+            auth = ("Authorization", conn.credential(self.sealer()).header())
+            return await outbound.open_stream(
+                method,
+                target,
+                addresses,
+                headers=[*headers, auth],
+                body=body,
+                head_within=PROXY_HEAD_SEC,
+                idle_within=PROXY_IDLE_SEC,
+            )
+        except (egress.EgressRefused, egress.EgressUnreachable, outbound.SendError) as exc:
+            raise Problem(502, "git_unavailable", f"git connection {conn.id}: {exc}") from None
+
+    async def _from_mirror(
+        self,
+        conn: Connection,
+        service_path: str,
+        method: str,
+        query: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+    ) -> CgiAnswer:
+        try:
+            if service_path == "info/refs":  # a clone starts: fetch what is new
+                await self.mirrors.refresh(conn.id, conn.repo_url, conn.credential(self.sealer()))
+            return await self.mirrors.serve(
+                conn.id, service_path, method=method, query=query, headers=headers, body=body
+            )
+        except GitProbeError as exc:
+            await connections.set_status(self.store, conn.id, DEGRADED, str(exc))
+            raise Problem(502, "git_unavailable", f"git connection {conn.id}: {exc}") from None
+
+    def _ticket(self, conn_id: str, authorization: str | None) -> Ticket:
+        if not authorization or not authorization.startswith("Basic "):
+            raise _refused("a git fetch ticket is required")
+        try:
+            user_pass = base64.b64decode(authorization[6:], validate=True).decode()
+        except ValueError:
+            raise _refused("a git fetch ticket is required") from None
+        token = user_pass.partition(":")[2]
+        try:
+            return verify(
+                self.settings.secret_key_bytes(), token, connection_id=conn_id, now=clock.wall()
+            )
+        except TicketInvalid as exc:
+            raise _refused(str(exc)) from None

@@ -92,6 +92,10 @@ class Webhooks:
         run = run_object(row, state, metrics, artifacts)
         return deliveries.fire(row.org_id, row.id, event, run)
 
+    async def poke(self) -> None:
+        """New pending deliveries are stored (a commit status, a ping)."""
+        await self._dispatcher().tell_now(Poke())
+
     async def ended(self, org_id: str) -> None:
         """A run of ``org_id`` ended (stored): its deliveries, if any, are due now."""
         if self.enabled and org_id in self.orgs:
@@ -142,5 +146,5 @@ class Webhooks:
 
     async def ping(self, endpoint: Endpoint) -> str:
         delivery_id = await deliveries.queue_ping(self.store, endpoint.id, endpoint.org_id)
-        await self._dispatcher().tell_now(Poke())
+        await self.poke()
         return delivery_id

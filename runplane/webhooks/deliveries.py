@@ -19,6 +19,9 @@ from runplane.timefmt import iso_ms
 
 DELIVERY_PREFIX = "dlv_"
 PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
+#: What a row delivers: a webhook message, or a commit status to a git provider (its
+#: ``endpoint_id`` is then the git connection; docs/git.md#commit-statuses)
+WEBHOOK, GIT_STATUS = "webhook", "git_status"
 #: A run's end phase -> its event (a timeout is a failure: conventions).
 EVENT_OF = {
     "succeeded": "run.succeeded",
@@ -59,6 +62,45 @@ def fire(org_id: str, job_id: str, event: str, run: Mapping[str, Any]) -> Callab
     return insert
 
 
+def fire_status(
+    connection_id: str, org_id: str, job_id: str, state: str, detail: Mapping[str, Any]
+) -> Callable[[Tx], int]:
+    """The transaction part that queues a commit status (``state``: pending, success,
+    failure, error) for a job cloned from ``connection_id``, unless that connection has
+    ``report_status`` off (1 queued, else 0)."""
+    detail_json = to_json(dict(detail))
+
+    def insert(tx: Tx) -> int:
+        row = tx.fetchone(
+            "SELECT report_status FROM git_connections WHERE id = ? AND org_id = ?",
+            (connection_id, org_id),
+        )
+        if row is None or not row["report_status"]:
+            return 0
+        now = now_ms()
+        tx.execute(
+            "INSERT INTO webhook_deliveries (id, endpoint_id, org_id, event, job_id, run, status,"
+            " attempts, response_code, error, next_at, created_at, updated_at, kind)"
+            " VALUES (?,?,?,?,?,?,?,0,0,'',?,?,?,?)",
+            (
+                new_id(DELIVERY_PREFIX),
+                connection_id,
+                org_id,
+                state,
+                job_id,
+                detail_json,
+                PENDING,
+                now,
+                now,
+                now,
+                GIT_STATUS,
+            ),
+        )
+        return 1
+
+    return insert
+
+
 async def queue_ping(store: Store, endpoint_id: str, org_id: str) -> str:
     """A synthetic ``ping`` delivery to one endpoint (``POST /v1/webhooks/{id}/test``)."""
     delivery_id = new_id(DELIVERY_PREFIX)
@@ -84,6 +126,7 @@ class Delivery:
     next_at: int | None
     created_at: int
     updated_at: int
+    kind: str
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> Delivery:

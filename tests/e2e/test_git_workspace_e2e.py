@@ -2,18 +2,27 @@
 the ref to a commit with the connection's token (``git ls-remote`` against git
 http-backend behind token auth), a real agent process fetches exactly that commit over
 authenticated http with the token handed in its run order, and the token is written
-nowhere on the node (docs/git.md)."""
+nowhere on the node; the run reports pending then its end to the provider's commit status
+API (a fake that checks the token and the body: tests/fake_provider.py) (docs/git.md)."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from runplane.git import connections
 from runplane.git.connections import GitConnectionBody
+from runplane.jobs import repo as jobs_repo
+from runplane.webhooks import deliveries
 from tests.e2e.conftest import (
     ADMIN,
     StartAgent,
@@ -26,7 +35,10 @@ from tests.e2e.conftest import (
     wait_for,
     wait_phase,
 )
+from tests.fake_provider import FakeProvider
 from tests.git_server import GitServer, make_repo
+from tests.ssh_server import sshd
+from tests.tls import self_signed
 
 ADMIN_H = {"Authorization": f"Bearer {ADMIN}"}
 TOKEN = "gitea-token-for-the-e2e-0123456789"
@@ -49,18 +61,31 @@ def files_containing(top: Path, needle: bytes) -> list[Path]:
 
 
 async def test_a_job_clones_the_resolved_commit_with_the_connections_token(
-    nursery: trio.Nursery, tmp_path: Path, data_dir: Path, start_agent: StartAgent
+    nursery: trio.Nursery,
+    tmp_path: Path,
+    data_dir: Path,
+    start_agent: StartAgent,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     repos = tmp_path / "repos"
     repos.mkdir()
     commits = make_repo(repos, "team/app.git", {"train.py": "print('trained')\n"})
-    git = await GitServer.start(nursery, repos, TOKEN)
+    # the git host speaks https with a private CA, which the server is told to trust the
+    # way an operator would (its git and its own client read these)
+    cert, tls = self_signed(tmp_path / "tls")
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    monkeypatch.setenv("GIT_SSL_CAINFO", str(cert))
+    git = await GitServer.start(nursery, repos, TOKEN, tls=tls)
+    assert git.url("x").startswith("https://")
     server = await start_server(
         nursery, e2e_settings(data_dir, egress_allow="127.0.0.1"), heartbeat_sec=0.5
     )
     agent = start_agent(server.url, "gitnode")
     async with server.client() as client:
-        made = await client.post("/v1/git/connections", json=conn_fields(git))
+        # statuses: the next test (here the provider would be the git server itself)
+        made = await client.post(
+            "/v1/git/connections", json={**conn_fields(git), "report_status": False}
+        )
         assert made.status_code == 201, made.text
         conn = made.json()
         assert conn["status"] == "active"
@@ -105,8 +130,27 @@ async def test_a_job_clones_the_resolved_commit_with_the_connections_token(
 
         views = json.dumps([await job(client, at_tag), await job(client, at_head)])
         assert TOKEN not in views
-    # both the server (ls-remote) and the agent (fetch) authenticated with the token
+        system = await job_logs(client, at_tag, "system")
+        assert any("/v1/git/proxy/" in line for line in system), system
+
+        # the proxy: no ticket, a tampered one, an attempt that is over: 401; no pushes
+        refs = f"/v1/git/proxy/{conn['id']}/info/refs?service=git-upload-pack"
+        assert (await client.get(refs)).status_code == 401
+        row = await jobs_repo.get_row(server.root.store, at_tag, None)
+        assert row is not None
+        (over,) = (await server.root.git.mount_auth(row, row.attempt)).values()
+        refused = await client.get(refs, headers={"Authorization": over})
+        assert refused.status_code == 401 and "over" in refused.json()["detail"]
+        tampered = "Basic " + base64.b64encode(b"runplane:rpgt_e30.AAAA").decode()
+        assert (await client.get(refs, headers={"Authorization": tampered})).status_code == 401
+        push = f"/v1/git/proxy/{conn['id']}/info/refs?service=git-receive-pack"
+        assert (await client.get(push, headers={"Authorization": over})).status_code == 403
+    server.stop.set()
+    await server.done.wait()
+    # only the server spoke to the repository (ls-remote at submit, the proxied fetches),
+    # always with the token; the agent fetched through the server with its attempt's ticket
     assert len(git.authorizations) >= 3
+    assert all(base64.b64decode(a[6:]).decode().endswith(":" + TOKEN) for a in git.authorizations)
     # the token is on no file of the node: the agent's data dir, its log, the job dirs
     agent.terminate()
     needle = TOKEN.encode()
@@ -124,3 +168,136 @@ async def test_a_job_clones_the_resolved_commit_with_the_connections_token(
         assert files_containing(workdir, needle) == [], workdir
         if (workdir / "work" / ".git" / "config").exists():
             assert b"extraheader" not in (workdir / "work" / ".git" / "config").read_bytes().lower()
+
+
+def wait_then(gate: Path, code: int) -> str:
+    return f"while [ ! -e {gate} ]; do sleep 0.05; done; exit {code}"
+
+
+@pytest.fixture
+def shared() -> Iterator[Path]:
+    """Where the test leaves files for its jobs (they run as the job user: not tmp_path)."""
+    top = Path(tempfile.mkdtemp(prefix="runplane-e2e-git-"))
+    top.chmod(0o777)
+    yield top
+    shutil.rmtree(top, ignore_errors=True)
+
+
+async def test_runs_report_pending_then_their_end_on_the_commit(
+    nursery: trio.Nursery, tmp_path: Path, data_dir: Path, start_agent: StartAgent, shared: Path
+) -> None:
+    repos = tmp_path / "repos"
+    repos.mkdir()
+    commits = make_repo(repos, "team/app.git", {"train.py": "print('x')\n"})
+    git = await GitServer.start(nursery, repos, TOKEN)
+    provider = await FakeProvider.start(nursery, "gitea", TOKEN)
+    server = await start_server(
+        nursery,
+        e2e_settings(data_dir, egress_allow="127.0.0.1", public_url="https://runs.example.com"),
+        heartbeat_sec=0.5,
+    )
+    start_agent(server.url, "statusnode")
+    async with server.client() as client:
+        fields = {**conn_fields(git), "base_url": provider.base_url}
+        reporting = (await client.post("/v1/git/connections", json=fields)).json()
+        quiet = (
+            await client.post("/v1/git/connections", json={**fields, "report_status": False})
+        ).json()
+        assert reporting["status"] == quiet["status"] == "active"
+        await wait_for(lambda: online_nodes(client), 30, "the agent")
+
+        def body(conn_id: str, command: list[str]) -> dict[str, Any]:
+            ws = {"type": "git", "connection_id": conn_id, "ref": "main"}
+            return {"stack": "shell", "command": command, "workspace": ws}
+
+        # each job waits for the test to see its pending status (a job that ends before
+        # its pending status goes reports its end instead: never a stale pending)
+        ok_gate, bad_gate = shared / "ok", shared / "bad"
+        ok = await submit(client, body(reporting["id"], ["sh", "-c", wait_then(ok_gate, 0)]))
+        await provider.wait_for(1)
+        ok_gate.touch()
+        assert (await wait_phase(client, ok, "succeeded", "failed"))["phase"] == "succeeded"
+        await provider.wait_for(2)
+        bad = await submit(client, body(reporting["id"], ["sh", "-c", wait_then(bad_gate, 3)]))
+        await provider.wait_for(3)
+        bad_gate.touch()
+        assert (await wait_phase(client, bad, "succeeded", "failed"))["phase"] == "failed"
+        got = await provider.wait_for(4)
+        silent = await submit(client, body(quiet["id"], ["true"]))
+        await wait_phase(client, silent, "succeeded", "failed")
+        with trio.move_on_after(1.5):
+            await provider.wait_for(5)
+    listed = await deliveries_of(server, reporting["id"])
+    assert await deliveries_of(server, quiet["id"]) == []
+    server.stop.set()
+    await server.done.wait()
+    assert provider.refused == []
+    assert [s.state for s in got] == ["pending", "success", "pending", "failure"]
+    assert {s.sha for s in got} == {commits["main"]} and {s.repo for s in got} == {"team/app"}
+    assert got[0].body["context"] == "runplane"
+    assert got[1].body["target_url"] == f"https://runs.example.com/runs/{ok}"
+    assert got[3].body["description"].startswith("failed")
+    assert {(d.event, d.status, d.response_code) for d in listed} == {
+        ("pending", "delivered", 201),
+        ("success", "delivered", 201),
+        ("failure", "delivered", 201),
+    }
+
+
+async def deliveries_of(server: Any, conn_id: str) -> list[Any]:
+    return await deliveries.recent(server.root.store, conn_id)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="sshd for the test logs in as root")
+async def test_a_deploy_key_connection_is_served_from_the_servers_mirror(
+    nursery: trio.Nursery, tmp_path: Path, data_dir: Path, start_agent: StartAgent
+) -> None:
+    repos = tmp_path / "repos"
+    repos.mkdir()
+    commits = make_repo(repos, "team/app.git", {"train.py": "print('over ssh')\n"})
+    with sshd(tmp_path / "sshd") as ssh:
+        server = await start_server(
+            nursery, e2e_settings(data_dir, egress_allow="127.0.0.1"), heartbeat_sec=0.5
+        )
+        agent = start_agent(server.url, "sshnode")
+        async with server.client() as client:
+            made = await client.post(
+                "/v1/git/connections",
+                json={
+                    "provider": "forgejo",
+                    "base_url": "http://127.0.0.1:9",
+                    "repo_url": ssh.url(repos / "team/app.git"),
+                    "auth_kind": "ssh_deploy_key",
+                    "report_status": False,
+                },
+            )
+            assert made.status_code == 201, made.text
+            conn = made.json()
+            # the generated key is not a deploy key of the repository yet
+            assert conn["status"] == "degraded" and "deploy key" in conn["status_reason"]
+            ssh.authorize(conn["ssh_pub"])  # what the repository's owner does
+            await wait_for(lambda: online_nodes(client), 30, "the agent")
+            body = {
+                "stack": "shell",
+                "command": ["sh", "-c", SCRIPT],
+                "workspace": {"type": "git", "connection_id": conn["id"], "ref": "v1"},
+            }
+            job_id = await submit(client, body)
+            done = await wait_phase(client, job_id, "succeeded", "failed")
+            assert done["phase"] == "succeeded", done
+            out = await job_logs(client, job_id, "stdout")
+            assert out == ["print('over ssh')", commits["v1"], "no-next"]
+            listed = (await client.get("/v1/git/connections")).json()
+            assert [c["status"] for c in listed if c["id"] == conn["id"]] == ["active"]
+        server.stop.set()
+        await server.done.wait()
+    # the private key stayed on the server, sealed: not in the agent's files or log
+    assert mirror_exists(data_dir, conn["id"])  # the server's mirror served the clone
+    agent.terminate()
+    assert files_containing(agent.data_dir, b"PRIVATE KEY") == []
+    assert b"PRIVATE KEY" not in agent.log.read_bytes()
+
+
+def mirror_exists(data_dir: Path, conn_id: str) -> bool:
+    """The server's mirror of the repository exists."""
+    return (data_dir / "git-mirrors" / f"{conn_id}.git" / "HEAD").exists()

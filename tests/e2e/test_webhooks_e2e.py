@@ -101,6 +101,8 @@ async def test_each_run_end_is_one_signed_delivery_per_matching_endpoint(
             )
         views = (await client.get("/v1/webhooks", headers=ADMIN_H)).json()
         assert all("secret" not in v for v in views) and len(views) == 3
+    server.stop.set()
+    await server.done.wait()
 
 
 def _free_port() -> int:

@@ -69,7 +69,7 @@ async def test_unknown_nested_field_lists_the_nested_model_fields(client: Any) -
 async def test_unknown_field_in_a_list_item_lists_the_item_fields(client: Any) -> None:
     response = await client.post("/v1/jobs", json={"stack": "shell", "inputs": [{"x": 1}]})
     body = await problem(response, 400, "unknown_field")
-    message = "unknown field 'inputs.0.x'; accepted: path, ref, type, mode"
+    message = "unknown field 'inputs.0.x'; accepted: path, ref, type, mode, connection_id"
     assert body["detail"] == message
     assert body["errors"] == [{"key": "inputs.0.x", "code": "unknown_field", "message": message}]
 
@@ -82,7 +82,8 @@ async def test_deeply_nested_and_several_unknown_fields(client: Any) -> None:
         "cuda_min (did you mean 'min_vram_gb'?)"
     )
     workspace = (
-        "unknown field 'workspace.paht'; accepted: path, ref, type, mode (did you mean 'path'?)"
+        "unknown field 'workspace.paht'; accepted: path, ref, type, mode, connection_id "
+        "(did you mean 'path'?)"
     )
     assert answer["errors"] == [  # in the order of the model's fields
         {"key": "workspace.paht", "code": "unknown_field", "message": workspace},

@@ -486,6 +486,13 @@ CASES: dict[tuple[str, str], Case] = {
         scope="git:connect",
     ),
     ("GET", "/v1/git/connections"): Case("scope", path("/v1/git/connections"), scope="git:read"),
+    # the git proxy takes an attempt's fetch ticket only: every persona without one is 401
+    ("GET", "/v1/git/proxy/<connection_id>/info/refs"): Case(
+        "public", path("/v1/git/proxy/gc_x/info/refs?service=git-upload-pack"), ok=401
+    ),
+    ("POST", "/v1/git/proxy/<connection_id>/git-upload-pack"): Case(
+        "public", path("/v1/git/proxy/gc_x/git-upload-pack"), ok=401
+    ),
     ("POST", "/v1/webhooks"): Case("manage", body("/v1/webhooks", _webhook_body), ok=201),
     ("GET", "/v1/webhooks"): Case("manage", path("/v1/webhooks")),
     ("DELETE", "/v1/webhooks/<webhook_id>"): Case("manage", _webhook_to_delete, org_bound=True),

@@ -1,11 +1,12 @@
-"""``/v1/git/connections``: an org's git connections (docs/git.md). 503 with
-``RUNPLANE_DISABLE=git``."""
+"""``/v1/git/connections``: an org's git connections, and ``/v1/git/proxy``: the
+repositories of connections served to agents cloning them for a job, with a ticket of the
+attempt (docs/git.md). 503 with ``RUNPLANE_DISABLE=git``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from quart import Blueprint
+from quart import Blueprint, Response, request
 
 from runplane.git.connections import GitConnectionBody
 from runplane.http import audit
@@ -47,3 +48,56 @@ async def list_connections() -> list[dict[str, Any]]:
     caller = current_caller()
     org = str_arg("org") if caller.read_org is None else caller.read_org
     return [c.view() for c in await services().root.git.listing(org)]
+
+
+#: Request headers of a git client worth passing on (the rest are hop-by-hop or ours).
+FORWARDED = ("content-type", "content-encoding", "accept", "git-protocol")
+#: An upload-pack request (the client's wants and haves) is small; a bigger one is refused.
+MAX_UPLOAD_PACK_REQUEST = 16 * 1024 * 1024
+
+
+async def _proxy(connection_id: str, service_path: str) -> Response:
+    require_area("git", "git integration")
+    length = request.content_length or 0
+    if length > MAX_UPLOAD_PACK_REQUEST:
+        return Response("request too large", status=413)
+    raw = await request.get_data(as_text=False) if request.method == "POST" else b""
+    body = raw if isinstance(raw, bytes) else raw.encode()
+    headers = [(k, v) for k, v in request.headers.items() if k.lower() in FORWARDED]
+    upstream = await services().root.git.proxy(
+        connection_id,
+        request.headers.get("Authorization"),
+        service_path,
+        method=request.method,
+        query=request.query_string.decode("latin-1"),
+        headers=headers,
+        body=body,
+    )
+
+    async def relay() -> Any:
+        try:
+            async for chunk in upstream.chunks():
+                yield chunk
+        finally:
+            await upstream.aclose()
+
+    passed = {
+        k: v
+        for k, v in upstream.headers.items()
+        if k in ("content-type", "content-encoding", "cache-control")
+    }
+    return Response(relay(), status=upstream.status, headers=passed)
+
+
+# (the run orders point agents here: runplane/jobs/orders.py GIT_PROXY)
+@blueprint.get("/proxy/<connection_id>/info/refs")
+@accepts_query("service")
+async def proxy_refs(connection_id: str) -> Response:
+    if request.args.get("service") != "git-upload-pack":
+        return Response("only git-upload-pack (fetch) is served", status=403)
+    return await _proxy(connection_id, "info/refs")
+
+
+@blueprint.post("/proxy/<connection_id>/git-upload-pack")
+async def proxy_upload_pack(connection_id: str) -> Response:
+    return await _proxy(connection_id, "git-upload-pack")
