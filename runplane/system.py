@@ -26,6 +26,7 @@ from typing import Any, cast
 
 import trio
 
+from runplane import vault
 from runplane.actors import placement as pl
 from runplane.actors.admission import AdmissionActor, AdmissionMsg, PhaseChanged
 from runplane.actors.channels import ChannelMsg, ChannelTargets, get_targets
@@ -44,6 +45,7 @@ from runplane.persistence import Store, now_ms
 from runplane.placement import NodeLoad, NodeShape
 from runplane.policy import platform_caps
 from runplane.runtime import ActorRef, ChildSpec, Hub, Registry, Supervisor
+from runplane.sealing import Sealer
 from runplane.services.fleet import Fleet
 from runplane.services.git import Git
 from runplane.services.jobs import Jobs
@@ -120,6 +122,7 @@ class Root:
             name="root",
         )
         self.fleet = Fleet(settings, store, self.registry)
+        self._sealer: Sealer | None = None
         #: git connections (runplane/services/git.py)
         self.git = Git(store, settings)
         #: outgoing webhooks (runplane/services/webhooks.py); its dispatcher is a child above
@@ -221,6 +224,7 @@ class Root:
                 end_tx=webhooks.end_tx,
                 mount_auth=self.git.mount_auth,
                 phase_tx=self.git.status_tx,
+                env_secrets=self._env_secrets,
                 stream_kinds=self._stream_kinds,
                 stream_ring=self.settings.stream_ring,
                 teleop_acks=self.teleop_acks,
@@ -239,6 +243,17 @@ class Root:
                 channel_target=self._channel_target,
             )
         )
+
+    def sealer(self) -> Sealer:
+        """Seals secrets at rest with the server's key (loaded at start-up)."""
+        if self._sealer is None:
+            self._sealer = Sealer(self.settings.secret_key_bytes())
+        return self._sealer
+
+    async def _env_secrets(self, row: JobRow) -> dict[str, str]:
+        refs = vault.references(row.spec.get("env") or {})
+        names = {name for found in refs.values() for name in found}
+        return await vault.values(self.store, self.sealer(), row.org_id, names)
 
     async def _channel_target(self, channel: str) -> str | None:
         return (await get_targets(self.channels)).get(channel)

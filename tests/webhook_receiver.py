@@ -4,6 +4,7 @@ headers such as Retry-After; 200 once the script is used up)."""
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -56,9 +57,19 @@ class Receiver:
     def url(self, host: str = "127.0.0.1", path: str = "/hook") -> str:
         return f"http://{host}:{self.port}{path}"
 
-    async def wait_for(self, count: int) -> list[Received]:
-        while len(self.received) < count:
-            await self._changed.wait()
+    async def wait_for(self, count: int, *, real_sec: float = 30.0) -> list[Received]:
+        """Until ``count`` requests came, at most ``real_sec`` of real time (a test under a
+        mock clock has no other timeout)."""
+        async with trio.open_nursery() as nursery:
+
+            async def watchdog() -> None:
+                await trio.to_thread.run_sync(time.sleep, real_sec, abandon_on_cancel=True)
+                raise AssertionError(f"{count} requests did not come within {real_sec} s")
+
+            nursery.start_soon(watchdog)
+            while len(self.received) < count:
+                await self._changed.wait()
+            nursery.cancel_scope.cancel()
         return self.received
 
     async def _handle(self, stream: trio.SocketStream) -> None:

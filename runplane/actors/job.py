@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from runplane import vault
 from runplane.agent import protocol as p
 from runplane.jobs import repo
 from runplane.jobs.events import (
@@ -223,7 +224,7 @@ async def _no_stage_hook(
     return None
 
 
-async def _no_auth() -> dict[str, str]:
+async def _nothing() -> dict[str, str]:
     return {}
 
 
@@ -262,12 +263,15 @@ class JobDeps:
     #: the node lost (or finished) an attempt: reliability counters
     node_outcome: Callable[[str, str], Awaitable[None]]
     #: build the agent's run order for (job row, attempt)
-    run_order: Callable[[JobRow, int, dict[str, str]], p.Run]
+    run_order: Callable[[JobRow, int, dict[str, str], dict[str, str]], p.Run]
     cancel_order: Callable[[str, int], p.Cancel]
     #: the credentials a job's mounts fetch git connections' repositories with through the
     #: server (connection id -> Authorization header with the attempt's ticket), made when
     #: its run order is built (docs/git.md)
-    mount_auth: Callable[[JobRow, int], Awaitable[dict[str, str]]] = lambda row, attempt: _no_auth()
+    mount_auth: Callable[[JobRow, int], Awaitable[dict[str, str]]] = lambda row, attempt: _nothing()
+    #: the values of the org secrets a job's env references, read when its run order is
+    #: built (docs/secrets.md; never stored with the job)
+    env_secrets: Callable[[JobRow], Awaitable[dict[str, str]]] = lambda row: _nothing()
     #: the job's phase changed (durably): the admission ledger counts live work by it
     phase_changed: Callable[[JobRow, str], Awaitable[None]] = _no_phase_hook
     #: a pipeline stage job's phase changed (durably): (row, phase, error, final metrics)
@@ -675,9 +679,11 @@ class JobActor(Actor[JobMsg]):
                     auth = {}
                     if _clones(self.row):
                         auth = await self.deps.mount_auth(self.row, after.attempt)
-                    delivered = await self.deps.deliver(
-                        after.node_id, self.deps.run_order(self.row, after.attempt, auth)
-                    )
+                    secrets: dict[str, str] = {}
+                    if vault.references(self.row.spec.get("env") or {}):
+                        secrets = await self.deps.env_secrets(self.row)
+                    order = self.deps.run_order(self.row, after.attempt, auth, secrets)
+                    delivered = await self.deps.deliver(after.node_id, order)
                     await self.deps.node_outcome(after.node_id, "placed")
                     if not delivered:  # the node vanished between plan and order
                         reason = f"node {after.node_id} went away before the run order"

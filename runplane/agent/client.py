@@ -75,6 +75,7 @@ from runplane.agent.isolation import (
 from runplane.agent.jobplan import EXECUTORS, Executor, JobPlan, NodeRules
 from runplane.agent.launch import find_setpriv
 from runplane.agent.limits import probe
+from runplane.agent.mask import masked
 from runplane.agent.outbox import JobKey, Outbox, Queued, check_job_ref, job_key
 from runplane.agent.outputs import collect_outputs
 from runplane.agent.protocol import (
@@ -226,6 +227,8 @@ class _Job:
     handed_back: bool = False
     #: its streams directory, once made (``streams.py``)
     streams: Path | None = None
+    #: org secret values to mask in its reports (``mask.py``), longest first
+    mask: tuple[str, ...] = ()
 
     @property
     def key(self) -> JobKey:
@@ -1068,7 +1071,7 @@ class Agent:
                 extra={**fields, "running": len(self._jobs) + 1, "max_concurrency": limit},
             )
         workdir = self._work_root / msg.job_id / str(msg.attempt)
-        job = _Job(msg.job_id, msg.attempt, workdir)
+        job = _Job(msg.job_id, msg.attempt, workdir, mask=tuple(msg.spec.mask or ()))
         self._jobs[key] = job
         self._changed.notify()
         self._jobs_nursery.start_soon(self._run_job, job, msg.spec)
@@ -1185,7 +1188,7 @@ class Agent:
         self._changed.notify()
 
     async def _emit(self, job: _Job, msg: Queued) -> None:
-        self._outbox.put(msg)
+        self._outbox.put(masked(msg, job.mask))
         self._changed.notify()
         # Back-pressure while connected; while disconnected the outbox drops the oldest.
         await self._wait_until(

@@ -362,12 +362,15 @@ class RunSpec(_Msg):
     limits: RunLimits | None = None
     #: a session's pod: these services run instead of ``command``; sent only for a pod
     pod: list[PodServiceSpec] | None = None
+    #: org secret values in ``env`` (docs/secrets.md): the agent writes ``***`` in their
+    #: place in the job's log lines and stream chunks; sent only when there are any
+    mask: list[str] | None = Field(None, repr=False)
 
     @model_serializer(mode="wrap")
     def _without_unset_fields(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
         if isinstance(data, dict):
-            for key in ("isolation", "limits", "pod"):
+            for key in ("isolation", "limits", "pod", "mask"):
                 if data.get(key) is None:
                     data.pop(key, None)
         return data

@@ -100,6 +100,10 @@ RULES: dict[tuple[str, str], Rule] = {
     # attempt's git fetch ticket (Basic auth), as /v1/nodes/connect checks its hello
     ("GET", "/v1/git/proxy/<connection_id>/info/refs"): PUBLIC,
     ("POST", "/v1/git/proxy/<connection_id>/git-upload-pack"): PUBLIC,
+    # org secrets (docs/secrets.md): the admin token or an org owner/admin, own org
+    ("PUT", "/v1/secrets/<name>"): MANAGE,
+    ("GET", "/v1/secrets"): MANAGE,
+    ("DELETE", "/v1/secrets/<name>"): MANAGE,
     # outgoing webhooks (docs/webhooks.md): the admin token or an org owner/admin, own org
     ("POST", "/v1/webhooks"): MANAGE,
     ("GET", "/v1/webhooks"): MANAGE,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from runplane import vault
 from runplane.agent import protocol as p
 from runplane.jobs.demand import demand_of
 from runplane.jobs.rows import JobRow
@@ -38,12 +39,19 @@ def connection_ids(spec: Mapping[str, Any]) -> set[str]:
     return {m["connection_id"] for m in mounts if m and m.get("connection_id")}
 
 
-def run_order(row: JobRow, attempt: int, auth: Mapping[str, str] | None = None) -> p.Run:
+def run_order(
+    row: JobRow,
+    attempt: int,
+    auth: Mapping[str, str] | None = None,
+    secrets: Mapping[str, str] | None = None,
+) -> p.Run:
     """The agent's run order: command, environment, and the mounts it prepares while the job
     is ``pulling`` (inline code included, so ``inline_files`` stays empty) and the output
     globs it uploads after the command ends. ``auth``: git connection id -> the HTTP
     Authorization header its mounts fetch with through the server's git proxy (the
-    attempt's short-lived ticket; held in memory by the agent)."""
+    attempt's short-lived ticket; held in memory by the agent). ``secrets``: the values of
+    the org secrets the env references (``${secrets.NAME}``), put in for this attempt and
+    listed for the agent to mask."""
     spec = row.spec
     timeout = (spec.get("limits") or {}).get("timeout_sec") or None
     workspace = spec.get("workspace")
@@ -53,7 +61,7 @@ def run_order(row: JobRow, attempt: int, auth: Mapping[str, str] | None = None) 
         attempt=attempt,
         spec=p.RunSpec(
             command=spec["command"],
-            env=execution_env(row.id, spec),
+            env=vault.substitute(execution_env(row.id, spec), secrets or {}),
             setup=(spec.get("env") or {}).get(SETUP_KEY) or None,
             timeout_sec=timeout,
             workspace=_mount_order(workspace, auth or {}) if workspace else None,
@@ -69,6 +77,7 @@ def run_order(row: JobRow, attempt: int, auth: Mapping[str, str] | None = None) 
             isolation=_isolation(spec.get("isolation")),
             limits=_limits(row),
             pod=_pod(spec.get("pod")),
+            mask=vault.maskable((secrets or {}).values()) or None,
         ),
     )
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from runplane import runs
+from runplane import runs, vault
 from runplane.actors import admission as adm
 from runplane.actors import placement as pl
 from runplane.actors.job import JOBS, Cancel, CancelOutcome, JobActor, JobDeps, SetPriority
@@ -159,6 +159,7 @@ class Jobs:
         spec = build(body, planned.stack, planned.config, fingerprint)
         if pod:
             spec["pod"] = pod
+        await vault.check_refs(self.store, spec.get("env") or {}, who.org_id)
         if self.resolve_git is not None and connection_ids(spec):
             await self.resolve_git(spec, who.org_id)
         return await self._create(

@@ -83,6 +83,15 @@ async def until(check: Callable[[], Any], what: str) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+async def jump(clock: trio.testing.MockClock, seconds: float) -> None:
+    """Move the clock once the dispatcher has finished reacting to what happened (its
+    store writes and messages): a timer it sets after the jump would start from the later
+    time and a test waiting for it would wait forever."""
+    await settle()
+    await trio.testing.wait_all_tasks_blocked()
+    clock.jump(seconds)
+
+
 async def rows(store: Store, endpoint_id: str) -> list[Delivery]:
     return await deliveries.recent(store, endpoint_id)
 
@@ -103,7 +112,7 @@ async def test_two_failures_then_success_delivers_on_the_third_attempt(
         assert await fire(store, "job_1") == 1
         async with dispatcher(store) as ref:
             await ref.tell(Poke())
-            mock_clock.jump(0.02)  # the coalescing delay of a poke
+            await jump(mock_clock, 0.02)  # the coalescing delay of a poke
             await receiver.wait_for(1)
 
             async def attempts(n: int) -> Callable[[], Any]:
@@ -119,14 +128,14 @@ async def test_two_failures_then_success_delivers_on_the_third_attempt(
                 500,
                 "HTTP 500: ok",
             )
-            mock_clock.jump(4.4)  # the 5 s retry, -10 % jitter at most: not due yet
+            await jump(mock_clock, 4.4)  # the 5 s retry, -10 % jitter at most: not due yet
             await settle()
             assert len(receiver.received) == 1
-            mock_clock.jump(1.2)
+            await jump(mock_clock, 1.2)
             await receiver.wait_for(2)
             second = await until(await attempts(2), "the second attempt's record")
             assert (second.status, second.response_code) == ("pending", 503)
-            mock_clock.jump(331)  # 5 min + 10 %
+            await jump(mock_clock, 331)  # 5 min + 10 %
             await receiver.wait_for(3)
             done = await until(await attempts(3), "the third attempt's record")
             assert (done.status, done.response_code, done.error) == ("delivered", 200, "")
@@ -152,7 +161,7 @@ async def test_a_4xx_is_not_retried_and_retry_after_is_honoured(
         assert await fire(store, "job_1") == 2
         async with dispatcher(store) as ref:
             await ref.tell(Poke())
-            mock_clock.jump(0.02)
+            await jump(mock_clock, 0.02)
 
             async def over() -> bool:
                 return [r.status for r in await rows(store, gone.id)] == ["failed"]
@@ -161,17 +170,22 @@ async def test_a_4xx_is_not_retried_and_retry_after_is_honoured(
             (failed,) = await rows(store, gone.id)
             assert (failed.attempts, failed.response_code) == (1, 404)
             await busy.wait_for(1)
-            mock_clock.jump(6)  # past the 5 s schedule: Retry-After (60 s) wins
+
+            async def throttled() -> bool:
+                return [r.response_code for r in await rows(store, slow.id)] == [429]
+
+            await until(throttled, "the 429 to be recorded")
+            await jump(mock_clock, 6)  # past the 5 s schedule: Retry-After (60 s) wins
             await settle()
             assert len(busy.received) == 1
-            mock_clock.jump(55)
+            await jump(mock_clock, 55)
             await busy.wait_for(2)
 
             async def delivered() -> bool:
                 return [r.status for r in await rows(store, slow.id)] == ["delivered"]
 
             await until(delivered, "the retry after Retry-After")
-            mock_clock.jump(3600)
+            await jump(mock_clock, 3600)
             await settle()
         nursery.cancel_scope.cancel()
     assert len(refusing.received) == 1  # never again
@@ -190,7 +204,7 @@ async def test_a_receiver_that_hangs_delays_only_its_own_deliveries(
         await fire(store, "job_b", org="org_b")
         async with dispatcher(store, per_endpoint=4) as ref:
             await ref.tell(Poke())
-            mock_clock.jump(0.02)
+            await jump(mock_clock, 0.02)
             await hanging.wait_for(4)  # its limit: the 2 others wait their turn
             await quick.wait_for(1)  # not behind them
 
@@ -200,7 +214,7 @@ async def test_a_receiver_that_hangs_delays_only_its_own_deliveries(
             await until(fine_done, "the other endpoint's delivery")
             await settle()
             assert len(hanging.received) == 4
-            mock_clock.jump(15.5)  # the attempts time out; the 2 waiting ones go
+            await jump(mock_clock, 15.5)  # the attempts time out; the 2 waiting ones go
 
             async def timed_out() -> list[Delivery]:
                 found = [r for r in await rows(store, stuck.id) if r.attempts == 1]
@@ -223,7 +237,7 @@ async def test_an_internal_address_is_refused_at_delivery_unless_allowed(
         await fire(store, "job_1")
         async with dispatcher(store, allow=egress.Allow.of([])) as ref:
             await ref.tell(Poke())
-            mock_clock.jump(0.02)
+            await jump(mock_clock, 0.02)
 
             async def refused() -> list[Delivery]:
                 return [r for r in await rows(store, endpoint.id) if r.status == "failed"]
@@ -238,7 +252,7 @@ async def test_an_internal_address_is_refused_at_delivery_unless_allowed(
         await fire(store, "job_2")
         async with dispatcher(store, allow=egress.Allow.of(["localhost"])) as ref:
             await ref.tell(Poke())
-            mock_clock.jump(0.02)
+            await jump(mock_clock, 0.02)
             await receiver.wait_for(1)
         nursery.cancel_scope.cancel()
 
@@ -253,7 +267,7 @@ async def test_a_restart_attempts_what_is_pending_and_not_what_was_delivered(
         await fire(store, "job_1")
         async with dispatcher(store) as ref:
             await ref.tell(Poke())
-            mock_clock.jump(0.02)
+            await jump(mock_clock, 0.02)
             await receiver.wait_for(1)
 
             async def one_delivered() -> bool:
@@ -262,7 +276,7 @@ async def test_a_restart_attempts_what_is_pending_and_not_what_was_delivered(
             await until(one_delivered, "the first delivery")
             await fire(store, "job_2")
             await ref.tell(Poke())
-            mock_clock.jump(0.02)
+            await jump(mock_clock, 0.02)
             await receiver.wait_for(2)
 
             async def retry_due() -> bool:
@@ -273,7 +287,7 @@ async def test_a_restart_attempts_what_is_pending_and_not_what_was_delivered(
         async with dispatcher(store):
             await settle()
             assert len(receiver.received) == 2
-            mock_clock.jump(6)
+            await jump(mock_clock, 6)
             await receiver.wait_for(3)
 
             async def both() -> bool:

@@ -27,6 +27,7 @@ import pytest
 from quart_trio import QuartTrio
 from werkzeug.datastructures import FileStorage
 
+from runplane import vault
 from runplane.auth import identity, tokens
 from runplane.auth.rules import methods_of, rule_for
 from runplane.http.app import create_app
@@ -287,6 +288,20 @@ async def _webhook_to_delete(ctx: Ctx) -> Req:
     return Req(f"/v1/webhooks/{endpoint.id}")
 
 
+async def _new_secret(ctx: Ctx) -> Req:
+    """A secret name of its own per persona (a second PUT of one answers 200, not 201)."""
+    org = f"?org={ctx.world.org_a}" if ctx.persona == "admin" else ""
+    return Req(f"/v1/secrets/MATRIX_{ctx.persona.upper()}{org}", json={"value": "s3cret-value"})
+
+
+async def _secret_to_delete(ctx: Ctx) -> Req:
+    """A secret of org A (a delete consumes it)."""
+    root = ctx.app.extensions["runplane"].root
+    await vault.put(store_of(ctx.app), root.sealer(), ctx.world.org_a, "GONE", "v4lue", "setup")
+    org = f"?org={ctx.world.org_a}" if ctx.persona == "admin" else ""
+    return Req(f"/v1/secrets/GONE{org}")
+
+
 async def _grant_to_revoke(ctx: Ctx) -> Req:
     made = await grants.create(
         store_of(ctx.app),
@@ -493,6 +508,9 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/git/proxy/<connection_id>/git-upload-pack"): Case(
         "public", path("/v1/git/proxy/gc_x/git-upload-pack"), ok=401
     ),
+    ("PUT", "/v1/secrets/<name>"): Case("manage", _new_secret, ok=201),
+    ("GET", "/v1/secrets"): Case("manage", path("/v1/secrets")),
+    ("DELETE", "/v1/secrets/<name>"): Case("manage", _secret_to_delete, ok=204, org_bound=True),
     ("POST", "/v1/webhooks"): Case("manage", body("/v1/webhooks", _webhook_body), ok=201),
     ("GET", "/v1/webhooks"): Case("manage", path("/v1/webhooks")),
     ("DELETE", "/v1/webhooks/<webhook_id>"): Case("manage", _webhook_to_delete, org_bound=True),

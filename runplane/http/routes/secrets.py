@@ -1,0 +1,64 @@
+"""``/v1/secrets``: an org's secrets, referenced from job env values as ``${secrets.NAME}``
+(docs/secrets.md). Manage tier: an org owner/admin for its own org; the admin token names
+the org with ``?org=``. Values go in and never come out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quart import Blueprint
+
+from runplane import vault
+from runplane.http import audit
+from runplane.http.bodies import parse_body
+from runplane.http.caller import current_caller
+from runplane.http.context import services
+from runplane.http.query import accepts_query, str_arg
+from runplane.problems import FieldProblem, Problem, not_found
+
+blueprint = Blueprint("secrets", __name__, url_prefix="/v1/secrets")
+
+
+def _org() -> str:
+    """The org a write is for: the caller's, or the one the admin token names."""
+    caller = current_caller()
+    if not caller.superuser:
+        return caller.org_id
+    org = str_arg("org")
+    if org is None:
+        message = "the admin token names the org whose secret this is: ?org=<org id>"
+        raise Problem(400, "missing_field", message, [FieldProblem("org", "missing", message)])
+    return org
+
+
+@blueprint.put("/<name>")
+@accepts_query("org")
+async def put_secret(name: str) -> tuple[dict[str, Any], int]:
+    vault.check_name(name)
+    body = await parse_body(vault.SecretBody)
+    org = _org()
+    root = services().root
+    info, created = await vault.put(
+        services().store, root.sealer(), org, name, body.value, current_caller().subject
+    )
+    # the audit row names the secret, never its value
+    await audit.record("secrets:put", "secret", name, org_id=org, after=info.view())
+    return info.view(), 201 if created else 200
+
+
+@blueprint.get("")
+@accepts_query("org")
+async def list_secrets() -> list[dict[str, Any]]:
+    caller = current_caller()
+    org = str_arg("org") if caller.read_org is None else caller.read_org
+    return [s.view() for s in await vault.listing(services().store, org)]
+
+
+@blueprint.delete("/<name>")
+@accepts_query("org")
+async def delete_secret(name: str) -> tuple[str, int]:
+    org = _org()
+    if not await vault.delete(services().store, org, name):
+        raise not_found("secret")
+    await audit.record("secrets:delete", "secret", name, org_id=org)
+    return "", 204
