@@ -122,11 +122,11 @@ class Root:
             name="root",
         )
         self.fleet = Fleet(settings, store, self.registry)
-        self._sealer: Sealer | None = None
+        self._sealer: Sealer | None = None  # made by sealer() once the key is loaded
         #: git connections (runplane/services/git.py)
-        self.git = Git(store, settings)
+        self.git = Git(store, settings, self.sealer)
         #: outgoing webhooks (runplane/services/webhooks.py); its dispatcher is a child above
-        self.webhooks = Webhooks(store, settings, lambda: self.dispatcher)
+        self.webhooks = Webhooks(store, settings, lambda: self.dispatcher, self.sealer)
         self._catalog = catalog
         self._jobs: Jobs | None = None
         self._pipelines: Pipelines | None = None

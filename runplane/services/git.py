@@ -61,18 +61,14 @@ def _host_of(url: str) -> tuple[str, int] | None:
 
 
 class Git:
-    def __init__(self, store: Store, settings: Settings) -> None:
+    def __init__(self, store: Store, settings: Settings, sealer: Callable[[], Sealer]) -> None:
         self.store = store
         self.settings = settings
+        #: the server's sealer (the root's, made once the secret key is loaded)
+        self.sealer = sealer
         self.allow = egress.Allow.of(settings.egress_allow)
-        self._sealer: Sealer | None = None
         #: mirrors of the ssh-only repositories, served to agents by the git proxy
         self.mirrors = Mirrors(settings.data_dir / "git-mirrors")
-
-    def sealer(self) -> Sealer:
-        if self._sealer is None:
-            self._sealer = Sealer(self.settings.secret_key_bytes())
-        return self._sealer
 
     async def _guard(self, urls: tuple[tuple[str, str], ...]) -> None:
         """Refuse (400) a host that resolves to an internal address; an unresolvable one

@@ -53,22 +53,21 @@ def run_object(
 
 class Webhooks:
     def __init__(
-        self, store: Store, settings: Settings, dispatcher: Callable[[], ActorRef[DispatchMsg]]
+        self,
+        store: Store,
+        settings: Settings,
+        dispatcher: Callable[[], ActorRef[DispatchMsg]],
+        sealer: Callable[[], Sealer],
     ) -> None:
         self.store = store
         self.settings = settings
         self.enabled = settings.area_enabled("webhooks")
-        self._sealer: Sealer | None = None
         self.allow = egress.Allow.of(settings.egress_allow)
         self._dispatcher = dispatcher
+        #: the server's sealer (the root's, made once the secret key is loaded)
+        self.sealer = sealer
         #: orgs with at least one endpoint: only their runs queue deliveries
         self.orgs: set[str] = set()
-
-    def sealer(self) -> Sealer:
-        """Seals the endpoints' secrets with the server's key (loaded at start-up)."""
-        if self._sealer is None:
-            self._sealer = Sealer(self.settings.secret_key_bytes())
-        return self._sealer
 
     async def recover(self) -> None:
         self.orgs = await endpoints.orgs_with_endpoints(self.store)
