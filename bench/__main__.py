@@ -4,12 +4,11 @@
     python -m bench SCENARIO [--quick] [...]   # one scenario (its own flags pass through)
 
 Scenarios: submit, lifecycle, placement, fanout, agents, store, local_lifecycle,
-admission, teleop_rtt, stream_fanout, pipeline, sessions, analytics, webhooks. Each runs in its own
-process, starts its own server on loopback with a fresh data dir, and prints ONE JSON
-object; ``all`` prints them as
-they finish, then a last ``summary`` line with the headline figures. ``--quick`` keeps all
-of them under 7 minutes on the 2-core development machine; without it they run at the
-issue's full sizes.
+admission, teleop_rtt, stream_fanout, pipeline, sessions, analytics, webhooks, retries.
+Each runs in its own process, starts its own server on loopback with a fresh data dir,
+and prints ONE JSON object; ``all`` prints them as they finish, then a last ``summary``
+line with the headline figures. ``--quick`` keeps all of them under 7 minutes on the
+2-core development machine; without it they run at the issue's full sizes.
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ SCENARIOS: dict[str, str] = {
     "sessions": "bench.sessions",
     "analytics": "bench.analytics",
     "webhooks": "bench.webhooks",
+    "retries": "bench.retries",
 }
 #: seconds one scenario may take before ``all`` gives up on it
 LIMIT_QUICK, LIMIT_FULL = 180, 1200
@@ -58,6 +58,7 @@ HEADLINES: dict[str, tuple[str, ...]] = {
     ),
     "analytics": ("worst_p99_ms", "worst_p99_ratio"),
     "webhooks": ("firing_delay_ms", "deliveries"),
+    "retries": ("lateness_ms", "replacement_ms", "early"),
     "sessions": (
         "beyond_pod_start_ms",
         "launch_to_ready_ms",

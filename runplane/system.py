@@ -26,7 +26,7 @@ from typing import Any, cast
 
 import trio
 
-from runplane import vault
+from runplane import sealed_env, vault
 from runplane.actors import placement as pl
 from runplane.actors.admission import AdmissionActor, AdmissionMsg, PhaseChanged
 from runplane.actors.channels import ChannelMsg, ChannelTargets, get_targets
@@ -165,7 +165,9 @@ class Root:
         registry = self.registry
         admission = self.admission
         fleet = self.fleet
-        self._jobs = Jobs(self.store, self._catalog, registry, placement, admission, self.hub)
+        self._jobs = Jobs(
+            self.store, self._catalog, registry, placement, admission, self.hub, self.sealer
+        )
         self._jobs.resolve_git = self.git.resolve_mounts
         self._pipelines = pipelines = Pipelines(self.store, self._jobs, registry)
         pipelines.register()
@@ -225,6 +227,7 @@ class Root:
                 mount_auth=self.git.mount_auth,
                 phase_tx=self.git.status_tx,
                 env_secrets=self._env_secrets,
+                open_spec=self._open_spec,
                 stream_kinds=self._stream_kinds,
                 stream_ring=self.settings.stream_ring,
                 teleop_acks=self.teleop_acks,
@@ -251,9 +254,12 @@ class Root:
         return self._sealer
 
     async def _env_secrets(self, row: JobRow) -> dict[str, str]:
-        refs = vault.references(row.spec.get("env") or {})
+        refs = vault.spec_references(row.spec)
         names = {name for found in refs.values() for name in found}
         return await vault.values(self.store, self.sealer(), row.org_id, names)
+
+    def _open_spec(self, row: JobRow) -> tuple[dict[str, Any], list[str]]:
+        return sealed_env.opened_spec(row.spec, self.sealer(), row.org_id)
 
     async def _channel_target(self, channel: str) -> str | None:
         return (await get_targets(self.channels)).get(channel)

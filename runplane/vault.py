@@ -75,6 +75,16 @@ def references(env: Mapping[str, Any]) -> dict[str, list[str]]:
     return out
 
 
+def spec_references(spec: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Where a job's spec references org secrets: ``env.VAR`` and, for a session's pod,
+    ``pod.<service>.env.VAR`` -> the secret names."""
+    out = {f"env.{var}": names for var, names in references(spec.get("env") or {}).items()}
+    for service in spec.get("pod") or ():
+        for var, names in references(service.get("env") or {}).items():
+            out[f"pod.{service['name']}.env.{var}"] = names
+    return out
+
+
 def substitute(env: Mapping[str, str], values: Mapping[str, str]) -> dict[str, str]:
     """``env`` with each ``${secrets.NAME}`` replaced by its value (unknown ones kept)."""
     return {
@@ -132,10 +142,11 @@ async def delete(store: Store, org_id: str, name: str) -> bool:
     return True
 
 
-async def check_refs(store: Store, env: Mapping[str, Any], org_id: str) -> None:
-    """At submit: every referenced secret exists in the job's org (422 naming the first
-    that does not; another org's is as unknown as none)."""
-    refs = references(env)
+async def check_refs(store: Store, spec: Mapping[str, Any], org_id: str) -> None:
+    """At submit: every secret the spec references (its env, its pod services' env)
+    exists in the job's org (422 naming the first that does not; another org's is as
+    unknown as none)."""
+    refs = spec_references(spec)
     if not refs:
         return
     names = sorted({n for ns in refs.values() for n in ns})
@@ -144,17 +155,14 @@ async def check_refs(store: Store, env: Mapping[str, Any], org_id: str) -> None:
         (org_id, *names),
     )
     have = {r["name"] for r in rows}
-    for var, wanted in refs.items():
+    for key, wanted in refs.items():
         for name in wanted:
             if name not in have:
                 message = (
-                    f"env.{var}: no secret {name!r} in this org; set it with PUT /v1/secrets/{name}"
+                    f"{key}: no secret {name!r} in this org; set it with PUT /v1/secrets/{name}"
                 )
                 raise Problem(
-                    422,
-                    "unknown_secret",
-                    message,
-                    [FieldProblem(f"env.{var}", "unknown_secret", message)],
+                    422, "unknown_secret", message, [FieldProblem(key, "unknown_secret", message)]
                 )
 
 

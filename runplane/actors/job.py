@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from runplane import vault
+from runplane import sealed_env, vault
 from runplane.agent import protocol as p
 from runplane.jobs import repo
 from runplane.jobs.events import (
@@ -38,6 +38,7 @@ from runplane.jobs.phase import (
     NodeLost,
     Phase,
     Pulling,
+    RetryDue,
     Running,
     StaleAttempt,
     Undelivered,
@@ -45,11 +46,13 @@ from runplane.jobs.phase import (
 )
 from runplane.jobs.phase import Event as PhaseEvent
 from runplane.jobs.rows import JobRow
+from runplane.jobs.spec import retry_policy
 from runplane.persistence import Store, now_ms, to_json
 from runplane.runtime import Actor, ActorKind, Asks, Hub, Ring
 from runplane.streams.acks import AckKey, Pending, TeleopAcks
 from runplane.streams.chunks import DEFAULT_RING, StreamChunk
 from runplane.streams.job_streams import JobStreams
+from runplane.timefmt import iso_ms
 
 log = logging.getLogger("runplane.jobs")
 
@@ -141,6 +144,13 @@ class WaitReason:
 
 
 @dataclass(frozen=True, slots=True)
+class BackoffOver:
+    """The backoff of retry number ``retries`` is over (sent to self by its timer)."""
+
+    retries: int
+
+
+@dataclass(frozen=True, slots=True)
 class AgentStream:
     """Chunks of one stream the job wrote (``job_stream``), in order."""
 
@@ -189,6 +199,7 @@ JobMsg = (
     | Cancel
     | SetPriority
     | WaitReason
+    | BackoffOver
     | AgentStream
     | OpenStream
     | SendTeleop
@@ -262,8 +273,9 @@ class JobDeps:
     reprioritize: Callable[[str, int], Awaitable[None]]
     #: the node lost (or finished) an attempt: reliability counters
     node_outcome: Callable[[str, str], Awaitable[None]]
-    #: build the agent's run order for (job row, attempt)
-    run_order: Callable[[JobRow, int, dict[str, str], dict[str, str]], p.Run]
+    #: build the agent's run order for (job row, attempt, git auth, org secret values,
+    #: more values to mask)
+    run_order: Callable[[JobRow, int, dict[str, str], dict[str, str], list[str]], p.Run]
     cancel_order: Callable[[str, int], p.Cancel]
     #: the credentials a job's mounts fetch git connections' repositories with through the
     #: server (connection id -> Authorization header with the attempt's ticket), made when
@@ -272,6 +284,9 @@ class JobDeps:
     #: the values of the org secrets a job's env references, read when its run order is
     #: built (docs/secrets.md; never stored with the job)
     env_secrets: Callable[[JobRow], Awaitable[dict[str, str]]] = lambda row: _nothing()
+    #: the job's spec with its sealed plain env values opened, and those values (to
+    #: mask), for the run order (runplane/sealed_env.py; never stored opened)
+    open_spec: Callable[[JobRow], tuple[dict[str, Any], list[str]]] = lambda row: (row.spec, [])
     #: the job's phase changed (durably): the admission ledger counts live work by it
     phase_changed: Callable[[JobRow, str], Awaitable[None]] = _no_phase_hook
     #: a pipeline stage job's phase changed (durably): (row, phase, error, final metrics)
@@ -347,8 +362,10 @@ def attempt_note(before: JobState, after: JobState, event: PhaseEvent) -> str | 
     """The system line of an attempt that starts or is lost, in the Job view's words:
     ``attempt`` is the run number (1-based), ``attempts`` the requeues so far."""
     if before.phase is Phase.QUEUED and after.phase is Phase.ASSIGNED:
+        try_ = f" (try {after.retries + 1})" if after.retries else ""
         return (
-            f"attempt {after.attempt} on node {after.node_id} (requeues so far: {after.attempts})"
+            f"attempt {after.attempt}{try_} on node {after.node_id} "
+            f"(requeues so far: {after.attempts})"
         )
     if isinstance(event, NodeLost) and after.phase is Phase.QUEUED:
         return (
@@ -356,6 +373,14 @@ def attempt_note(before: JobState, after: JobState, event: PhaseEvent) -> str | 
         )
     if isinstance(event, Undelivered):
         return f"attempt {before.attempt} never started: {event.reason}; back in the queue"
+    if isinstance(event, Finished) and after.phase is Phase.QUEUED:
+        why = f": {event.error}" if event.error else ""
+        return (
+            f"try {after.retries} {event.outcome.value}{why}; retry {after.retries} "
+            f"(try {after.retries + 1}) after a {(event.retry_in_ms or 0) / 1000:g} s backoff"
+        )
+    if isinstance(event, RetryDue):
+        return f"retry {after.retries}: try {after.retries + 1} goes back in the queue"
     return None
 
 
@@ -373,6 +398,8 @@ class JobActor(Actor[JobMsg]):
             error=row.error,
             started_at=row.started_at,
             finished_at=row.finished_at,
+            retries=row.retries,
+            retry_at=row.retry_at,
         )
         self.seq = row.event_seq
         self.log_lines = row.log_lines
@@ -408,7 +435,9 @@ class JobActor(Actor[JobMsg]):
         """Everything the actor holds was loaded from its row by the activation (a restart
         after a crash loads it again): a queued job (re-)enters the queue (placement keys
         its queue by job id, so a repeat is harmless); a terminal one closes its ring."""
-        if self.state.phase is Phase.QUEUED:
+        if self.state.phase is Phase.QUEUED and self.state.retry_at is not None:
+            self._await_backoff()  # placement's rebuild left it out: it is not due yet
+        elif self.state.phase is Phase.QUEUED:
             await self.deps.enqueue(self.row)
         if self.state.phase.terminal:
             self.ring.close()
@@ -458,8 +487,9 @@ class JobActor(Actor[JobMsg]):
                 self.final_metrics.update(final_metrics)
                 self._finish_artifacts = checked_artifacts(self.id, artifacts)
                 self._finish_exit = (exit_code, signal)
+                finished = Finished(attempt, Phase(outcome), error, self._retry_in_ms(outcome))
                 try:
-                    return await self._apply(Finished(attempt, Phase(outcome), error)) is not None
+                    return await self._apply(finished) is not None
                 finally:
                     self._finish_artifacts = None
                     self._finish_exit = None
@@ -471,6 +501,10 @@ class JobActor(Actor[JobMsg]):
                 return await self._cancel()
             case WaitReason(reason):
                 return await self._wait_reason(reason)
+            case BackoffOver(retries):
+                if self.state.retry_at is None or retries != self.state.retries:
+                    return False  # cancelled meanwhile, or a stale timer
+                return await self._apply(RetryDue(retries)) is not None
             case AgentStream(node_id, attempt, stream, chunks):
                 if not self._from_current_node(node_id, attempt) or self.state.phase.terminal:
                     return False
@@ -489,6 +523,36 @@ class JobActor(Actor[JobMsg]):
                 if self.state.phase is Phase.QUEUED:
                     await self.deps.reprioritize(self.id, priority)
                 return True
+
+    def _retry_in_ms(self, outcome: str) -> int | None:
+        """The backoff before another try when the retry policy allows one after a try
+        ending in ``outcome``; None when the outcome ends the job."""
+        policy = retry_policy(self.row.spec)
+        if policy is None or outcome not in policy.on or self.state.retries >= policy.limit:
+            return None
+        return int(policy.delay_sec(self.state.retries) * 1000)
+
+    def _await_backoff(self) -> None:
+        """Wake the job when its retry's backoff is over (restarted: what is left of it)."""
+        left = max(0, (self.state.retry_at or 0) - now_ms()) / 1000
+        self.context.tell_after(left, BackoffOver(self.state.retries))
+
+    def _try_record(self, before: JobState, after: JobState, event: Finished) -> dict[str, Any]:
+        """The outcome of the try a retry follows, as the view's ``tries`` lists it."""
+        exit_code, signal = self._finish_exit or (None, None)
+        return {
+            "try": after.retries,
+            "attempt": before.attempt,
+            "node_id": before.node_id,
+            "phase": event.outcome.value,
+            "error": event.error or "",
+            "exit_code": exit_code,
+            "signal": signal,
+            "started_at": before.started_at,
+            "finished_at": now_ms(),
+            "final_metrics": dict(self.final_metrics),
+            "artifacts": list(self._finish_artifacts or ()),
+        }
 
     def _from_current_node(self, node_id: str, attempt: int) -> bool:
         if node_id != self.state.node_id or attempt != self.state.attempt:
@@ -580,14 +644,30 @@ class JobActor(Actor[JobMsg]):
                     f"log truncated: {self.log_dropped} lines "
                     f"after the first {LOG_CAP} were not kept",
                 )
+        retrying = Effect.RETRY_LATER in effects and isinstance(event, Finished)
         if after.phase is not before.phase:
             self.seq += 1
-            events.append(phase_event(self.id, self.seq, after.phase.value, now_ms(), after.error))
-            note = attempt_note(before, after, event)
-            if note is not None:
-                self._system_line(events, note)
+            retry = after.retries if retrying else 0
+            events.append(
+                phase_event(self.id, self.seq, after.phase.value, now_ms(), after.error, retry)
+            )
+        note = attempt_note(before, after, event)
+        if note is not None:
+            self._system_line(events, note)
+        wait_reason: str | None = None
+        if retrying:
+            assert isinstance(event, Finished)
+            tries = (*self.row.tries, self._try_record(before, after, event))
+            extra["tries"] = to_json(list(tries))
+            self.row = replace(self.row, tries=tries, retries=after.retries)
+            self.final_metrics = {}  # the next try's own; the record keeps this one's
+            extra["final_metrics"] = "{}"
+            wait_reason = (
+                f"retry {after.retries}: waiting out its backoff until "
+                f"{iso_ms(after.retry_at or now_ms())}"
+            )
         if after.phase is Phase.QUEUED:
-            extra["wait_reason"] = None
+            extra["wait_reason"] = wait_reason
             if self.row.gpus:
                 extra["gpus"] = None
                 self.row = replace(self.row, gpus=())
@@ -616,7 +696,7 @@ class JobActor(Actor[JobMsg]):
         )
         self.state = after
         if after.phase is Phase.QUEUED:
-            self.wait_reason = None
+            self.wait_reason = wait_reason
         changed_to_terminal = after.phase.terminal and after.phase is not before.phase
         self._publish(events, terminal=changed_to_terminal)
         if after.phase is not before.phase:
@@ -679,10 +759,15 @@ class JobActor(Actor[JobMsg]):
                     auth = {}
                     if _clones(self.row):
                         auth = await self.deps.mount_auth(self.row, after.attempt)
+                    row = self.row
+                    masked: list[str] = []
+                    if sealed_env.has_sealed(row.spec):
+                        spec, masked = self.deps.open_spec(row)
+                        row = replace(row, spec=spec)
                     secrets: dict[str, str] = {}
-                    if vault.references(self.row.spec.get("env") or {}):
-                        secrets = await self.deps.env_secrets(self.row)
-                    order = self.deps.run_order(self.row, after.attempt, auth, secrets)
+                    if vault.spec_references(row.spec):
+                        secrets = await self.deps.env_secrets(row)
+                    order = self.deps.run_order(row, after.attempt, auth, secrets, masked)
                     delivered = await self.deps.deliver(after.node_id, order)
                     await self.deps.node_outcome(after.node_id, "placed")
                     if not delivered:  # the node vanished between plan and order
@@ -697,6 +782,8 @@ class JobActor(Actor[JobMsg]):
                 case Effect.COUNT_LOST:
                     if before.node_id:
                         await self.deps.node_outcome(before.node_id, "lost")
+                case Effect.RETRY_LATER:
+                    self._await_backoff()
                 case Effect.CANCEL_ON_NODE:
                     pass  # delivered by _cancel, which knows whether it reached the node
         if after.phase.terminal and before.node_id and after.phase is Phase.SUCCEEDED:

@@ -10,7 +10,8 @@ with the reason, trying again every :data:`QUOTA_RETRY_SEC` and whenever one of 
 stages ends. Started again (a crash, a server restart, a late message after passivation)
 it rebuilds from the store: the stage rows, then the jobs carrying its id, whose phases
 win (a job created or finished just before a crash is adopted, never launched twice).
-It passivates once the run is over and no stage job is live.
+It passivates once the run is over and no stage job is live. A ``Retry`` (the run over)
+re-runs what did not succeed (``machine.retry``): written before it answers, then launched.
 """
 
 from __future__ import annotations
@@ -30,11 +31,13 @@ from runplane.pipelines.machine import (
     JobPhase,
     Launched,
     LaunchFailed,
+    NotRetryable,
     Outcome,
     PipelineState,
     Status,
     Waiting,
     launchable,
+    retry,
     transition,
 )
 from runplane.pipelines.refs import resolve
@@ -55,6 +58,7 @@ class Launch:
     run: repo.RunRow
     stage: str
     body: dict[str, Any]  # the stage's RunSpec body, references resolved
+    retry: int = 0  # the stage's retry (its job's ``stage_retry``)
 
 
 class Refused(Exception):
@@ -87,11 +91,17 @@ class Cancel(Asks[tuple[str, ...]]):
 
 
 @dataclass(frozen=True, slots=True)
+class Retry(Asks[str | None]):
+    """Re-run the stages of the ended run that did not succeed, and their dependents:
+    answers None once that is written, else why it cannot (``NotRetryable``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Sync(Asks[Status]):
     """Answered once everything queued before it was handled: the run's status."""
 
 
-PipelineMsg = JobPhase | Advance | Cancel | Sync
+PipelineMsg = JobPhase | Advance | Cancel | Retry | Sync
 
 #: The pipeline actors, one per live run, addressed by pipeline run id.
 PIPELINES = ActorKind[PipelineMsg]("pipeline")
@@ -107,6 +117,7 @@ class PipelineActor(Actor[PipelineMsg]):
             tuple(s.stage for s in stages),
             started_at=run.started_at,
             finished_at=run.finished_at,
+            retries=run.retries,
         )
         self._retry: trio.CancelScope | None = None
         #: what changed since the last write: stage names, and whether the run's own row
@@ -123,7 +134,13 @@ class PipelineActor(Actor[PipelineMsg]):
         for j in jobs:
             if j["stage"] in self.state.index:
                 found = JobPhase(
-                    j["stage"], j["id"], j["phase"], now_ms(), j["error"], j["final_metrics"]
+                    j["stage"],
+                    j["id"],
+                    j["phase"],
+                    now_ms(),
+                    j["error"],
+                    j["final_metrics"],
+                    j["stage_retry"],
                 )
                 self._record(transition(self.state, found))
         await self._write()
@@ -156,6 +173,19 @@ class PipelineActor(Actor[PipelineMsg]):
                 self._record(outcome)
                 await self._write()  # durable before the caller kills the stage jobs
                 return outcome.kill
+            case Retry():
+                try:
+                    outcome = retry(self.state, now_ms())
+                except NotRetryable as exc:
+                    return str(exc)
+                self._record(outcome)
+                await self._write()  # durable before the caller hears it is retried
+                log.info(
+                    "pipeline retried",
+                    extra={"pipeline_run_id": self.run.id, "stages": sorted(outcome.changed)},
+                )
+                self.context.ref.try_tell(Advance())
+                return None
             case Sync():
                 await self._write()
                 return self.state.status
@@ -237,7 +267,7 @@ class PipelineActor(Actor[PipelineMsg]):
 
         body = resolve(self.bodies[name], job_of, self.run.origin)
         try:
-            job_id = await self.deps.launch(Launch(self.run, name, body))
+            job_id = await self.deps.launch(Launch(self.run, name, body, state.stage(name).retry))
         except Refused as exc:
             refused.append(exc.reason)
             return Waiting(name, exc.reason)

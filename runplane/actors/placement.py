@@ -40,7 +40,7 @@ REASON_EVERY = 5.0
 #: While reasons wait to be told (held back by ``REASON_EVERY``, or not sent: a job actor
 #: still activating, a full mailbox), placement looks at them again this often (seconds).
 REASON_TICK = 0.25
-_PLACEMENT_COLUMNS = "id, priority, spec, phase, node_id, org_id"
+_PLACEMENT_COLUMNS = "id, priority, spec, phase, node_id, org_id, retry_at"
 
 
 # messages -------------------------------------------------------------------------------
@@ -197,6 +197,8 @@ class PlacementActor(Actor[PlacementMsg]):
         rows = await jobs_repo.live_columns(self.store, _PLACEMENT_COLUMNS)
         for row in rows:
             job_id, phase, spec = row["id"], Phase(row["phase"]), from_json(row["spec"])
+            if phase is Phase.QUEUED and row["retry_at"] is not None:
+                continue  # waiting out a retry's backoff: its actor enqueues it when due
             if phase is Phase.QUEUED:
                 self._enqueue(Enqueue(job_id, row["priority"], spec, row["org_id"]))
             elif phase.on_node and row["node_id"]:

@@ -161,6 +161,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/pipelines/validate"): scope("runs:submit"),
     ("GET", "/v1/pipelines/<run_id>"): READ,
     ("POST", "/v1/pipelines/<run_id>/cancel"): scope("runs:cancel"),
+    # an addition (docs/pipelines.md "Retry"): it launches new stage jobs
+    ("POST", "/v1/pipelines/<run_id>/retry"): scope("runs:submit"),
     # --- sessions (docs/sessions.md) ---------------------------------------------------------
     ("POST", "/v1/sessions"): scope("runs:submit"),
     ("GET", "/v1/sessions"): READ,

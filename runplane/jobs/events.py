@@ -41,11 +41,16 @@ def encode(job_id: str, seq: int, kind: str, ts: int, **fields: Any) -> StoredEv
 
 
 def phase_event(
-    job_id: str, seq: int, phase: str, ts: int, error: str | None = None
+    job_id: str, seq: int, phase: str, ts: int, error: str | None = None, retry: int = 0
 ) -> StoredEvent:
+    """A phase change; ``retry`` (an addition) numbers the retry a ``queued`` event
+    starts, so a follower sees where each try of a job with a retry policy begins."""
+    fields: dict[str, Any] = {"phase": phase}
     if error:
-        return encode(job_id, seq, "phase", ts, phase=phase, error=error)
-    return encode(job_id, seq, "phase", ts, phase=phase)
+        fields["error"] = error
+    if retry:
+        fields["retry"] = retry
+    return encode(job_id, seq, "phase", ts, **fields)
 
 
 def wait_reason_event(job_id: str, seq: int, reason: str, ts: int) -> StoredEvent:

@@ -3,7 +3,7 @@ built from the job's row (``runplane/agent/protocol.py`` is the wire format)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from runplane import vault
@@ -44,6 +44,7 @@ def run_order(
     attempt: int,
     auth: Mapping[str, str] | None = None,
     secrets: Mapping[str, str] | None = None,
+    masked: Iterable[str] = (),
 ) -> p.Run:
     """The agent's run order: command, environment, and the mounts it prepares while the job
     is ``pulling`` (inline code included, so ``inline_files`` stays empty) and the output
@@ -51,7 +52,9 @@ def run_order(
     Authorization header its mounts fetch with through the server's git proxy (the
     attempt's short-lived ticket; held in memory by the agent). ``secrets``: the values of
     the org secrets the env references (``${secrets.NAME}``), put in for this attempt and
-    listed for the agent to mask."""
+    listed for the agent to mask, with ``masked`` (the spec's sealed plain values, opened
+    in ``row``)."""
+    secrets = secrets or {}
     spec = row.spec
     timeout = (spec.get("limits") or {}).get("timeout_sec") or None
     workspace = spec.get("workspace")
@@ -61,7 +64,7 @@ def run_order(
         attempt=attempt,
         spec=p.RunSpec(
             command=spec["command"],
-            env=vault.substitute(execution_env(row.id, spec), secrets or {}),
+            env=vault.substitute(execution_env(row.id, spec), secrets),
             setup=(spec.get("env") or {}).get(SETUP_KEY) or None,
             timeout_sec=timeout,
             workspace=_mount_order(workspace, auth or {}) if workspace else None,
@@ -76,21 +79,24 @@ def run_order(
             ],
             isolation=_isolation(spec.get("isolation")),
             limits=_limits(row),
-            pod=_pod(spec.get("pod")),
-            mask=vault.maskable((secrets or {}).values()) or None,
+            pod=_pod(spec.get("pod"), secrets),
+            mask=vault.maskable([*secrets.values(), *masked]) or None,
         ),
     )
 
 
-def _pod(pod: list[dict[str, Any]] | None) -> list[p.PodServiceSpec] | None:
-    """A session's pod as the agent runs it (``runplane/agent/pod.py``); None otherwise."""
+def _pod(
+    pod: list[dict[str, Any]] | None, secrets: Mapping[str, str]
+) -> list[p.PodServiceSpec] | None:
+    """A session's pod as the agent runs it (``runplane/agent/pod.py``), each service's
+    ``${secrets.NAME}`` references put in; None otherwise."""
     if not pod:
         return None
     return [
         p.PodServiceSpec(
             name=s["name"],
             command=list(s["command"]),
-            env=dict(s.get("env") or {}),
+            env=vault.substitute(s.get("env") or {}, secrets),
             needs=list(s.get("needs") or []),
             health=p.PodHealthSpec(**s["health"]) if s.get("health") else None,
         )

@@ -8,6 +8,10 @@
       |          |                          (failed after MAX_ATTEMPTS losses)
       +----------+  run order not delivered (the node went away between the plan and the
                     order): back to queued, attempts unchanged: the loss is the node's
+    running -> queued (retry)              the try failed or timed out and the job's retry
+                                           policy allows another: retries + 1, it waits
+                                           out a backoff (``retry_at``) outside placement's
+                                           queue, then ``RetryDue`` puts it back in
     any non-terminal -> cancelled           cancel
 
 Agent reports carry the attempt they belong to; a report for another attempt is refused
@@ -56,6 +60,7 @@ class Effect(enum.Enum):
     DEQUEUE = "dequeue"  # take the job out of placement's queue
     RELEASE = "release"  # give the node's reserved capacity back
     COUNT_LOST = "count_lost"  # the node lost an attempt (reliability)
+    RETRY_LATER = "retry_later"  # wait out the retry's backoff, then RetryDue
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +72,8 @@ class JobState:
     error: str | None = None
     started_at: int | None = None
     finished_at: int | None = None
+    retries: int = 0  # user-level retries so far (the job's retry policy)
+    retry_at: int | None = None  # waiting out a retry's backoff until then (unix ms)
 
 
 # events ---------------------------------------------------------------------------------
@@ -92,6 +99,9 @@ class Finished:
     attempt: int
     outcome: Phase  # succeeded | failed | timeout | cancelled
     error: str | None = None
+    #: the job's retry policy allows another try after this backoff (ms), if the outcome
+    #: is failed or timeout; None: the outcome ends the job
+    retry_in_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,11 +122,20 @@ class Undelivered:
 
 
 @dataclass(frozen=True, slots=True)
+class RetryDue:
+    """The backoff of retry number ``retries`` is over: back in placement's queue."""
+
+    retries: int
+
+
+@dataclass(frozen=True, slots=True)
 class CancelRequested:
     pass
 
 
-Event = Assigned | Pulling | Running | Finished | NodeLost | Undelivered | CancelRequested
+Event = (
+    Assigned | Pulling | Running | Finished | NodeLost | Undelivered | RetryDue | CancelRequested
+)
 
 
 class InvalidTransition(ValueError):
@@ -151,10 +170,16 @@ def transition(state: JobState, event: Event, now_ms: int) -> tuple[JobState, tu
             if phase.on_node:
                 effects = (Effect.CANCEL_ON_NODE, Effect.RELEASE)
             return (
-                replace(state, phase=Phase.CANCELLED, finished_at=now_ms, error="cancelled"),
+                replace(
+                    state,
+                    phase=Phase.CANCELLED,
+                    finished_at=now_ms,
+                    error="cancelled",
+                    retry_at=None,
+                ),
                 effects,
             )
-        case Assigned(node_id) if phase is Phase.QUEUED:
+        case Assigned(node_id) if phase is Phase.QUEUED and state.retry_at is None:
             nxt = replace(
                 state,
                 phase=Phase.ASSIGNED,
@@ -169,10 +194,23 @@ def transition(state: JobState, event: Event, now_ms: int) -> tuple[JobState, tu
         case Running(attempt) if phase in (Phase.ASSIGNED, Phase.PULLING):
             _check_attempt(state, attempt)
             return replace(state, phase=Phase.RUNNING, started_at=now_ms), ()
-        case Finished(attempt, outcome, error) if phase.on_node:
+        case Finished(attempt, outcome, error, retry_in_ms) if phase.on_node:
             _check_attempt(state, attempt)
             if not outcome.terminal:
                 raise InvalidTransition(state, event)
+            if retry_in_ms is not None and outcome in (Phase.FAILED, Phase.TIMEOUT):
+                return (
+                    replace(
+                        state,
+                        phase=Phase.QUEUED,
+                        retries=state.retries + 1,
+                        retry_at=now_ms + retry_in_ms,
+                        node_id=None,
+                        started_at=None,
+                        error=f"try {state.retries + 1} {outcome.value}: {error or outcome}",
+                    ),
+                    (Effect.RELEASE, Effect.RETRY_LATER),
+                )
             started = state.started_at if state.started_at is not None else now_ms
             return (
                 replace(
@@ -209,6 +247,10 @@ def transition(state: JobState, event: Event, now_ms: int) -> tuple[JobState, tu
                 ),
                 (Effect.RELEASE, Effect.COUNT_LOST, Effect.ENQUEUE),
             )
+        case RetryDue(retries) if (
+            phase is Phase.QUEUED and state.retry_at is not None and retries == state.retries
+        ):
+            return replace(state, retry_at=None), (Effect.ENQUEUE,)
         case Undelivered(attempt, reason, counted) if phase is Phase.ASSIGNED:
             _check_attempt(state, attempt)
             lost = (Effect.COUNT_LOST,) if counted else ()

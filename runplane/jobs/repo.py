@@ -24,7 +24,8 @@ JOB_COLUMNS = (
     "id, org_id, project, submitted_by, stack, image, phase, priority, mode, seed, spec_hash, "
     "spec, node_id, attempt, attempts, error, wait_reason, final_metrics, artifacts, "
     "event_seq, log_lines, log_dropped, created_at, started_at, finished_at, updated_at, run, "
-    "rerun_of, exit_code, signal, gpus, streams, pipeline_run_id, stage, session_id"
+    "rerun_of, exit_code, signal, gpus, streams, pipeline_run_id, stage, session_id, "
+    "retries, retry_at, tries, stage_retry"
 )
 
 
@@ -50,6 +51,7 @@ class NewJob:
     #: the pipeline run and stage that launched it (``docs/pipelines.md``)
     pipeline_run_id: str | None = None
     stage: str | None = None
+    stage_retry: int = 0
     #: the session whose pod this job carries (``docs/sessions.md``)
     session_id: str | None = None
 
@@ -147,6 +149,7 @@ INSERT_COLUMNS = (
     "rerun_of",
     "pipeline_run_id",
     "stage",
+    "stage_retry",
     "session_id",
 )
 
@@ -186,7 +189,11 @@ def new_row(job: NewJob, now: int) -> dict[str, Any]:
         "rerun_of": job.rerun_of,
         "pipeline_run_id": job.pipeline_run_id,
         "stage": job.stage,
+        "stage_retry": job.stage_retry,
         "session_id": job.session_id,
+        "retries": 0,
+        "retry_at": None,
+        "tries": None,
     }
 
 
@@ -300,6 +307,8 @@ def save_state(
         "finished_at = ?",
         "event_seq = ?",
         "updated_at = ?",
+        "retries = ?",
+        "retry_at = ?",
     ]
     params: list[Any] = [
         state.phase.value,
@@ -311,6 +320,8 @@ def save_state(
         state.finished_at,
         seq,
         now_ms(),
+        state.retries,
+        state.retry_at,
     ]
     for column, value in extra.items():
         sets.append(f"{column} = ?")

@@ -69,8 +69,16 @@ class JobRow:
     #: the pipeline run and stage that launched it; None for a job submitted on its own
     pipeline_run_id: str | None = None
     stage: str | None = None
+    #: the pipeline retry that launched it (0: the run's first)
+    stage_retry: int = 0
     #: the session whose pod it carries; None for other jobs
     session_id: str | None = None
+    #: user-level retries so far (its retry policy), when a waiting retry goes back to
+    #: placement's queue (unix ms; None when not waiting one), and the retried tries'
+    #: outcomes (oldest first)
+    retries: int = 0
+    retry_at: int | None = None
+    tries: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> JobRow:
@@ -110,5 +118,9 @@ class JobRow:
             streams=_decoded(row.get("streams")),
             pipeline_run_id=row.get("pipeline_run_id"),
             stage=row.get("stage"),
+            stage_retry=row.get("stage_retry") or 0,
             session_id=row.get("session_id"),
+            retries=row.get("retries") or 0,
+            retry_at=row.get("retry_at"),
+            tries=tuple(_decoded(row.get("tries")) or ()),
         )

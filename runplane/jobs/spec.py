@@ -181,8 +181,29 @@ class RequiresBody(_Strict):
     capabilities: list[str] = []
 
 
+#: Most retries a policy may ask for, and the longest backoff one retry may wait.
+MAX_RETRIES = 10
+MAX_BACKOFF_SEC = 24 * 3600
+
+
+class RetryBody(_Strict):
+    """A retry policy (an addition to the spec, docs/jobs.md "Retries"): a try that ends
+    in a phase listed in ``on`` runs again, up to ``limit`` times, after
+    ``backoff_sec * backoff_factor ** (retries so far)`` seconds (capped at a day)."""
+
+    limit: int = Field(3, ge=0, le=MAX_RETRIES)
+    on: list[Literal["failed", "timeout"]] = Field(["failed"], min_length=1)
+    backoff_sec: int = Field(10, ge=0, le=MAX_BACKOFF_SEC)
+    backoff_factor: float = Field(2.0, ge=1.0, le=10.0)
+
+    def delay_sec(self, retries_done: int) -> float:
+        """The backoff before retry number ``retries_done + 1``."""
+        return float(min(MAX_BACKOFF_SEC, self.backoff_sec * self.backoff_factor**retries_done))
+
+
 class SubmitJobBody(_Strict):
-    """SubmitJobBody of the spec (only ``stack`` is mandatory), plus ``project``."""
+    """SubmitJobBody of the spec (only ``stack`` is mandatory), plus ``project`` and the
+    ``retry`` policy (additions)."""
 
     stack: Name
     command: list[str] | None = None
@@ -200,6 +221,7 @@ class SubmitJobBody(_Strict):
     seed: int | None = Field(None, ge=0, le=INT64_MAX)
     mode: Literal["run", "session"] = "run"
     project: Annotated[str, StringConstraints(max_length=128)] = ""
+    retry: RetryBody | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,8 +352,20 @@ def raise_issues(found: list[Issue]) -> None:
 
 
 def body_hash(body: SubmitJobBody) -> str:
-    """Fingerprint of what was asked (whitespace and key order do not matter)."""
-    return hashlib.sha256(canonical_json(body.model_dump(mode="json")).encode()).hexdigest()
+    """Fingerprint of what was asked (whitespace and key order do not matter; the retry
+    policy is left out: it does not change what a try runs, nor its default seed)."""
+    asked = body.model_dump(mode="json", exclude={"retry"})
+    return hashlib.sha256(canonical_json(asked).encode()).hexdigest()
+
+
+def request_hash(body: SubmitJobBody) -> str:
+    """Fingerprint of the whole request, retry policy included (an Idempotency-Key replay
+    with another policy is another request); without a policy it is ``body_hash``."""
+    fingerprint = body_hash(body)
+    if body.retry is None:
+        return fingerprint
+    policy = canonical_json(body.retry.model_dump(mode="json"))
+    return hashlib.sha256(f"{fingerprint}/{policy}".encode()).hexdigest()
 
 
 def default_seed(fingerprint: str) -> int:
@@ -379,7 +413,15 @@ def build(
         "weights": dict(body.weights),
         "weights_preset": body.weights_preset,
         "isolation": body.isolation,
+        # not hashed: how often to try does not change what a try runs
+        **({"retry": body.retry.model_dump()} if body.retry is not None else {}),
     }
+
+
+def retry_policy(spec: Mapping[str, Any]) -> RetryBody | None:
+    """The retry policy a resolved spec carries, if any."""
+    policy = spec.get("retry")
+    return RetryBody.model_validate(policy) if policy else None
 
 
 def finish(

@@ -6,24 +6,20 @@ the job needs them to run.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from runplane.jobs.phase import Phase
 from runplane.jobs.rows import JobRow
 from runplane.jobs.spec import DISPLAY_KEY, SETUP_KEY
+from runplane.sealed_env import looks_secret
 from runplane.timefmt import iso_ms_or_none
 
 REDACTED = "[redacted]"
-_SECRET_NAME = re.compile(
-    r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|KEY|CREDENTIAL|AUTH|PRIVATE|COOKIE|SESSION",
-    re.IGNORECASE,
-)
 _TRUTHY = {"1", "true", "yes", "on"}
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: (REDACTED if _SECRET_NAME.search(k) else v) for k, v in env.items()}
+    return {k: (REDACTED if looks_secret(k) else v) for k, v in env.items()}
 
 
 def _mount_view(mount: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -61,6 +57,8 @@ def spec_view(spec: dict[str, Any]) -> dict[str, Any]:
         "outputs": [
             {"artifact": o["artifact"], "glob": o["glob"]} for o in spec.get("outputs") or []
         ],
+        # addition: the retry policy (docs/jobs.md "Retries"), null without one
+        "retry": spec.get("retry"),
         "resources": {
             "cpu_cores": limits.get("cpu_cores") or 0,
             "ram_gb": limits.get("ram_gb") or 0,
@@ -118,6 +116,18 @@ def job_view(row: JobRow, *, wait_reason: str | None = None) -> dict[str, Any]:
             for name, s in sorted((row.streams or {}).items())
         ],
     }
+    # additions (docs/jobs.md "Retries"): the retries its policy made, each retried try's
+    # outcome (oldest first), and while it waits out a backoff, when it goes back in line
+    view["retries"] = row.retries
+    view["tries"] = [
+        dict(
+            t,
+            started_at=iso_ms_or_none(t.get("started_at")),
+            finished_at=iso_ms_or_none(t.get("finished_at")),
+        )
+        for t in row.tries
+    ]
+    view["retry_at"] = iso_ms_or_none(row.retry_at) if row.phase is Phase.QUEUED else None
     reason = wait_reason or row.wait_reason
     if row.phase is Phase.QUEUED and reason:
         view["wait_reason"] = reason

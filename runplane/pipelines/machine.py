@@ -15,6 +15,12 @@ can run any more: ``failed`` if a stage without ``allow_failure`` failed, else
 ``cancelled`` if a stage was cancelled, else ``succeeded``. Cancelling the run makes it
 ``cancelled`` at once: pending stages are cancelled, live stage jobs are killed (their
 stages become ``cancelled`` as the jobs confirm).
+
+Retry (:func:`retry`, once the run is over and no stage job is live): the stages that did
+not succeed (failed, timed out, cancelled, skipped) and every stage that needs one of
+them, transitively, go back to ``pending`` with their ``retry`` number raised; succeeded
+stages keep their jobs (and so their artifacts). The run is ``running`` again. A stage
+job's phase counts only for its stage's current retry (``JobPhase.retry``).
 """
 
 from __future__ import annotations
@@ -84,6 +90,8 @@ class Stage:
     #: why a pending stage whose needs are met has not launched yet (quota)
     reason: str | None = None
     final_metrics: Mapping[str, float] = field(default_factory=dict)
+    #: the pipeline retries that re-ran this stage (its job is the one of this retry)
+    retry: int = 0
 
     @property
     def satisfies(self) -> bool:
@@ -106,6 +114,8 @@ class PipelineState:
     finished_at: int | None = None
     #: stage name -> position in ``stages`` (fixed for the run)
     index: Mapping[str, int] = field(default_factory=dict)
+    #: the run's retries so far
+    retries: int = 0
 
     def __post_init__(self) -> None:
         if len(self.index) != len(self.stages):
@@ -160,6 +170,8 @@ class JobPhase:
     at: int
     error: str | None = None
     final_metrics: Mapping[str, float] = field(default_factory=dict)
+    #: the retry of the stage its job was launched for (``jobs.stage_retry``)
+    retry: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,8 +221,10 @@ def transition(state: PipelineState, event: Event) -> Outcome:
                 return Outcome(state)
             failed = replace(stage, phase=StagePhase.FAILED, error=error, reason=None)
             return _settle(state, {name: failed}, at)
-        case JobPhase(name, job_id, phase, at, error, metrics):
+        case JobPhase(name, job_id, phase, at, error, metrics, retry):
             stage = _known(state, name)
+            if retry != stage.retry:  # a job of an earlier run of the stage
+                return Outcome(state)
             to = JOB_TO_STAGE[phase]
             if stage.phase.terminal or (stage.phase is to and stage.job_id == job_id):
                 return Outcome(state)
@@ -232,6 +246,50 @@ def launchable(state: PipelineState) -> list[str]:
         for s in stages
         if s.phase is StagePhase.PENDING and all(stages[index[n]].satisfies for n in s.needs)
     ]
+
+
+class NotRetryable(ValueError):
+    """Why the run cannot be retried now (a 409 for the caller)."""
+
+
+def retry(state: PipelineState, at: int) -> Outcome:
+    """Re-run what did not succeed, and what needs it; raise NotRetryable when the run is
+    not over, a stage job is still ending, or every stage succeeded."""
+    if not state.status.terminal:
+        raise NotRetryable(f"the run is {state.status.value}; retry it once it has ended")
+    if any(s.phase.live for s in state.stages):
+        raise NotRetryable("stage jobs of the run are still ending; retry in a moment")
+    again = {
+        s.name for s in state.stages if s.phase.terminal and s.phase is not StagePhase.SUCCEEDED
+    }
+    if not again:
+        raise NotRetryable("every stage succeeded: there is nothing to retry")
+    grew = True
+    while grew:  # and every stage that needs one of them, transitively
+        grew = False
+        for s in state.stages:
+            if s.name not in again and any(n in again for n in s.needs):
+                again.add(s.name)
+                grew = True
+    updates = {
+        name: replace(
+            state.stage(name),
+            phase=StagePhase.PENDING,
+            job_id=None,
+            error=None,
+            reason=None,
+            final_metrics={},
+            retry=state.stage(name).retry + 1,
+        )
+        for name in again
+    }
+    after = replace(
+        _with(state, updates),
+        status=Status.RUNNING,  # its earlier jobs exist: it started when it first did
+        finished_at=None,
+        retries=state.retries + 1,
+    )
+    return Outcome(after, frozenset(updates), True)
 
 
 def initial(stages: Iterable[Stage]) -> PipelineState:

@@ -15,6 +15,7 @@ from runplane.persistence.revocable import newest_page
 
 from .machine import PipelineState, Stage, StagePhase, Status
 
+#: The columns a new run and its stages are inserted with; reads add the retry counts.
 RUN_COLUMNS = (
     "id, org_id, project, name, submitted_by, status, origin, stage_count, progress, "
     "created_at, started_at, finished_at, updated_at"
@@ -22,6 +23,8 @@ RUN_COLUMNS = (
 STAGE_COLUMNS = (
     "idx, name, needs, allow_failure, stack, body, phase, job_id, error, reason, final_metrics"
 )
+_RUN_READ = RUN_COLUMNS + ", retries"
+_STAGE_READ = STAGE_COLUMNS + ", retry"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,7 @@ class RunRow:
     created_at: int
     started_at: int | None
     finished_at: int | None
+    retries: int = 0  # POST .../retry so far
 
     @classmethod
     def of(cls, row: Row) -> RunRow:
@@ -54,6 +58,7 @@ class RunRow:
             created_at=int(row["created_at"]),
             started_at=row["started_at"],
             finished_at=row["finished_at"],
+            retries=int(row.get("retries") or 0),
         )
 
 
@@ -77,6 +82,7 @@ class StageRow:
                 error=row["error"],
                 reason=row["reason"],
                 final_metrics=from_json(row["final_metrics"]),
+                retry=int(row.get("retry") or 0),
             ),
             row["stack"],
             from_json(row["body"]),
@@ -158,6 +164,7 @@ def save(run_id: str, state: PipelineState, changed: Sequence[str]) -> Any:
                 s.error,
                 s.reason,
                 to_json(dict(s.final_metrics)),
+                s.retry,
                 run_id,
                 state.index[name],
             )
@@ -167,6 +174,7 @@ def save(run_id: str, state: PipelineState, changed: Sequence[str]) -> Any:
         state.started_at,
         state.finished_at,
         to_json(state.progress()),
+        state.retries,
         now_ms(),
         run_id,
     )
@@ -175,12 +183,12 @@ def save(run_id: str, state: PipelineState, changed: Sequence[str]) -> Any:
         if stage_rows:
             tx.execute_many(
                 "UPDATE pipeline_stages SET phase = ?, job_id = ?, error = ?, reason = ?,"
-                " final_metrics = ? WHERE run_id = ? AND idx = ?",
+                " final_metrics = ?, retry = ? WHERE run_id = ? AND idx = ?",
                 stage_rows,
             )
         tx.execute(
             "UPDATE pipeline_runs SET status = ?, started_at = ?, finished_at = ?,"
-            " progress = ?, updated_at = ? WHERE id = ?",
+            " progress = ?, retries = ?, updated_at = ? WHERE id = ?",
             run_params,
         )
 
@@ -189,7 +197,7 @@ def save(run_id: str, state: PipelineState, changed: Sequence[str]) -> Any:
 
 async def get_run(store: Store, run_id: str, org_id: str | None) -> RunRow | None:
     """The run, None when there is none or it is not ``org_id``'s (None: any org)."""
-    row = await store.fetchone(f"SELECT {RUN_COLUMNS} FROM pipeline_runs WHERE id = ?", (run_id,))
+    row = await store.fetchone(f"SELECT {_RUN_READ} FROM pipeline_runs WHERE id = ?", (run_id,))
     if row is None or (org_id is not None and row["org_id"] != org_id):
         return None
     return RunRow.of(row)
@@ -197,16 +205,14 @@ async def get_run(store: Store, run_id: str, org_id: str | None) -> RunRow | Non
 
 async def get_stages(store: Store, run_id: str) -> list[StageRow]:
     rows = await store.fetchall(
-        f"SELECT {STAGE_COLUMNS} FROM pipeline_stages WHERE run_id = ? ORDER BY idx", (run_id,)
+        f"SELECT {_STAGE_READ} FROM pipeline_stages WHERE run_id = ? ORDER BY idx", (run_id,)
     )
     return [StageRow.of(r) for r in rows]
 
 
 async def list_runs(store: Store, org_id: str | None, *, limit: int, offset: int) -> list[RunRow]:
     """Newest first."""
-    rows = await newest_page(
-        store, "pipeline_runs", RUN_COLUMNS, org_id, limit=limit, offset=offset
-    )
+    rows = await newest_page(store, "pipeline_runs", _RUN_READ, org_id, limit=limit, offset=offset)
     return [RunRow.of(r) for r in rows]
 
 
@@ -220,9 +226,11 @@ async def live_ids(store: Store) -> list[str]:
 
 
 async def stage_jobs(store: Store, run_id: str) -> list[Row]:
-    """The jobs the run launched: id, stage, phase, error, final_metrics (JSON decoded)."""
+    """The jobs the run launched: id, stage, stage_retry, phase, error, final_metrics (JSON
+    decoded)."""
     rows = await store.fetchall(
-        "SELECT id, stage, phase, error, final_metrics FROM jobs WHERE pipeline_run_id = ?",
+        "SELECT id, stage, stage_retry, phase, error, final_metrics FROM jobs"
+        " WHERE pipeline_run_id = ?",
         (run_id,),
     )
     return [{**r, "final_metrics": from_json(r["final_metrics"] or "{}")} for r in rows]

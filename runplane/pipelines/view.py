@@ -23,6 +23,8 @@ def run_view(run: RunRow, stages: list[StageRow] | None = None) -> dict[str, Any
         "finished_at": iso_ms_or_none(run.finished_at),
         "stage_count": run.stage_count,
         "progress": {p.value: int(run.progress.get(p.value, 0)) for p in StagePhase},
+        # an addition: POST .../retry so far (docs/pipelines.md "Retry")
+        "retries": run.retries,
     }
     if stages is not None:
         view["stages"] = [stage_view(s) for s in stages]
@@ -40,6 +42,8 @@ def stage_view(row: StageRow) -> dict[str, Any]:
         "job_id": stage.job_id,
         "error": stage.error or "",
         "final_metrics": dict(stage.final_metrics),
+        # an addition: the run's retries that re-ran this stage (its job is the last's)
+        "retry": stage.retry,
     }
     if stage.phase is StagePhase.PENDING and stage.reason:
         # an addition: why a stage whose needs are met has not launched (quota)

@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from runplane import runs, vault
+from runplane import runs, sealed_env, vault
 from runplane.actors import admission as adm
 from runplane.actors import placement as pl
 from runplane.actors.job import JOBS, Cancel, CancelOutcome, JobActor, JobDeps, SetPriority
@@ -37,6 +37,7 @@ from runplane.jobs.spec import (
     build,
     finish,
     raise_issues,
+    request_hash,
 )
 from runplane.persistence import Store
 from runplane.placement import DemandError
@@ -44,6 +45,7 @@ from runplane.policy import LIMIT_KEYS
 from runplane.policy.refusal import AdmissionRefused
 from runplane.problems import FieldProblem, Problem, not_found
 from runplane.runtime import ActorRef, Hub, Registry
+from runplane.sealing import Sealer
 from runplane.stacks import Catalog
 
 #: A statement for the new job's row, written in its insert transaction (the audit row).
@@ -107,8 +109,11 @@ class Jobs:
         placement: ActorRef[pl.PlacementMsg],
         admission: ActorRef[adm.AdmissionMsg],
         hub: Hub,
+        sealer: Callable[[], Sealer],
     ) -> None:
         self.store = store
+        #: seals a new job's secret-looking plain env values (runplane/sealed_env.py)
+        self.sealer = sealer
         self.hub = hub
         self.catalog = catalog
         self.registry = registry
@@ -144,12 +149,12 @@ class Jobs:
         *,
         idempotency_key: str | None = None,
         audit: InTx | None = None,
-        stage_of: tuple[str, str] | None = None,
+        stage_of: tuple[str, str, int] | None = None,
         session_id: str | None = None,
         pod: list[dict[str, Any]] | None = None,
     ) -> Created:
         """Submit a plain or a layered (RunSpec) body: plan it, then admit and create it.
-        ``stage_of`` (pipeline run id, stage name) tags the job of a pipeline stage;
+        ``stage_of`` (pipeline run id, stage name, its retry) tags the job of a pipeline stage;
         ``session_id`` and ``pod`` make the job a session's pod (``audit`` then writes the
         session's row in the job's insert transaction)."""
         fingerprint = body_hash(body)
@@ -159,7 +164,7 @@ class Jobs:
         spec = build(body, planned.stack, planned.config, fingerprint)
         if pod:
             spec["pod"] = pod
-        await vault.check_refs(self.store, spec.get("env") or {}, who.org_id)
+        await vault.check_refs(self.store, spec, who.org_id)
         if self.resolve_git is not None and connection_ids(spec):
             await self.resolve_git(spec, who.org_id)
         return await self._create(
@@ -169,7 +174,7 @@ class Jobs:
             project=body.project,
             make_run=lambda s: runs.stored_run(s, planned.folded, planned.has_runspec),
             idempotency_key=idempotency_key,
-            body_hash=fingerprint,
+            body_hash=request_hash(body),
             audit=audit,
             stage_of=stage_of,
             session_id=session_id,
@@ -223,7 +228,8 @@ class Jobs:
                 f"job {job_id} carries the pod of session {row.session_id}; a pod runs only "
                 "under its session: start a new one with POST /v1/sessions",
             )
-        spec, source_run = row.spec, row.run
+        # the plain values, sealed afresh for the new row
+        spec, source_run = sealed_env.opened_spec(row.spec, self.sealer(), row.org_id)[0], row.run
 
         def make_run(admitted: dict[str, Any]) -> dict[str, Any]:
             if source_run is None:
@@ -254,10 +260,10 @@ class Jobs:
         body_hash: str | None = None,
         audit: InTx | None = None,
         rerun_of: str | None = None,
-        stage_of: tuple[str, str] | None = None,
+        stage_of: tuple[str, str, int] | None = None,
         session_id: str | None = None,
     ) -> Created:
-        pipeline_run_id, stage = stage_of or (None, None)
+        pipeline_run_id, stage, stage_retry = stage_of or (None, None, 0)
         new = repo.NewJob(
             id=new_id("job_"),
             org_id=who.org_id,
@@ -272,6 +278,7 @@ class Jobs:
             rerun_of=rerun_of,
             pipeline_run_id=pipeline_run_id,
             stage=stage,
+            stage_retry=stage_retry,
             session_id=session_id,
         )
         prior = await repo.idempotent_prior(self.store, new)
@@ -294,7 +301,8 @@ class Jobs:
             _check_placeable(resolved)
             new = replace(
                 new,
-                spec=resolved.spec,
+                # hashed plain, stored sealed
+                spec=sealed_env.sealed_spec(resolved.spec, self.sealer(), who.org_id),
                 spec_hash=resolved.spec_hash,
                 run=make_run(resolved.spec),
                 notes=decision.clamp.notes,

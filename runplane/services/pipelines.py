@@ -19,6 +19,7 @@ from typing import Any
 import trio
 from pydantic import ValidationError
 
+from runplane import sealed_env
 from runplane.actors.pipeline import (
     PIPELINES,
     Cancel,
@@ -27,6 +28,7 @@ from runplane.actors.pipeline import (
     PipelineActor,
     PipelineDeps,
     Refused,
+    Retry,
     Sync,
 )
 from runplane.ids import new_id
@@ -146,7 +148,7 @@ class Pipelines:
         it cannot take it (the server is stopping, the actor failed to start) nothing is
         lost: the actor reads its stage jobs' phases from the store when it starts."""
         assert row.pipeline_run_id is not None and row.stage is not None
-        event = JobPhase(row.stage, row.id, phase, now_ms(), error, final_metrics)
+        event = JobPhase(row.stage, row.id, phase, now_ms(), error, final_metrics, row.stage_retry)
         try:
             await self.registry.tell(PIPELINES, row.pipeline_run_id, event)
         except (ActorError, LookupError) as exc:
@@ -229,8 +231,17 @@ class Pipelines:
             name=body.name,
             submitted_by=who.subject,
             origin=origin,
+            # a stage's secret-looking plain env values are stored sealed, as a job's are
             stages=[
-                (s.name, list(s.needs), s.allow_failure, s.stack, stage_payload(s, body.project))
+                (
+                    s.name,
+                    list(s.needs),
+                    s.allow_failure,
+                    s.stack,
+                    sealed_env.sealed_spec(
+                        stage_payload(s, body.project), self.jobs.sealer(), who.org_id
+                    ),
+                )
                 for s in body.stages
             ],
         )
@@ -257,6 +268,19 @@ class Pipelines:
         await self.registry.ask(PIPELINES, run_id, Sync())
         return await self.view(run_id, None)
 
+    async def retry(self, run_id: str, org_id: str | None) -> dict[str, Any]:
+        """Re-run the ended run's stages that did not succeed and their dependents (409
+        when it cannot be retried now); answers once the first wave is launched or
+        ``CREATE_WAIT_SEC`` passed, as create does."""
+        if await repo.get_run(self.store, run_id, org_id) is None:
+            raise not_found("pipeline run")
+        refused = await self.registry.ask(PIPELINES, run_id, Retry())
+        if refused is not None:
+            raise Problem(409, "not_retryable", refused)
+        with contextlib.suppress(AskTimeout):
+            await self.registry.ask(PIPELINES, run_id, Sync(), timeout=CREATE_WAIT_SEC)
+        return await self.view(run_id, None)
+
     # -- reads ----------------------------------------------------------------------------
 
     async def view(self, run_id: str, org_id: str | None) -> dict[str, Any]:
@@ -274,14 +298,17 @@ class Pipelines:
     # -- the actor's launcher ---------------------------------------------------------------
 
     async def _launch(self, launch: Launch) -> str:
+        run = launch.run
+        payload = sealed_env.opened_spec(launch.body, self.jobs.sealer(), run.org_id)[0]
         try:
-            body = RunSpecBody.model_validate(launch.body)
+            body = RunSpecBody.model_validate(payload)
         except ValidationError as exc:
             raise Invalid("; ".join(f"{p.key}: {p.message}" for p in _problems(exc))) from None
-        run = launch.run
         try:
             created = await self.jobs.submit(
-                body, Submitter(run.org_id, run.submitted_by), stage_of=(run.id, launch.stage)
+                body,
+                Submitter(run.org_id, run.submitted_by),
+                stage_of=(run.id, launch.stage, launch.retry),
             )
         except AdmissionRefused as exc:
             raise Refused(exc.reason) from None

@@ -64,3 +64,37 @@ async def test_a_secret_reaches_the_job_and_is_masked_everywhere(
     agent.terminate()
     assert VALUE.encode() not in agent.log.read_bytes()
     assert files_containing(agent.data_dir, VALUE.encode()) == []
+
+
+PLAIN = "plain-api-key-in-the-env-9876543210"
+
+
+async def test_a_plain_secret_looking_env_value_is_sealed_at_rest_and_masked(
+    server: LiveServer, start_agent: StartAgent, data_dir: Path
+) -> None:
+    """``API_KEY`` given as a plain value (no ``${secrets.}``): the process gets it, its
+    log shows ``***``, the view ``[redacted]``, and no file of the server holds it; a rerun
+    runs with it too (opened and sealed afresh)."""
+    agent = start_agent(server.url, "plainnode")
+    script = 'echo "key is $API_KEY"; echo "length ${#API_KEY}"'
+    async with server.client() as client:
+        await wait_for(lambda: online_nodes(client), 30, "the agent")
+        body = {"stack": "shell", "command": ["sh", "-c", script], "env": {"API_KEY": PLAIN}}
+        first = await submit(client, body)
+        rerun = None
+        for job_id in (first, "rerun"):
+            if job_id == "rerun":
+                answer = await client.post(f"/v1/jobs/{first}/rerun")
+                assert answer.status_code == 202, answer.text
+                job_id = rerun = answer.json()["job_id"]
+            done = await wait_phase(client, job_id, "succeeded", "failed")
+            assert done["phase"] == "succeeded", done
+            out = await job_logs(client, job_id, "stdout")
+            assert out == ["key is ***", f"length {len(PLAIN)}"]
+            view = await job(client, job_id)
+            assert view["spec"]["env"]["API_KEY"] == "[redacted]"
+        first_view, rerun_view = await job(client, first), await job(client, str(rerun))
+        assert first_view["spec_hash"] == rerun_view["spec_hash"]  # hashed plain, both times
+    assert files_containing(data_dir, PLAIN.encode()) == []
+    agent.terminate()
+    assert files_containing(agent.data_dir, PLAIN.encode()) == []

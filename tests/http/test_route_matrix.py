@@ -242,6 +242,17 @@ async def _session_to_keep(ctx: Ctx) -> Req:
     return await _fresh_session(ctx, "/keepalive")
 
 
+async def _ended_pipeline(ctx: Ctx) -> Req:
+    """A new pipeline of org A, cancelled (over, its stage job cancelled): retryable."""
+    headers = ctx.world.headers("member")
+    made = await ctx.client.post("/v1/pipelines", json=PIPELINE_BODY, headers=headers)
+    assert made.status_code == 202, await made.get_data()
+    run_id = (await made.get_json())["pipeline_run_id"]
+    cancelled = await ctx.client.post(f"/v1/pipelines/{run_id}/cancel", headers=headers)
+    assert cancelled.status_code == 200, await cancelled.get_data()
+    return Req(f"/v1/pipelines/{run_id}/retry")
+
+
 async def _node_of_org_a(ctx: Ctx) -> Req:
     """A node row owned by org A (as enrollment with org A's join token writes it)."""
     node_id = f"node_{ctx.world.org_a}"
@@ -549,6 +560,9 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/pipelines/<run_id>/cancel"): Case(
         "scope", path(PIPELINE + "/cancel"), scope="runs:cancel", org_bound=True
     ),
+    ("POST", "/v1/pipelines/<run_id>/retry"): Case(
+        "scope", _ended_pipeline, scope="runs:submit", org_bound=True
+    ),
     ("POST", "/v1/runs/validate"): Case(
         "scope", body("/v1/runs/validate", lambda c: RUN_BODY), scope="runs:submit"
     ),
@@ -711,6 +725,11 @@ async def test_websocket_routes_reach_their_handler(served: Any) -> None:
             "wrong_org",
             "POST /v1/pipelines/{w.pipeline_a}/cancel",
             "POST /v1/pipelines/plr_nope/cancel",
+        ),
+        (
+            "wrong_org",
+            "POST /v1/pipelines/{w.pipeline_a}/retry",
+            "POST /v1/pipelines/plr_nope/retry",
         ),
         ("org_admin", "/v1/policy?org={w.org_b}", "/v1/policy?org=org_nope"),
         ("wrong_org", "/v1/policy/preview?org={w.org_a}", "/v1/policy/preview?org=org_nope"),

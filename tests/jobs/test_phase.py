@@ -15,6 +15,7 @@ from runplane.jobs.phase import (
     NodeLost,
     Phase,
     Pulling,
+    RetryDue,
     Running,
     StaleAttempt,
     Undelivered,
@@ -83,6 +84,11 @@ INVALID = [
     *[(st(term), Running(1)) for term in (S, F, T, C)],
     # the order of a job the agent already started was delivered
     *[(st(ph), Undelivered(1)) for ph in (Q, P, R, S, F, T, C)],
+    # a job waiting out a retry's backoff is not placed; a backoff it does not wait ends
+    (JobState(Q, retries=1, retry_at=5000), Assigned("node_a")),
+    (JobState(Q), RetryDue(0)),
+    (JobState(Q, retries=2, retry_at=5000), RetryDue(1)),
+    *[(st(ph), RetryDue(0)) for ph in (A, P, R, S, F, T, C)],
 ]
 
 
@@ -137,3 +143,30 @@ def test_an_undelivered_order_requeues_without_counting_a_requeue() -> None:
     nxt, _ = transition(state, Undelivered(2, "node node_a went away"), now_ms=1000)
     assert (nxt.phase, nxt.attempt, nxt.attempts) == (Q, 2, 1)
     assert (nxt.node_id, nxt.error) == (None, "node node_a went away")
+
+
+def test_a_retried_try_goes_back_to_queued_with_its_due_time_then_into_the_queue() -> None:
+    state, effects = transition(st(R, attempt=1), Finished(1, F, "exit code 1", 30_000), 100)
+    assert (state.phase, state.retries, state.retry_at) == (Q, 1, 30_100)
+    assert (state.node_id, state.started_at, state.error) == (
+        None,
+        None,
+        "try 1 failed: exit code 1",
+    )
+    assert effects == (Effect.RELEASE, Effect.RETRY_LATER)
+    state, effects = transition(state, RetryDue(1), 30_100)
+    assert (state.phase, state.retry_at, effects) == (Q, None, (Effect.ENQUEUE,))
+    state, _ = transition(state, Assigned("node_b"), 30_200)
+    assert (state.attempt, state.retries, state.error) == (2, 1, None)
+    # a timeout retries the same way; a success or a cancel never does
+    timed, _ = transition(st(R), Finished(1, T, None, 0), 5)
+    assert (timed.phase, timed.error) == (Q, "try 1 timeout: timeout")
+    for outcome in (S, C):
+        ended, effects = transition(st(R), Finished(1, outcome, None, 1000), 5)
+        assert ended.phase is outcome and effects == (Effect.RELEASE,)
+
+
+def test_cancel_during_a_backoff_ends_it() -> None:
+    waiting = JobState(Q, attempt=1, retries=1, retry_at=9000)
+    state, effects = transition(waiting, CancelRequested(), 100)
+    assert (state.phase, state.retry_at, effects) == (C, None, (Effect.DEQUEUE,))

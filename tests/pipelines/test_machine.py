@@ -11,6 +11,7 @@ from runplane.pipelines.machine import (
     JobPhase,
     Launched,
     LaunchFailed,
+    NotRetryable,
     PipelineState,
     Stage,
     StagePhase,
@@ -18,6 +19,7 @@ from runplane.pipelines.machine import (
     Waiting,
     initial,
     launchable,
+    retry,
     transition,
 )
 
@@ -276,3 +278,66 @@ def test_a_wait_reason_is_stored_once_and_cleared_at_launch() -> None:
     assert not transition(state, Waiting("a", "org quota reached")).changed
     state = run(state, launched("a"))
     assert state.stage("a").reason is None and state.stage("a").phase is P.QUEUED
+
+
+# retry ------------------------------------------------------------------------------------
+
+
+def launch_all(state: PipelineState, *names: str, at: int = 5) -> PipelineState:
+    return run(state, *(Launched(n, f"job_{n}", at) for n in names))
+
+
+def test_retry_reruns_what_did_not_succeed_and_what_needs_it() -> None:
+    """a ok, b failed -> d skipped, c ok: b and d run again; a and c keep their jobs."""
+    state = launch_all(diamond(), "a")
+    state = run(state, done("a"))
+    state = launch_all(state, "b", "c")
+    state = run(state, done("b", "failed"), done("c"))
+    assert state.status is Status.FAILED and phases(state)["d"] == "skipped"
+    with pytest.raises(NotRetryable, match="running"):
+        retry(launch_all(diamond(), "a"), 50)
+
+    outcome = retry(state, 100)
+    after = outcome.state
+    assert outcome.changed == {"b", "d"} and outcome.run_changed
+    assert (after.status, after.finished_at, after.retries) == (Status.RUNNING, None, 1)
+    assert phases(after) == {"a": "succeeded", "b": "pending", "c": "succeeded", "d": "pending"}
+    assert [after.stage(n).job_id for n in "abcd"] == ["job_a", None, "job_c", None]
+    assert [after.stage(n).retry for n in "abcd"] == [0, 1, 0, 1]
+    assert launchable(after) == ["b"]
+
+    # a late report of b's first job changes nothing; its retry's job counts
+    stale = JobPhase("b", "job_b", "failed", 110, "boom", {}, retry=0)
+    assert transition(after, stale).state == after
+    after = run(
+        after, Launched("b", "job_b2", 120), JobPhase("b", "job_b2", "succeeded", 130, retry=1)
+    )
+    assert launchable(after) == ["d"]
+    after = run(
+        after, Launched("d", "job_d2", 140), JobPhase("d", "job_d2", "succeeded", 150, retry=1)
+    )
+    assert (after.status, after.finished_at) == (Status.SUCCEEDED, 150)
+    with pytest.raises(NotRetryable, match="nothing to retry"):
+        retry(after, 200)
+
+
+def test_retry_of_an_allowed_failure_reruns_its_dependents_too() -> None:
+    state = launch_all(diamond(a=True), "a")
+    state = run(state, done("a", "failed"))
+    state = launch_all(state, "b", "c")
+    state = run(state, done("b"), done("c"))
+    state = launch_all(state, "d")
+    state = run(state, done("d"))
+    assert state.status is Status.SUCCEEDED  # a's failure was allowed
+    after = retry(state, 100).state
+    assert phases(after) == dict.fromkeys("abcd", "pending")
+
+
+def test_retry_waits_for_stage_jobs_still_ending_after_a_cancel() -> None:
+    state = launch_all(diamond(), "a")
+    cancelled = transition(state, CancelRequested(20)).state
+    assert cancelled.status is Status.CANCELLED and cancelled.stage("a").phase.live
+    with pytest.raises(NotRetryable, match="still ending"):
+        retry(cancelled, 30)
+    ended = run(cancelled, done("a", "cancelled"))
+    assert phases(retry(ended, 40).state) == dict.fromkeys("abcd", "pending")

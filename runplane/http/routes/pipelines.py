@@ -1,4 +1,4 @@
-"""Pipeline routes (``docs/pipelines.md``): create, list, validate, get, cancel. Thin: the
+"""Pipeline routes (``docs/pipelines.md``): create, list, validate, get, cancel, retry. Thin: the
 pipelines service validates (400 topology, 422 a stage) before anything is enqueued."""
 
 from __future__ import annotations
@@ -76,5 +76,20 @@ async def cancel(run_id: str) -> dict[str, Any]:
         run_id,
         org_id=view["org_id"],
         after={"status": view["status"], "progress": view["progress"]},
+    )
+    return view
+
+
+@blueprint.post("/<run_id>/retry")
+async def retry(run_id: str) -> dict[str, Any]:
+    """An addition: re-run the ended run's failed, timed-out, cancelled and skipped stages
+    and what needs them; succeeded stages keep their jobs and artifacts."""
+    view = await _service().retry(run_id, current_caller().read_org)
+    await audit.record(
+        "pipelines:retry",
+        "pipeline",
+        run_id,
+        org_id=view["org_id"],
+        after={"status": view["status"], "retries": view["retries"]},
     )
     return view
