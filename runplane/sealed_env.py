@@ -14,7 +14,7 @@ plain values before sealing, so equal jobs still hash equal.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from runplane.sealing import Sealer
@@ -36,6 +36,21 @@ def looks_secret(name: str) -> bool:
     return bool(_SECRET_NAME.search(name))
 
 
+def _sealable(env: Mapping[str, str]) -> list[str]:
+    return [
+        var
+        for var, value in env.items()
+        if looks_secret(var) and value and value != MARK and not _REFERENCE.match(value)
+    ]
+
+
+def wants_sealing(spec: Mapping[str, Any]) -> bool:
+    """Whether ``spec`` holds a plain value :func:`sealed_spec` would seal."""
+    return bool(_sealable(spec.get("env") or {})) or any(
+        _sealable(s.get("env") or {}) for s in spec.get("pod") or ()
+    )
+
+
 def _aad(org_id: str, where: str, var: str) -> str:
     return f"{org_id}/{where}/{var}"
 
@@ -44,10 +59,9 @@ def _seal_env(
     env: Mapping[str, str], sealer: Sealer, org_id: str, where: str
 ) -> tuple[dict[str, str], dict[str, str]]:
     plain, sealed = dict(env), {}
-    for var, value in env.items():
-        if looks_secret(var) and value and value != MARK and not _REFERENCE.match(value):
-            sealed[var] = sealer.seal(value, aad=_aad(org_id, where, var))
-            plain[var] = MARK
+    for var in _sealable(env):
+        sealed[var] = sealer.seal(env[var], aad=_aad(org_id, where, var))
+        plain[var] = MARK
     return plain, sealed
 
 
@@ -64,9 +78,17 @@ def _open_env(
     return opened, values
 
 
-def sealed_spec(spec: Mapping[str, Any], sealer: Sealer, org_id: str) -> dict[str, Any]:
+def sealed_spec(
+    spec: Mapping[str, Any], sealer: Callable[[], Sealer], org_id: str
+) -> dict[str, Any]:
     """``spec`` as stored: secret-looking plain env values (the job's, its pod services')
-    sealed; unchanged when it has none."""
+    sealed with ``sealer()`` (asked for only then); unchanged when it has none."""
+    if not wants_sealing(spec):
+        return dict(spec)
+    return _sealed_spec(spec, sealer(), org_id)
+
+
+def _sealed_spec(spec: Mapping[str, Any], sealer: Sealer, org_id: str) -> dict[str, Any]:
     out = dict(spec)
     env, sealed = _seal_env(spec.get("env") or {}, sealer, org_id, "env")
     if sealed:
@@ -86,10 +108,19 @@ def sealed_spec(spec: Mapping[str, Any], sealer: Sealer, org_id: str) -> dict[st
 
 
 def opened_spec(
-    spec: Mapping[str, Any], sealer: Sealer, org_id: str
+    spec: Mapping[str, Any], sealer: Callable[[], Sealer], org_id: str
 ) -> tuple[dict[str, Any], list[str]]:
     """``spec`` with its sealed env values put back (for a run order, or a rerun's new
-    row), and those values (for the agent to mask)."""
+    row), and those values (for the agent to mask); ``sealer()`` is asked for only when
+    something is sealed."""
+    if not has_sealed(spec):
+        return dict(spec), []
+    return _opened_spec(spec, sealer(), org_id)
+
+
+def _opened_spec(
+    spec: Mapping[str, Any], sealer: Sealer, org_id: str
+) -> tuple[dict[str, Any], list[str]]:
     out = {k: v for k, v in spec.items() if k != KEY}
     values: list[str] = []
     if spec.get(KEY):

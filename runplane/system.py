@@ -259,7 +259,7 @@ class Root:
         return await vault.values(self.store, self.sealer(), row.org_id, names)
 
     def _open_spec(self, row: JobRow) -> tuple[dict[str, Any], list[str]]:
-        return sealed_env.opened_spec(row.spec, self.sealer(), row.org_id)
+        return sealed_env.opened_spec(row.spec, self.sealer, row.org_id)
 
     async def _channel_target(self, channel: str) -> str | None:
         return (await get_targets(self.channels)).get(channel)

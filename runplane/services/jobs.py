@@ -229,7 +229,7 @@ class Jobs:
                 "under its session: start a new one with POST /v1/sessions",
             )
         # the plain values, sealed afresh for the new row
-        spec, source_run = sealed_env.opened_spec(row.spec, self.sealer(), row.org_id)[0], row.run
+        spec, source_run = sealed_env.opened_spec(row.spec, self.sealer, row.org_id)[0], row.run
 
         def make_run(admitted: dict[str, Any]) -> dict[str, Any]:
             if source_run is None:
@@ -302,7 +302,7 @@ class Jobs:
             new = replace(
                 new,
                 # hashed plain, stored sealed
-                spec=sealed_env.sealed_spec(resolved.spec, self.sealer(), who.org_id),
+                spec=sealed_env.sealed_spec(resolved.spec, self.sealer, who.org_id),
                 spec_hash=resolved.spec_hash,
                 run=make_run(resolved.spec),
                 notes=decision.clamp.notes,

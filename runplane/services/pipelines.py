@@ -239,7 +239,7 @@ class Pipelines:
                     s.allow_failure,
                     s.stack,
                     sealed_env.sealed_spec(
-                        stage_payload(s, body.project), self.jobs.sealer(), who.org_id
+                        stage_payload(s, body.project), self.jobs.sealer, who.org_id
                     ),
                 )
                 for s in body.stages
@@ -299,7 +299,7 @@ class Pipelines:
 
     async def _launch(self, launch: Launch) -> str:
         run = launch.run
-        payload = sealed_env.opened_spec(launch.body, self.jobs.sealer(), run.org_id)[0]
+        payload = sealed_env.opened_spec(launch.body, self.jobs.sealer, run.org_id)[0]
         try:
             body = RunSpecBody.model_validate(payload)
         except ValidationError as exc:
