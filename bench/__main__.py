@@ -4,7 +4,8 @@
     python -m bench SCENARIO [--quick] [...]   # one scenario (its own flags pass through)
 
 Scenarios: submit, lifecycle, placement, fanout, agents, store, local_lifecycle,
-admission, teleop_rtt, stream_fanout, pipeline, sessions, analytics, webhooks, retries.
+admission, teleop_rtt, stream_fanout, pipeline, sessions, analytics, webhooks, retries,
+schedules.
 Each runs in its own process, starts its own server on loopback with a fresh data dir,
 and prints ONE JSON object; ``all`` prints them as they finish, then a last ``summary``
 line with the headline figures. ``--quick`` keeps all of them under 7 minutes on the
@@ -37,6 +38,7 @@ SCENARIOS: dict[str, str] = {
     "analytics": "bench.analytics",
     "webhooks": "bench.webhooks",
     "retries": "bench.retries",
+    "schedules": "bench.schedules",
 }
 #: seconds one scenario may take before ``all`` gives up on it
 LIMIT_QUICK, LIMIT_FULL = 180, 1200
@@ -59,6 +61,7 @@ HEADLINES: dict[str, tuple[str, ...]] = {
     "analytics": ("worst_p99_ms", "worst_p99_ratio"),
     "webhooks": ("firing_delay_ms", "deliveries"),
     "retries": ("lateness_ms", "replacement_ms", "early"),
+    "schedules": ("firing_delay_ms", "fired_twice"),
     "sessions": (
         "beyond_pod_start_ms",
         "launch_to_ready_ms",

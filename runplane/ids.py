@@ -91,6 +91,16 @@ def new_id(prefix: str) -> str:
     return prefix + _encode(ms, TIME_CHARS) + _encode(rand, RANDOM_CHARS)
 
 
+def derived_id(prefix: str, ms: int, key: str) -> str:
+    """An id shaped like :func:`new_id`'s whose parts are fixed by ``(ms, key)``: the same
+    key always names the same resource (a schedule's occurrence creates its pipeline run
+    once, however often it is fired again after a crash)."""
+    _check_prefix(prefix)
+    rand = int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:10], "big")
+    ms = min(max(ms, 0), _TIME_MAX)
+    return prefix + _encode(ms, TIME_CHARS) + _encode(rand, RANDOM_CHARS)
+
+
 def is_id(value: str, prefix: str) -> bool:
     """True if ``value`` is shaped like an id minted by :func:`new_id` with ``prefix``."""
     return value.startswith(prefix) and bool(_BODY_RE.match(value[len(prefix) :]))

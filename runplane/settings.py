@@ -29,6 +29,7 @@ AREAS = (
     "enrollment",
     "teleop",
     "git",
+    "schedules",
 )
 
 SECRET_KEY_FILE = "secret.key"

@@ -8,6 +8,7 @@ services, and nothing below imports it (only ``http`` and ``cli`` do).
     ├── placement       PlacementActor: queue + fleet index, plans assignments
     ├── sampler         NodeSampler: every node's committed load, one batch per 30 s
     ├── webhooks        WebhookDispatcher: pending deliveries, attempts and retries
+    ├── scheduler       Scheduler: fires due schedules (started last, once services run)
     └── actors          supervisor of the registry's virtual actors
         ├── job/<id>    JobActor, one per live job (terminal ones passivate)
         ├── pipeline/<id>  PipelineActor, one per live pipeline run (finished ones passivate)
@@ -33,6 +34,7 @@ from runplane.actors.channels import ChannelMsg, ChannelTargets, get_targets
 from runplane.actors.job import JOBS, Assign, JobDeps, LoseAttempt, WaitReason
 from runplane.actors.node import NodeDeps
 from runplane.actors.sampler import NodeSampler
+from runplane.actors.scheduler import Scheduler, SchedulerDeps, SchedulerMsg
 from runplane.actors.webhooks import DispatchDeps, DispatchMsg, WebhookDispatcher
 from runplane.jobs import counts
 from runplane.jobs.orders import cancel_order, connection_ids, run_order
@@ -50,6 +52,7 @@ from runplane.services.fleet import Fleet
 from runplane.services.git import Git
 from runplane.services.jobs import Jobs
 from runplane.services.pipelines import Pipelines
+from runplane.services.schedules import Schedules
 from runplane.services.sessions import Sessions
 from runplane.services.streams import Streams
 from runplane.services.webhooks import Webhooks
@@ -131,6 +134,7 @@ class Root:
         self._jobs: Jobs | None = None
         self._pipelines: Pipelines | None = None
         self._sessions: Sessions | None = None
+        self._schedules: Schedules | None = None
         #: the streams service (runplane/services/streams.py): asks the job actors
         self.streams = Streams(store, self.hub, self.registry, catalog, settings, self.teleop_acks)
 
@@ -158,6 +162,15 @@ class Root:
             await self.pipelines.recover()
             await self.sessions.recover()
             await self.webhooks.recover()
+            if self.settings.area_enabled("schedules"):
+                # last: its first fires go through the services wired above
+                await self.supervisor.start_child(
+                    ChildSpec(
+                        "scheduler",
+                        lambda: Scheduler(SchedulerDeps(self.store, self.schedules.fire)),
+                        mailbox_capacity=4096,
+                    )
+                )
             task_status.started()
 
     def _wire(self) -> None:
@@ -175,6 +188,7 @@ class Root:
             self.store, self._jobs, registry, self._catalog, self.settings
         )
         sessions.register()
+        self._schedules = Schedules(self.store, self._jobs, pipelines, self._scheduler_ref)
 
         # Job actors send these on every transition: tell_now queues without a scheduling
         # point (a yield per transition had tripled the paced submit-to-running latency).
@@ -246,6 +260,21 @@ class Root:
                 channel_target=self._channel_target,
             )
         )
+
+    def _scheduler_ref(self) -> ActorRef[SchedulerMsg] | None:
+        if not self.settings.area_enabled("schedules"):
+            return None
+        try:
+            return cast(ActorRef[SchedulerMsg], self.supervisor.child("scheduler"))
+        except LookupError:
+            return None  # not started yet: it reads every schedule when it starts
+
+    @property
+    def schedules(self) -> Schedules:
+        """The schedules service (once the tree runs)."""
+        if self._schedules is None:
+            raise RuntimeError("the actor tree is not running yet")
+        return self._schedules
 
     def sealer(self) -> Sealer:
         """Seals secrets at rest with the server's key (loaded at start-up)."""

@@ -163,6 +163,12 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/pipelines/<run_id>/cancel"): scope("runs:cancel"),
     # an addition (docs/pipelines.md "Retry"): it launches new stage jobs
     ("POST", "/v1/pipelines/<run_id>/retry"): scope("runs:submit"),
+    # schedules (docs/schedules.md, an addition): changing one needs what submitting needs
+    ("POST", "/v1/schedules"): scope("runs:submit"),
+    ("GET", "/v1/schedules"): READ,
+    ("GET", "/v1/schedules/<schedule_id>"): READ,
+    ("PATCH", "/v1/schedules/<schedule_id>"): scope("runs:submit"),
+    ("DELETE", "/v1/schedules/<schedule_id>"): scope("runs:submit"),
     # --- sessions (docs/sessions.md) ---------------------------------------------------------
     ("POST", "/v1/sessions"): scope("runs:submit"),
     ("GET", "/v1/sessions"): READ,

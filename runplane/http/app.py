@@ -41,6 +41,7 @@ from runplane.http.routes import (
     pipelines,
     policy,
     runs,
+    schedules,
     secrets,
     sessions,
     stacks,
@@ -186,6 +187,7 @@ def create_app(
     app.register_blueprint(policy.blueprint)
     app.register_blueprint(me.blueprint)
     app.register_blueprint(webhooks.blueprint)
+    app.register_blueprint(schedules.blueprint)
     app.register_blueprint(git.blueprint)
     app.register_blueprint(secrets.blueprint)
     # first: control characters in path ids and query values never reach auth or the store

@@ -198,34 +198,18 @@ class Pipelines:
 
     # -- commands -------------------------------------------------------------------------
 
-    async def create(self, body: PipelineBody, who: Submitter, *, origin: str) -> dict[str, Any]:
+    async def create(
+        self, body: PipelineBody, who: Submitter, *, origin: str, run_id: str | None = None
+    ) -> dict[str, Any]:
         """Validate everything (400 topology, 422 a stage), then write the run and start its
-        actor, which launches the root stages. The PipelineRun with its stages."""
-        checked = await self.check(body, who, stages=False)
-        if not checked.topology.ok:
-            problems = checked.topology.problems
-            raise Problem(
-                400,
-                "invalid_pipeline",
-                problems[0].message
-                + ("" if len(problems) == 1 else f" (and {len(problems) - 1} more)"),
-                [FieldProblem(p.key, p.code, p.message) for p in problems],
-            )
-        failed = [
-            FieldProblem(f"stages.{result.name}.{p.key}".rstrip("."), p.code, p.message)
-            for result in await self._check_stages(body, who)
-            for p in result.errors
-        ]
-        if failed:
-            raise Problem(
-                422,
-                "invalid_stage",
-                f"{failed[0].key}: {failed[0].message}"
-                + ("" if len(failed) == 1 else f" (and {len(failed) - 1} more)"),
-                failed,
-            )
+        actor, which launches the root stages. The PipelineRun with its stages. With
+        ``run_id`` (a schedule's occurrence) a run of that id that exists already is
+        answered as it is: created once, however often asked."""
+        if run_id is not None and await repo.get_run(self.store, run_id, None) is not None:
+            return await self.view(run_id, None)
+        await self.validate(body, who)
         run = repo.NewRun(
-            id=new_id("plr_"),
+            id=run_id or new_id("plr_"),
             org_id=who.org_id,
             project=body.project,
             name=body.name,
@@ -252,6 +236,32 @@ class Pipelines:
         with contextlib.suppress(AskTimeout):
             await self.registry.ask(PIPELINES, run.id, Sync(), timeout=CREATE_WAIT_SEC)
         return await self.view(run.id, None)
+
+    async def validate(self, body: PipelineBody, who: Submitter) -> None:
+        """What create checks before anything is written: 400 the topology, 422 a stage."""
+        checked = await self.check(body, who, stages=False)
+        if not checked.topology.ok:
+            problems = checked.topology.problems
+            raise Problem(
+                400,
+                "invalid_pipeline",
+                problems[0].message
+                + ("" if len(problems) == 1 else f" (and {len(problems) - 1} more)"),
+                [FieldProblem(p.key, p.code, p.message) for p in problems],
+            )
+        failed = [
+            FieldProblem(f"stages.{result.name}.{p.key}".rstrip("."), p.code, p.message)
+            for result in await self._check_stages(body, who)
+            for p in result.errors
+        ]
+        if failed:
+            raise Problem(
+                422,
+                "invalid_stage",
+                f"{failed[0].key}: {failed[0].message}"
+                + ("" if len(failed) == 1 else f" (and {len(failed) - 1} more)"),
+                failed,
+            )
 
     async def cancel(self, run_id: str, org_id: str | None) -> dict[str, Any]:
         if await repo.get_run(self.store, run_id, org_id) is None:

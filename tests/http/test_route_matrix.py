@@ -242,6 +242,26 @@ async def _session_to_keep(ctx: Ctx) -> Req:
     return await _fresh_session(ctx, "/keepalive")
 
 
+SCHEDULE_BODY = {"name": "hourly", "every": "1h", "job": {"stack": "shell", "command": ["true"]}}
+
+
+async def _fresh_schedule(ctx: Ctx, patch: dict[str, Any] | None = None) -> Req:
+    """A new schedule of org A for each call (DELETE removes it)."""
+    made = await ctx.client.post(
+        "/v1/schedules", json=SCHEDULE_BODY, headers=ctx.world.headers("member")
+    )
+    assert made.status_code == 201, await made.get_data()
+    return Req(f"/v1/schedules/{(await made.get_json())['schedule_id']}", json=patch)
+
+
+async def _schedule(ctx: Ctx) -> Req:
+    return await _fresh_schedule(ctx)
+
+
+async def _schedule_patch(ctx: Ctx) -> Req:
+    return await _fresh_schedule(ctx, {"suspend": True})
+
+
 async def _ended_pipeline(ctx: Ctx) -> Req:
     """A new pipeline of org A, cancelled (over, its stage job cancelled): retryable."""
     headers = ctx.world.headers("member")
@@ -559,6 +579,17 @@ CASES: dict[tuple[str, str], Case] = {
     ),
     ("POST", "/v1/pipelines/<run_id>/cancel"): Case(
         "scope", path(PIPELINE + "/cancel"), scope="runs:cancel", org_bound=True
+    ),
+    ("POST", "/v1/schedules"): Case(
+        "scope", body("/v1/schedules", lambda c: SCHEDULE_BODY), ok=201, scope="runs:submit"
+    ),
+    ("GET", "/v1/schedules"): Case("read", path("/v1/schedules")),
+    ("GET", "/v1/schedules/<schedule_id>"): Case("read", _schedule, org_bound=True),
+    ("PATCH", "/v1/schedules/<schedule_id>"): Case(
+        "scope", _schedule_patch, scope="runs:submit", org_bound=True
+    ),
+    ("DELETE", "/v1/schedules/<schedule_id>"): Case(
+        "scope", _schedule, scope="runs:submit", org_bound=True
     ),
     ("POST", "/v1/pipelines/<run_id>/retry"): Case(
         "scope", _ended_pipeline, scope="runs:submit", org_bound=True
