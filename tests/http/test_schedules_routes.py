@@ -171,3 +171,30 @@ async def test_another_orgs_schedule_is_the_404_of_an_unknown_one(app: QuartTrio
             problem.pop("request_id", None)
             bodies.append(problem)
         assert bodies[0] == bodies[1], method
+
+
+async def test_a_pipeline_schedule_creates_pipeline_runs(app: QuartTrio) -> None:
+    client, world = await world_of(app)
+    member = world.headers("member")
+    pipeline = {"stages": [{"name": "only", "stack": "shell", "command": ["true"]}]}
+    made = await client.post(
+        "/v1/schedules",
+        json={"name": "p", "every": "1s", "pipeline": pipeline, "concurrency": "replace"},
+        headers=member,
+    )
+    assert made.status_code == 201, await made.get_data()
+    sid = (await made.get_json())["schedule_id"]
+    assert "pipeline" in await made.get_json()
+    view = await until(
+        client,
+        f"/v1/schedules/{sid}",
+        member,
+        lambda v: len([r for r in v["runs"] if r["outcome"] == "created"]) >= 2,
+    )
+    runs = [r for r in view["runs"] if r["outcome"] == "created"]
+    assert all(r["pipeline_run_id"].startswith("plr_") for r in runs)
+    # replace: the earlier run, still waiting for a node, was cancelled for the next
+    older = await (
+        await client.get(f"/v1/pipelines/{runs[-1]['pipeline_run_id']}", headers=member)
+    ).get_json()
+    assert older["status"] == "cancelled" and older["org_id"] == world.org_a
