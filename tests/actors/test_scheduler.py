@@ -12,17 +12,17 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 
 from runplane.actors.scheduler import Fired, Poke, Scheduler, SchedulerDeps, SchedulerMsg
-from runplane.persistence import Store, open_store
+from runplane.persistence import Store
 from runplane.runtime import ActorRef, ChildSpec, Supervisor, clock
 from runplane.schedules import repo
 from runplane.schedules.repo import ScheduleRow
+from tests.actors.harness import store
 
 BASE_S = 1_800_000_000  # unix seconds at trio time 0
 
@@ -38,22 +38,11 @@ def wall(slow_autojump: trio.testing.MockClock) -> Iterator[None]:
         yield
 
 
+__all__ = ["store"]  # the fixture
+
 pytestmark = pytest.mark.parametrize(
     "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
-
-
-@pytest.fixture
-async def store(
-    backend: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> AsyncIterator[Store]:
-    url = None if backend == "sqlite" else str(request.getfixturevalue("pg_database"))
-    s = open_store(url, tmp_path / "data")
-    await s.open()
-    try:
-        yield s
-    finally:
-        await s.close()
 
 
 def now_ms() -> int:
