@@ -18,7 +18,8 @@ DEFAULT_ORG = "org_default"
 NO_ORG = ""
 
 Kind = Literal["user", "service", "node", "anon"]
-Credential = Literal["none", "admin", "token", "session"]
+#: ``share``/``embed``: a share code or an embed token (runplane/auth/shares.py)
+Credential = Literal["none", "admin", "token", "session", "share", "embed"]
 
 
 @dataclass(frozen=True, slots=True)

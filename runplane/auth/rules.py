@@ -52,6 +52,10 @@ class Rule:
     #: a stream ticket (``?ticket=`` or ``Bearer rpst_...``) stands in for the credential;
     #: the route checks it (runplane/streams/tickets.py)
     stream_ticket: bool = False
+    #: a share code or an embed token of the route's job (``?share=``/``X-Share-Token``,
+    #: ``?embed=``/``X-Embed-Token``, or as the bearer) reads it when it allows one of
+    #: these categories (runplane/auth/shares.py); () = no share reads this route
+    shared: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.need == "scope") != (self.scope is not None):
@@ -72,8 +76,11 @@ RULES: dict[tuple[str, str], Rule] = {
     # --- health and discovery -----------------------------------------------------------
     ("GET", "/healthz"): PUBLIC,
     ("GET", "/v1/healthz"): PUBLIC,
-    # Quart's built-in static route; runplane ships no static folder, so it only 404s.
+    # the web UI (docs/ui.md): its assets (Quart's static route) and the pages' shell
     ("GET", "/static/<path:filename>"): PUBLIC,
+    ("GET", "/"): PUBLIC,
+    ("GET", "/jobs/<job_id>"): PUBLIC,
+    ("GET", "/embed"): PUBLIC,
     ("GET", "/v1/auth/whoami"): PUBLIC,
     ("GET", "/v1/roles"): PUBLIC,
     # --- tokens (operator) ----------------------------------------------------------------
@@ -118,14 +125,14 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/stacks/<name>"): READ,
     ("POST", "/v1/jobs"): scope("runs:submit"),
     ("GET", "/v1/jobs"): READ,
-    ("GET", "/v1/jobs/<job_id>"): READ,
+    ("GET", "/v1/jobs/<job_id>"): Rule("read", shared=("view",)),
     ("POST", "/v1/jobs/<job_id>/cancel"): scope("runs:cancel"),
     ("POST", "/v1/jobs/<job_id>/priority"): scope("runs:priority"),
     ("POST", "/v1/jobs/<job_id>/rerun"): scope("runs:submit"),
-    ("GET", "/v1/jobs/<job_id>/logs"): READ,
-    ("GET", "/v1/jobs/<job_id>/artifacts"): READ,
+    ("GET", "/v1/jobs/<job_id>/logs"): Rule("read", shared=("logs",)),
+    ("GET", "/v1/jobs/<job_id>/artifacts"): Rule("read", shared=("artifacts",)),
     # The only route that also accepts ?token= (browser EventSource cannot set headers).
-    ("GET", "/v1/jobs/<job_id>/events"): Rule("read", query_token=True),
+    ("GET", "/v1/jobs/<job_id>/events"): Rule("read", query_token=True, shared=("logs", "metrics")),
     ("GET", "/v1/nodes"): READ,
     # cross-org node grants (docs/placement.md): owners/admins hold nodes:grant (via *);
     # the routes narrow a non-superuser to grants of its own org
@@ -139,13 +146,21 @@ RULES: dict[tuple[str, str], Rule] = {
     # self-update: fleet-wide operator control (spec: the admin token)
     ("POST", "/v1/nodes/<node_id>/update"): ADMIN,
     # --- realtime streams (docs/streams.md) ------------------------------------------------
-    ("GET", "/v1/jobs/<job_id>/streams"): READ,
-    ("POST", "/v1/jobs/<job_id>/streams/<name>/subscribe"): READ,
+    ("GET", "/v1/jobs/<job_id>/streams"): Rule("read", shared=("streams",)),
+    ("POST", "/v1/jobs/<job_id>/streams/<name>/subscribe"): Rule("read", shared=("streams",)),
     # a ticket from subscribe, or (data only) any credential that may read the job
     ("GET", "/v1/jobs/<job_id>/streams/<name>/data"): Rule("read", stream_ticket=True),
     # a ticket only (the route refuses a request without one: 401)
     ("POST", "/v1/jobs/<job_id>/streams/<name>/teleop"): Rule("read", stream_ticket=True),
-    ("GET", "/v1/jobs/<job_id>/recording"): READ,
+    ("GET", "/v1/jobs/<job_id>/recording"): Rule("read", shared=("streams", "metrics")),
+    # share links and embed grants (docs/sharing.md)
+    ("POST", "/v1/jobs/<job_id>/share"): scope("runs:share"),
+    ("DELETE", "/v1/jobs/<job_id>/share"): scope("runs:share"),
+    ("GET", "/s/<code>"): PUBLIC,
+    # runs:manage, runs:share or runs:submit (any of): checked by the route
+    ("POST", "/v1/jobs/<job_id>/embed"): READ,
+    ("GET", "/v1/embed/grant"): PUBLIC,
+    ("GET", "/embed/e/<token>"): PUBLIC,
     # --- runs (RunSpec), entitlements, policy ---------------------------------------------
     ("POST", "/v1/runs"): scope("runs:submit"),
     ("GET", "/v1/runs"): READ,

@@ -44,8 +44,10 @@ from runplane.http.routes import (
     schedules,
     secrets,
     sessions,
+    sharing,
     stacks,
     streams,
+    ui,
     webhooks,
 )
 from runplane.nodes.metrics import SAMPLE_SEC
@@ -188,6 +190,8 @@ def create_app(
     app.register_blueprint(me.blueprint)
     app.register_blueprint(webhooks.blueprint)
     app.register_blueprint(schedules.blueprint)
+    app.register_blueprint(sharing.blueprint)
+    app.register_blueprint(ui.blueprint)
     app.register_blueprint(git.blueprint)
     app.register_blueprint(secrets.blueprint)
     # first: control characters in path ids and query values never reach auth or the store

@@ -15,16 +15,17 @@ knows nothing of Quart; this module only reads the request and applies them.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from quart import Quart, g, has_request_context, has_websocket_context, request, websocket
 from werkzeug.datastructures import Headers
 
-from runplane.auth import access
+from runplane.auth import access, shares
 from runplane.auth.access import Denial, decide
-from runplane.auth.principal import InvalidCredential, Principal, anonymous
-from runplane.auth.rules import UNLISTED, WEBSOCKET, rule_for
+from runplane.auth.principal import NO_ORG, InvalidCredential, Principal, anonymous
+from runplane.auth.rules import UNLISTED, WEBSOCKET, Rule, rule_for
 from runplane.http.context import services
-from runplane.problems import Problem
+from runplane.problems import Problem, not_found
 from runplane.streams.tickets import looks_like_ticket
 
 log = logging.getLogger("runplane.auth")
@@ -78,6 +79,12 @@ async def _authenticate(*, is_websocket: bool) -> None:
             "RUNPLANE_DATABASE_URL=memory",
         )
     secret = _bearer(req.headers)
+    presented = _shared_token(req, secret, rule)
+    if presented is not None:
+        g.principal = await _shared_principal(rule, presented, req.view_args or {})
+        if rule.shared:
+            return  # the grant is the authorization: its job, its categories
+        secret = None  # elsewhere: a principal of no org and no scope, decided below
     if rule.stream_ticket:
         ticket = req.args.get("ticket") or (secret if looks_like_ticket(secret) else None)
         if ticket:  # the route verifies it; nobody is authenticated here
@@ -87,13 +94,16 @@ async def _authenticate(*, is_websocket: bool) -> None:
     if secret is None and rule.query_token:
         secret = req.args.get("token") or None
     invalid: str | None = None
-    try:
-        principal = await access.resolve(
-            svc.settings, svc.store, secret, org_id=req.headers.get(ORG_HEADER) or None
-        )
-    except InvalidCredential as exc:
-        invalid = exc.reason
-        principal = anonymous(sees_all=svc.settings.auth != "required")
+    if presented is not None:
+        principal = g.principal
+    else:
+        try:
+            principal = await access.resolve(
+                svc.settings, svc.store, secret, org_id=req.headers.get(ORG_HEADER) or None
+            )
+        except InvalidCredential as exc:
+            invalid = exc.reason
+            principal = anonymous(sees_all=svc.settings.auth != "required")
     g.principal = principal
     mode = svc.settings.auth
     standing = None
@@ -128,6 +138,61 @@ async def _authenticate(*, is_websocket: bool) -> None:
                     "status": would.status,
                 },
             )
+
+
+def _shared_token(req: Any, secret: str | None, rule: Rule) -> str | None:
+    """A share code or embed token presented with the request, if any: in a header or
+    as the bearer anywhere, as ``?share=``/``?embed=`` only where shares read the route
+    (``POST /v1/runs?embed=1`` is a flag, not a token)."""
+    query = rule.shared
+    for found in (
+        req.args.get("share") if query else None,
+        req.headers.get("X-Share-Token"),
+        req.args.get("embed") if query else None,
+        req.headers.get("X-Embed-Token"),
+        secret if secret is not None and shares.kind_of(secret) else None,
+    ):
+        if found:
+            return str(found)
+    return None
+
+
+async def _shared_principal(rule: Rule, token: str, view_args: dict[str, Any]) -> Principal:
+    """The read-only principal of a share code or embed token. On a route that lets
+    shares read its job, it reads that job's org, for that job and the allowed
+    categories only; anywhere else it reads nothing and holds no scope. 401 for a token
+    that is not live (fail closed); the 404 of an unknown job for another job."""
+    svc = services()
+    try:
+        grant = await shares.verify(svc.store, svc.settings.secret_key_bytes(), token)
+    except shares.Refused as exc:
+        raise Problem(
+            401,
+            "invalid_token",
+            f"this share link or embed token is not valid ({exc}); ask its owner for a new one",
+            headers={"WWW-Authenticate": "Bearer"},
+        ) from None
+    reads = NO_ORG
+    if rule.shared:
+        if view_args.get("job_id") != grant.job_id:
+            raise not_found("job")
+        if not any(grant.allows(c) for c in rule.shared):
+            raise Problem(
+                401,
+                "not_allowed",
+                f"this {grant.kind} grant does not allow {' or '.join(rule.shared)}",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        reads = grant.org_id
+    return Principal(
+        kind="anon",
+        subject=f"{grant.kind}:{grant.id}",
+        org_id=grant.org_id,
+        read_org=reads,
+        name=f"{grant.kind} link",
+        credential="share" if grant.kind == "share" else "embed",
+        credential_id=grant.id,
+    )
 
 
 async def authenticate_request() -> None:

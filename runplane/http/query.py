@@ -52,11 +52,14 @@ def check_args(accepted: Collection[str]) -> None:
     parameter, the close one."""
     names = list(accepted)
     url_rule = request.url_rule
-    if TOKEN_PARAM not in names and url_rule is not None:
+    credentials: tuple[str, ...] = ()  # accepted without being listed as parameters
+    if url_rule is not None:
         rule = rule_for(request.method, url_rule.rule)
-        if rule is not None and rule.query_token:
+        if rule is not None and rule.query_token and TOKEN_PARAM not in names:
             names.append(TOKEN_PARAM)
-    unknown = [name for name in request.args if name not in names]
+        if rule is not None and rule.shared:  # a share code or embed token may come so
+            credentials = ("share", "embed")
+    unknown = [name for name in request.args if name not in names and name not in credentials]
     if not unknown:
         return
     route = f"{request.method} {url_rule.rule}" if url_rule is not None else "this route"

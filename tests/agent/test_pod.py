@@ -94,14 +94,20 @@ async def test_a_service_starts_after_the_one_it_needs_passed_its_health_gate(
         ctrl_runs = next(i for i, t in enumerate(text) if t.startswith("service ctrl: running"))
         assert up < ctrl_runs  # ctrl started only once sim's gate passed
         assert "pod ready: all 2 services up" in text
+        workdir = str((tmp_path / "work" / "job_pod").absolute())
+        said = ("stdout", f"ctrl sees sim in {workdir}", "ctrl")
+
+        def tagged() -> set[tuple[str, ...]]:
+            return {(line[0], line[1], line[2]) for line in lines(events) if len(line) == 3}
+
+        with trio.fail_after(20):  # ctrl is up; its first line may still be on its way
+            while said not in tagged():  # noqa: ASYNC110 (polls the reported lines)
+                await trio.sleep(0.01)
         cancel.set()
     finished = result[0]
     assert (finished.outcome, finished.error) == ("cancelled", "cancelled")
     assert not any(alive(pid) for pid in pids)  # every service torn down
-    tagged = {(line[0], line[1], line[2]) for line in lines(events) if len(line) == 3}
-    assert ("stdout", "sim sim", "sim") in tagged
-    workdir = str((tmp_path / "work" / "job_pod").absolute())
-    assert ("stdout", f"ctrl sees sim in {workdir}", "ctrl") in tagged
+    assert ("stdout", "sim sim", "sim") in tagged()
 
 
 async def test_a_service_that_exits_fails_the_pod_and_stops_the_others(tmp_path: Path) -> None:

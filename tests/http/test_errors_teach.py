@@ -222,7 +222,9 @@ async def test_known_parameters_are_accepted(client: Any, path: str) -> None:
 
 async def test_embed_is_a_submit_parameter(client: Any) -> None:
     embed = await client.post("/v1/runs?embed=1", json={"stack": "shell"})
-    await problem(embed, 503, "feature_disabled")
+    assert embed.status_code == 202
+    grant = (await embed.get_json())["embed"]
+    assert grant["token"].startswith("rpem_") and grant["url"] == f"/embed/e/{grant['token']}"
     typo = await client.post("/v1/runs?embded=1", json={"stack": "shell"})
     body = await problem(typo, 400, "invalid_query")
     assert (
@@ -256,11 +258,14 @@ async def test_token_off_the_events_route_points_at_the_header(client: Any) -> N
 
 
 async def test_every_route_refuses_unknown_parameters(app: QuartTrio, client: Any) -> None:
-    """Every HTTP route but the health probes and static files: 400 (after auth, so a
-    route the admin token may not call answers its auth refusal instead)."""
+    """Every HTTP route but the health probes, static files and the web UI's pages (the
+    app in the browser reads their query): 400 (after auth, so a route the admin token may
+    not call answers its auth refusal instead)."""
     seen = 0
     for url_rule in app.url_map.iter_rules():
         if getattr(url_rule, "websocket", False) or url_rule.endpoint == "static":
+            continue
+        if url_rule.endpoint.startswith("ui."):
             continue
         path = re.sub(r"<(?:[^:>]+:)?([^>]+)>", r"x_\1", url_rule.rule)
         for method in sorted(set(url_rule.methods or ()) - {"HEAD", "OPTIONS"}):

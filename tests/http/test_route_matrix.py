@@ -401,7 +401,10 @@ CASES: dict[tuple[str, str], Case] = {
     # public
     ("GET", "/healthz"): Case("public", path("/healthz")),
     ("GET", "/v1/healthz"): Case("public", path("/v1/healthz")),
-    ("GET", "/static/<path:filename>"): Case("public", path("/static/app.css"), ok=404),
+    ("GET", "/static/<path:filename>"): Case("public", path("/static/app.css")),
+    ("GET", "/"): Case("public", path("/")),
+    ("GET", "/jobs/<job_id>"): Case("public", path("/jobs/job_x?share=rpsh_x")),
+    ("GET", "/embed"): Case("public", path("/embed?e=rpem_x&j=job_x")),
     ("GET", "/v1/auth/whoami"): Case("public", path("/v1/auth/whoami")),
     ("GET", "/v1/roles"): Case("public", path("/v1/roles")),
     ("POST", "/v1/auth/token"): Case("public", _fresh_login_token),
@@ -474,6 +477,20 @@ CASES: dict[tuple[str, str], Case] = {
         "public", _with_stream(JOB + "/streams/telemetry/teleop", post={"push": 1}), ok=401
     ),
     ("GET", "/v1/jobs/<job_id>/recording"): Case("read", path(JOB + "/recording"), org_bound=True),
+    # share links and embed grants (docs/sharing.md)
+    ("POST", "/v1/jobs/<job_id>/share"): Case(
+        "scope", path(JOB + "/share"), ok=201, scope="runs:share", org_bound=True
+    ),
+    ("DELETE", "/v1/jobs/<job_id>/share"): Case(
+        "scope", path(JOB + "/share"), scope="runs:share", org_bound=True
+    ),
+    ("GET", "/s/<code>"): Case("public", path("/s/rpsh_unknown"), ok=302),
+    # any of runs:manage, runs:share, runs:submit (the roles that hold one hold runs:share)
+    ("POST", "/v1/jobs/<job_id>/embed"): Case(
+        "scope", path(JOB + "/embed"), ok=201, scope="runs:share", org_bound=True
+    ),
+    ("GET", "/v1/embed/grant"): Case("public", path("/v1/embed/grant"), ok=401),
+    ("GET", "/embed/e/<token>"): Case("public", path("/embed/e/rpem_unknown"), ok=302),
     ("GET", "/v1/nodes"): Case("read", path("/v1/nodes")),
     ("GET", "/v1/nodes/grants"): Case("read", path("/v1/nodes/grants"), check=_grants_narrowed),
     ("GET", "/v1/runs"): Case("read", path("/v1/runs"), check=_runs_narrowed),

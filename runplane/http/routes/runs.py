@@ -11,6 +11,7 @@ from typing import Any
 
 from quart import Blueprint
 
+from runplane.auth.shares import EmbedMintBody
 from runplane.http import audit
 from runplane.http.bodies import parse_body
 from runplane.http.caller import current_caller
@@ -18,6 +19,7 @@ from runplane.http.context import services
 from runplane.http.listing import RUN_LIST_PARAMS, job_filter, listing
 from runplane.http.query import accepts_query, flag_arg
 from runplane.http.routes.jobs import created_reply, idempotency_key, job_reply, jobs_service
+from runplane.http.routes.sharing import mint_grant
 from runplane.jobs import repo
 from runplane.jobs.rows import JobRow
 from runplane.problems import Problem, not_found
@@ -36,11 +38,12 @@ def _submitter() -> Submitter:
 @blueprint.post("")
 @accepts_query("embed")
 async def submit() -> tuple[dict[str, Any], int]:
-    if flag_arg("embed"):
+    embed = flag_arg("embed")
+    if embed and not services().store.supports_identity:
         raise Problem(
             503,
-            "feature_disabled",
-            "embed grants are not available on this server yet; submit without ?embed=1",
+            "auth_store_unavailable",
+            "embed grants need a database (RUNPLANE_DATABASE_URL=memory); submit without ?embed=1",
         )
     body = await parse_body(RunSpecBody)
     created = await jobs_service().submit(
@@ -49,7 +52,10 @@ async def submit() -> tuple[dict[str, Any], int]:
         idempotency_key=idempotency_key(),
         audit=audit.job_entry("runs:submit"),
     )
-    return await created_reply(created, run_id=created.row.id)
+    extra: dict[str, Any] = {"run_id": created.row.id}
+    if embed:  # a grant of every category with the default lifetime, beside the job
+        extra["embed"] = await mint_grant(created.row, EmbedMintBody(), _submitter().subject)
+    return await created_reply(created, **extra)
 
 
 @blueprint.get("")

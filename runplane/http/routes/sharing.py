@@ -1,0 +1,172 @@
+"""Share links and embed grants of a job (docs/sharing.md; spec: ShareResult, Embed).
+
+A share link (``POST /v1/jobs/{id}/share``, scope ``runs:share``) is a signed, expiring,
+read-only code for that one job; ``GET /s/{code}`` sends a browser to the run view with it.
+``DELETE /v1/jobs/{id}/share`` revokes every code of the job. An embed grant (``POST
+/v1/jobs/{id}/embed``) is the same kind of credential limited to categories and carrying
+branding, for a page that embeds the run; ``GET /v1/embed/grant`` tells such a page what
+its token allows. Both are checked against the store on every use (fail closed)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from quart import Blueprint, redirect, request
+from werkzeug.wrappers.response import Response
+
+from runplane.auth import shares
+from runplane.auth.shares import EMBED_MAX_HOURS, EmbedMintBody, ShareBody
+from runplane.http import audit
+from runplane.http.bodies import parse_body
+from runplane.http.caller import current_caller
+from runplane.http.context import services
+from runplane.http.query import accepts_query
+from runplane.http.routes.artifacts import public_origin
+from runplane.jobs import repo
+from runplane.jobs.rows import JobRow
+from runplane.problems import Problem, not_found
+from runplane.timefmt import iso_ms
+
+blueprint = Blueprint("sharing", __name__)
+
+#: Scopes any one of which lets a caller mint an embed grant (spec).
+EMBED_SCOPES = ("runs:manage", "runs:share", "runs:submit")
+
+
+def _key() -> bytes:
+    return services().settings.secret_key_bytes()
+
+
+async def _visible_job(job_id: str) -> JobRow:
+    row = await repo.get_row(services().store, job_id, current_caller().read_org)
+    if row is None:
+        raise not_found("job")
+    return row
+
+
+async def _optional_body(model: type[Any]) -> Any:
+    """The body when one is sent (these bodies are all optional)."""
+    if not (await request.get_data()):
+        return model()
+    return await parse_body(model)
+
+
+@blueprint.post("/v1/jobs/<job_id>/share")
+async def share_job(job_id: str) -> tuple[dict[str, str], int]:
+    row = await _visible_job(job_id)
+    body = await _optional_body(ShareBody)
+    token, grant = await shares.mint(
+        services().store,
+        _key(),
+        kind="share",
+        job_id=row.id,
+        org_id=row.org_id,
+        by=current_caller().subject,
+        ttl_hours=body.ttl_hours,
+    )
+    await audit.record(
+        "runs:share",
+        "job",
+        row.id,
+        org_id=row.org_id,
+        after={"share_id": grant.id, "expires_at": iso_ms(grant.expires_at)},
+    )
+    url = f"{public_origin()}/s/{token}"
+    return {"token": token, "code": token, "url": url, "expires_at": iso_ms(grant.expires_at)}, 201
+
+
+@blueprint.delete("/v1/jobs/<job_id>/share")
+async def revoke_shares(job_id: str) -> dict[str, Any]:
+    row = await _visible_job(job_id)
+    revoked = await shares.revoke(services().store, row.id, kind="share")
+    await audit.record("runs:unshare", "job", row.id, org_id=row.org_id, after={"revoked": revoked})
+    return {"job_id": row.id, "revoked": revoked}
+
+
+@blueprint.get("/s/<code>")
+async def open_share(code: str) -> Response:
+    """302 to the run view with the code; an unknown, expired, revoked or tampered code to
+    the home page with ``?share_error=expired``."""
+    try:
+        grant = await shares.verify(services().store, _key(), code, kind="share")
+    except shares.Refused:
+        return redirect("/?share_error=expired", 302)
+    return redirect(f"/jobs/{quote(grant.job_id)}?share={quote(code)}", 302)
+
+
+@blueprint.post("/v1/jobs/<job_id>/embed")
+async def mint_embed(job_id: str) -> tuple[dict[str, Any], int]:
+    svc = services()
+    if not svc.store.supports_identity:
+        raise Problem(
+            503,
+            "auth_store_unavailable",
+            "embed grants need a database (this server runs with RUNPLANE_DATABASE_URL=memory)",
+        )
+    caller = current_caller()
+    principal = caller.principal
+    if principal is not None and principal.credential in ("share", "embed"):
+        raise Problem(403, "forbidden", "a shared or embedded view cannot mint embed grants")
+    open_anonymous = principal is None or (
+        not principal.authenticated and svc.settings.auth != "required"
+    )
+    if not open_anonymous and not any(principal.has_scope(s) for s in EMBED_SCOPES):  # type: ignore[union-attr]
+        raise Problem(
+            403,
+            "missing_scope",
+            "minting an embed grant needs runs:manage, runs:share or runs:submit (a viewer cannot)",
+        )
+    row = await _visible_job(job_id)
+    body = await _optional_body(EmbedMintBody)
+    view = await mint_grant(row, body, caller.subject)
+    return view, 201
+
+
+async def mint_grant(row: JobRow, body: EmbedMintBody, by: str) -> dict[str, Any]:
+    """EmbedMintResult ``{token, url, expires_at}`` for a new grant on ``row``."""
+    token, grant = await shares.mint(
+        services().store,
+        _key(),
+        kind="embed",
+        job_id=row.id,
+        org_id=row.org_id,
+        by=by,
+        ttl_hours=min(body.ttl_hours, EMBED_MAX_HOURS),
+        allow=list(body.allow),
+        branding=body.branding.model_dump(),
+    )
+    await audit.record(
+        "runs:embed",
+        "job",
+        row.id,
+        org_id=row.org_id,
+        after={"grant_id": grant.id, "allow": list(grant.allow)},
+    )
+    return {"token": token, "url": f"/embed/e/{token}", "expires_at": iso_ms(grant.expires_at)}
+
+
+@blueprint.get("/v1/embed/grant")
+@accepts_query("embed")
+async def embed_grant() -> dict[str, Any]:
+    """EmbedGrantView of the token in ``X-Embed-Token`` or ``?embed=``; 401 for anything
+    missing, expired, tampered or revoked."""
+    if not services().store.supports_identity:
+        raise Problem(503, "auth_store_unavailable", "embed grants need a database")
+    token = request.headers.get("X-Embed-Token") or request.args.get("embed")
+    if not token:
+        raise Problem(401, "unauthorized", "send the embed token as X-Embed-Token or ?embed=")
+    try:
+        grant = await shares.verify(services().store, _key(), token, kind="embed")
+    except shares.Refused as exc:
+        raise Problem(401, "invalid_token", f"this embed token is not valid ({exc})") from None
+    return grant.grant_view()
+
+
+@blueprint.get("/embed/e/<token>")
+async def open_embed(token: str) -> Response:
+    try:
+        grant = await shares.verify(services().store, _key(), token, kind="embed")
+    except shares.Refused:
+        return redirect("/embed?embed_error=expired", 302)
+    return redirect(f"/embed?e={quote(token)}&j={quote(grant.job_id)}", 302)

@@ -1,0 +1,39 @@
+"""The web UI's pages (docs/ui.md): one HTML shell for every page, the single-page app in
+``runplane/static`` (served by Quart's static route) drawing the page from the public API.
+The pages themselves hold no data, so they are public; what they show is what the
+browser's token, share code or embed token may read."""
+
+from __future__ import annotations
+
+from quart import Blueprint, Response, current_app
+
+from runplane.http.query import ignores_query
+
+blueprint = Blueprint("ui", __name__)
+
+
+async def _shell() -> Response:
+    response = await current_app.send_static_file("index.html")
+    response.headers["Cache-Control"] = "no-cache"
+    return response
+
+
+@blueprint.get("/")
+@ignores_query
+async def home() -> Response:
+    """The jobs list (``?share_error=`` says a share link expired)."""
+    return await _shell()
+
+
+@blueprint.get("/jobs/<job_id>")
+@ignores_query
+async def run_page(job_id: str) -> Response:
+    """The run view (``?share=<code>``: the read-only shared view)."""
+    return await _shell()
+
+
+@blueprint.get("/embed")
+@ignores_query
+async def embed_page() -> Response:
+    """The minimal embed view (``?e=<token>&j=<job>``, or ``?embed_error=``)."""
+    return await _shell()

@@ -1,0 +1,272 @@
+// runplane web UI: a small single-page app on the public API (no build step).
+// Pages: jobs list (/), run view (/jobs/<id>, also read-only with ?share=<code>), and the
+// minimal embed view (/embed?e=<token>&j=<job>). A bearer token typed in the header box is
+// kept in this browser (localStorage) and sent as Authorization; the SSE route takes it
+// as ?token= (the spec allows it there, EventSource cannot set headers).
+
+const TOKEN_KEY = "runplane.token";
+const TERMINAL = ["succeeded", "failed", "timeout", "cancelled"];
+const params = new URLSearchParams(location.search);
+const share = params.get("share");
+const embed = params.get("e");
+const view = document.getElementById("view");
+
+function token() { return localStorage.getItem(TOKEN_KEY) || ""; }
+
+function credentialHeaders() {
+  if (share) return { "X-Share-Token": share };
+  if (embed) return { "X-Embed-Token": embed };
+  return token() ? { Authorization: `Bearer ${token()}` } : {};
+}
+
+function credentialQuery() {
+  if (share) return `share=${encodeURIComponent(share)}`;
+  if (embed) return `embed=${encodeURIComponent(embed)}`;
+  return token() ? `token=${encodeURIComponent(token())}` : "";
+}
+
+function showError(message) {
+  const box = document.getElementById("error");
+  box.textContent = message;
+  box.hidden = !message;
+}
+
+async function api(path, options = {}) {
+  const response = await fetch(path, {
+    ...options,
+    headers: { ...credentialHeaders(), ...(options.headers || {}) },
+  });
+  const text = await response.text();
+  const body = text ? JSON.parse(text) : null;
+  if (!response.ok) {
+    // RFC 9457 problems: show the detail, which says what to do next
+    const detail = body && body.detail ? body.detail : `${response.status} ${response.statusText}`;
+    throw new Error(detail);
+  }
+  return body;
+}
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "class") node.className = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value);
+  }
+  for (const child of children.flat()) {
+    if (child !== null && child !== undefined) {
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+  }
+  return node;
+}
+
+function phaseBadge(phase) { return el("span", { class: `phase phase-${phase}` }, phase); }
+
+function size(bytes) {
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let value = bytes, unit = 0;
+  while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit += 1; }
+  return `${value.toFixed(unit ? 1 : 0)} ${units[unit]}`;
+}
+
+// ANSI SGR colours (30-37, 90-97, bold, reset) as spans; everything else is dropped.
+function ansi(line) {
+  const out = document.createDocumentFragment();
+  let classes = [];
+  for (const part of line.split(/(\x1b\[[0-9;]*m)/)) {
+    const code = part.match(/^\x1b\[([0-9;]*)m$/);
+    if (code) {
+      for (const n of (code[1] || "0").split(";").map(Number)) {
+        if (n === 0) classes = [];
+        else if (n === 1) classes.push("ansi-bold");
+        else if (n >= 30 && n <= 37) classes.push(`ansi-${n}`);
+        else if (n >= 90 && n <= 97) classes.push(`ansi-${n - 60}`);
+      }
+    } else if (part) {
+      out.append(classes.length ? el("span", { class: classes.join(" ") }, part) : part);
+    }
+  }
+  return out;
+}
+
+function chart(key, points) {
+  const values = points.map((p) => p[1]);
+  const lo = Math.min(...values), hi = Math.max(...values);
+  const span = hi - lo || 1;
+  const coords = points
+    .map((p, i) => `${(i / Math.max(points.length - 1, 1)) * 100},${40 - ((p[1] - lo) / span) * 36 - 2}`)
+    .join(" ");
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("viewBox", "0 0 100 40");
+  svg.setAttribute("preserveAspectRatio", "none");
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", `${key}: last ${values[values.length - 1]}`);
+  const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+  line.setAttribute("points", coords);
+  svg.append(line);
+  return el("figure", { class: "chart", "data-key": key },
+    el("figcaption", {}, `${key}: ${values[values.length - 1]}`), svg);
+}
+
+// -- the jobs list ---------------------------------------------------------------------
+
+async function jobsPage() {
+  document.title = "Jobs · runplane";
+  // an expired share link sent the browser here: say so for as long as the page is open
+  const notice = params.get("share_error")
+    ? "That share link has expired or was revoked; ask its owner for a new one." : "";
+  showError(notice);
+  const phase = el("select", { id: "phase-filter", "aria-label": "phase" },
+    ...["", "queued", "running", "succeeded", "failed", "timeout", "cancelled"].map(
+      (p) => el("option", { value: p }, p || "any phase")));
+  const stack = el("input", { id: "stack-filter", placeholder: "stack", "aria-label": "stack" });
+  const body = el("tbody");
+  const table = el("div", { class: "table-wrap" }, el("table", {},
+    el("thead", {}, el("tr", {}, el("th", {}, "job"), el("th", {}, "stack"), el("th", {}, "phase"),
+      el("th", { class: "hide-narrow" }, "waiting because"), el("th", { class: "hide-narrow" }, "created"))),
+    body));
+  view.replaceChildren(el("h1", {}, "Jobs"), el("div", { class: "filters" }, phase, stack), table);
+  async function refresh() {
+    const query = new URLSearchParams({ limit: "100" });
+    if (phase.value) query.set("phase", phase.value);
+    if (stack.value.trim()) query.set("stack", stack.value.trim());
+    try {
+      const jobs = await api(`/v1/jobs?${query}`);
+      showError(notice);
+      body.replaceChildren(...jobs.map((j) => el("tr", { "data-job": j.job_id },
+        el("td", {}, el("a", { href: `/jobs/${j.job_id}` }, j.job_id)),
+        el("td", {}, j.stack), el("td", {}, phaseBadge(j.phase)),
+        el("td", { class: "hide-narrow muted" }, j.wait_reason || ""),
+        el("td", { class: "hide-narrow muted" }, j.created_at))));
+      if (!jobs.length) body.replaceChildren(el("tr", {}, el("td", { colspan: "5", class: "muted" }, "no jobs")));
+    } catch (error) { showError(error.message); }
+  }
+  phase.addEventListener("change", refresh);
+  stack.addEventListener("change", refresh);
+  await refresh();
+  setInterval(refresh, 2000); // live phases
+}
+
+// -- the run view ---------------------------------------------------------------------
+
+function logsPanel(jobId, { categories = null } = {}) {
+  const allowed = (c) => !categories || !categories.length || categories.includes(c);
+  const pre = el("pre", { class: "logs", id: "logs", tabindex: "0", "aria-label": "logs" });
+  let follow = true;
+  const toggle = el("button", { type: "button", id: "follow" }, "Pause");
+  toggle.addEventListener("click", () => {
+    follow = !follow;
+    toggle.textContent = follow ? "Pause" : "Follow";
+    if (follow) pre.scrollTop = pre.scrollHeight;
+  });
+  const charts = el("div", { class: "charts", id: "charts" });
+  const series = new Map();
+  const timeline = el("ol", { id: "timeline" });
+  const source = new EventSource(`/v1/jobs/${jobId}/events?${credentialQuery()}`);
+  source.addEventListener("log", (event) => {
+    const data = JSON.parse(event.data);
+    const row = el("div", { class: `stream-${data.stream}` }, ansi(data.line));
+    pre.append(row);
+    if (follow) pre.scrollTop = pre.scrollHeight;
+  });
+  source.addEventListener("metric", (event) => {
+    const data = JSON.parse(event.data);
+    for (const [key, value] of Object.entries(data.values)) {
+      if (!series.has(key)) series.set(key, []);
+      series.get(key).push([data.step ?? series.get(key).length, value]);
+    }
+    charts.replaceChildren(...[...series].map(([key, points]) => chart(key, points)));
+  });
+  source.addEventListener("phase", (event) => {
+    const data = JSON.parse(event.data);
+    timeline.append(el("li", {}, phaseBadge(data.phase), " ", data.reason || data.error || ""));
+    const current = document.getElementById("phase");
+    if (current) current.replaceChildren(phaseBadge(data.phase));
+    if (TERMINAL.includes(data.phase)) source.close(); // the stream ends there
+  });
+  const parts = [];
+  parts.push(el("section", {}, el("h2", {}, "Phases"), timeline));
+  if (allowed("logs")) parts.push(el("section", {}, el("h2", {}, "Logs ", toggle), pre));
+  if (allowed("metrics")) parts.push(el("section", {}, el("h2", {}, "Metrics"), charts));
+  return parts;
+}
+
+function artifactsPanel(job) {
+  const rows = (job.artifacts || []).map((a) => el("li", {},
+    el("a", { href: a.ref, download: "" }, a.artifact), " ", el("span", { class: "muted" }, size(a.size))));
+  return el("section", { id: "artifacts" }, el("h2", {}, "Artifacts"),
+    rows.length ? el("ul", {}, rows) : el("p", { class: "muted" }, "none yet"));
+}
+
+async function runPage(jobId) {
+  document.title = `${jobId} · runplane`;
+  let job;
+  try { job = await api(`/v1/jobs/${jobId}`); } catch (error) {
+    view.replaceChildren(el("h1", {}, jobId));
+    showError(error.message);
+    return;
+  }
+  const facts = el("dl", { class: "facts" },
+    el("dt", {}, "phase"), el("dd", { id: "phase" }, phaseBadge(job.phase)),
+    el("dt", {}, "stack"), el("dd", {}, job.stack),
+    el("dt", {}, "node"), el("dd", {}, job.node_id || "—"),
+    el("dt", {}, "attempt"), el("dd", {}, `${job.attempt} (requeues ${job.attempts}, retries ${job.retries ?? 0})`),
+    el("dt", {}, "error"), el("dd", {}, job.error || "—"));
+  const header = [el("h1", {}, job.job_id), facts];
+  if (share) {
+    header.unshift(el("p", { class: "muted", id: "shared-note" }, "Shared read-only view."));
+  } else {
+    const shareButton = el("button", { type: "button", id: "share" }, "Share read-only link");
+    const out = el("output", { id: "share-url" });
+    shareButton.addEventListener("click", async () => {
+      try { out.textContent = (await api(`/v1/jobs/${jobId}/share`, { method: "POST" })).url; }
+      catch (error) { showError(error.message); }
+    });
+    header.push(el("p", {}, shareButton, " ", out));
+  }
+  view.replaceChildren(...header, ...logsPanel(jobId), artifactsPanel(job));
+}
+
+// -- the embed view ---------------------------------------------------------------------
+
+async function embedPage() {
+  document.getElementById("top").hidden = true;
+  if (params.get("embed_error") || !embed) {
+    view.replaceChildren(el("p", { role: "alert" }, "This embedded run is no longer available."));
+    return;
+  }
+  let grant;
+  try { grant = await api("/v1/embed/grant"); } catch (error) {
+    view.replaceChildren(el("p", { role: "alert" }, error.message));
+    return;
+  }
+  const brand = grant.branding || {};
+  if (brand.accent) document.documentElement.style.setProperty("--accent", brand.accent);
+  const title = el("div", { class: "embed-brand" },
+    brand.logo_url ? el("img", { src: brand.logo_url, alt: "" }) : null,
+    el("strong", { id: "embed-title" }, brand.title || grant.job));
+  const job = await api(`/v1/jobs/${grant.job}`);
+  const parts = [title, el("p", {}, phaseBadge(job.phase), " ", job.stack),
+    ...logsPanel(grant.job, { categories: grant.allow })];
+  if (!grant.allow.length || grant.allow.includes("artifacts")) parts.push(artifactsPanel(job));
+  view.replaceChildren(...parts);
+}
+
+// -- start ------------------------------------------------------------------------------
+
+const box = document.getElementById("token-box");
+const input = document.getElementById("token");
+input.value = token();
+box.addEventListener("submit", (event) => {
+  event.preventDefault();
+  localStorage.setItem(TOKEN_KEY, input.value.trim());
+  location.reload();
+});
+if (share || embed) box.hidden = true;
+
+const path = location.pathname;
+const run = path.match(/^\/jobs\/([^/]+)$/);
+if (path === "/embed") embedPage();
+else if (run) runPage(decodeURIComponent(run[1]));
+else jobsPage();

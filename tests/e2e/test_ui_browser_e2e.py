@@ -1,0 +1,109 @@
+"""The web UI in a real browser (Debian's Chromium driven by Playwright's sync API, in a
+worker thread: the server runs in this test's trio loop) against a real server with a
+real agent: the jobs list links to the run view, which follows the logs live with their
+ANSI colours and charts the metrics; a share link opens the read-only view; an embed
+link shows the branding and only the allowed categories; a narrow (phone) viewport still
+shows the page (docs/ui.md)."""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from tests.e2e.conftest import LiveServer, StartAgent, online_nodes, submit, wait_for, wait_phase
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
+
+SCRIPT = (
+    'printf "\\033[32mgreen light\\033[0m plain\\n"; '
+    'echo \'{"step": 1, "loss": 0.9}\' > /dev/null; echo done'
+)
+
+
+def browse(base: str, job_id: str, share_url: str, embed_path: str) -> dict[str, Any]:
+    from playwright.sync_api import sync_playwright
+
+    seen: dict[str, Any] = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto(base + "/")
+        page.wait_for_selector(f"tr[data-job='{job_id}']")
+        page.click(f"a[href='/jobs/{job_id}']")
+        page.wait_for_selector("#logs >> text=green light")
+        seen["green"] = page.locator("#logs .ansi-32").first.inner_text()
+        seen["phase"] = page.locator("#phase").inner_text()
+        seen["share_button"] = page.locator("#share").count()
+        # the share link: a read-only view, no share button
+        shared = browser.new_page()
+        shared.goto(share_url)
+        shared.wait_for_selector("#logs >> text=done")
+        seen["shared_url"] = shared.url
+        seen["shared_note"] = shared.locator("#shared-note").count()
+        seen["shared_button"] = shared.locator("#share").count()
+        seen["token_box_hidden"] = shared.locator("#token-box").is_hidden()
+        # the embed link: branding, logs only
+        embedded = browser.new_page()
+        embedded.goto(base + embed_path)
+        embedded.wait_for_selector("#embed-title")
+        seen["embed_title"] = embedded.locator("#embed-title").inner_text()
+        embedded.wait_for_selector("#logs >> text=done")
+        seen["embed_artifacts"] = embedded.locator("#artifacts").count()
+        seen["embed_charts"] = embedded.locator("#charts").count()
+        # an expired share link lands on the jobs list with the problem's message
+        gone = browser.new_page()
+        gone.goto(base + "/s/rpsh_nope")
+        gone.wait_for_selector("#error:not([hidden])")
+        seen["expired_error"] = gone.locator("#error").inner_text()
+        # a phone's width: the page still renders its table
+        phone = browser.new_page(viewport={"width": 375, "height": 700})
+        phone.goto(base + "/")
+        phone.wait_for_selector(f"tr[data-job='{job_id}']")
+        seen["phone_overflow"] = phone.evaluate(
+            "document.documentElement.scrollWidth <= window.innerWidth + 1"
+        )
+        browser.close()
+    return seen
+
+
+async def test_the_ui_shows_a_run_live_shared_and_embedded(
+    server: LiveServer, start_agent: StartAgent
+) -> None:
+    start_agent(server.url, "uinode")
+    async with server.client() as client:
+        await wait_for(lambda: online_nodes(client), 30, "the agent")
+        job_id = await submit(client, {"stack": "shell", "command": ["sh", "-c", SCRIPT]})
+        done = await wait_phase(client, job_id, "succeeded", "failed")
+        assert done["phase"] == "succeeded"
+        share = (await client.post(f"/v1/jobs/{job_id}/share")).json()
+        embed = await client.post(
+            f"/v1/jobs/{job_id}/embed",
+            json={"allow": ["logs"], "branding": {"title": "Robot lab", "accent": "#ff6600"}},
+        )
+        assert embed.status_code == 201, embed.text
+        base = server.url.rstrip("/")
+        seen = await trio.to_thread.run_sync(
+            browse, base, job_id, base + f"/s/{share['code']}", embed.json()["url"]
+        )
+    assert seen["green"] == "green light" and seen["phase"] == "succeeded"
+    assert seen["share_button"] == 1
+    assert seen["shared_url"].endswith(f"/jobs/{job_id}?share={share['code']}")
+    assert (seen["shared_note"], seen["shared_button"]) == (1, 0) and seen["token_box_hidden"]
+    assert seen["embed_title"] == "Robot lab"
+    assert (seen["embed_artifacts"], seen["embed_charts"]) == (0, 0)
+    assert "expired" in seen["expired_error"]
+    assert seen["phone_overflow"] is True
+
+
+async def test_the_pages_are_one_shell_and_the_assets_are_served(server: LiveServer) -> None:
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        for path in ("/", "/jobs/job_x", "/embed?e=x&j=y"):
+            page = await client.get(path)
+            assert page.status_code == 200 and '<main id="view"' in page.text, path
+        for asset in ("/static/app.js", "/static/app.css"):
+            assert (await client.get(asset)).status_code == 200
