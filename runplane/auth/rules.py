@@ -81,6 +81,11 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/"): PUBLIC,
     ("GET", "/jobs/<job_id>"): PUBLIC,
     ("GET", "/embed"): PUBLIC,
+    ("GET", "/submit"): PUBLIC,
+    ("GET", "/nodes"): PUBLIC,
+    ("GET", "/pipelines"): PUBLIC,
+    ("GET", "/sessions"): PUBLIC,
+    ("GET", "/pipelines/<run_id>"): PUBLIC,
     ("GET", "/v1/auth/whoami"): PUBLIC,
     ("GET", "/v1/roles"): PUBLIC,
     # --- tokens (operator) ----------------------------------------------------------------

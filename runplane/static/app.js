@@ -253,6 +253,165 @@ async function embedPage() {
   view.replaceChildren(...parts);
 }
 
+
+// -- nodes, pipelines, sessions, submit ------------------------------------------------
+
+function table(head, rows) {
+  return el("div", { class: "table-wrap" }, el("table", {},
+    el("thead", {}, el("tr", {}, head.map((h) => el("th", {}, h)))),
+    el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: String(head.length), class: "muted" }, "none")))));
+}
+
+function live(render) {
+  const tick = async () => {
+    try { await render(); } catch (error) { showError(error.message); }
+  };
+  tick();
+  setInterval(tick, 2000);
+}
+
+function nodesPage() {
+  document.title = "Nodes · runplane";
+  const body = el("div");
+  view.replaceChildren(el("h1", {}, "Nodes"), body);
+  live(async () => {
+    const nodes = await api("/v1/nodes");
+    body.replaceChildren(table(["node", "status", "CPU used", "RAM used", "GPUs used", "running jobs"],
+      nodes.map((n) => el("tr", { "data-node": n.id },
+        el("td", {}, n.name || n.id), el("td", {}, phaseBadge(n.status)),
+        el("td", {}, `${n.used_cpu} / ${n.cpu_cores}`), el("td", {}, `${n.used_ram} / ${n.ram_gb} GB`),
+        el("td", {}, `${n.used_gpu} / ${n.gpus}`),
+        el("td", {}, (n.running_jobs || []).map((j) => j.job_id
+          ? el("a", { href: `/jobs/${j.job_id}` }, `${j.job_id} `) : `${j.phase} `))))));
+    for (const n of nodes.slice(0, 10)) {
+      const metrics = await api(`/v1/nodes/${n.id}/metrics?window=15m`);
+      if (metrics.samples.length > 1) {
+        body.append(chart(`${n.name || n.id} load`, metrics.samples.map((p, i) => [i, p.load])));
+      }
+    }
+  });
+}
+
+function depthOf(stages) {
+  const by = new Map(stages.map((s) => [s.name, s]));
+  const depth = new Map();
+  const of = (name) => {
+    if (!depth.has(name)) depth.set(name, 1 + Math.max(-1, ...by.get(name).needs.map(of)));
+    return depth.get(name);
+  };
+  stages.forEach((s) => of(s.name));
+  return depth;
+}
+
+function pipelinesPage() {
+  document.title = "Pipelines · runplane";
+  const body = el("div");
+  view.replaceChildren(el("h1", {}, "Pipelines"), body);
+  live(async () => {
+    const runs = await api("/v1/pipelines");
+    body.replaceChildren(table(["run", "name", "status", "stages"], runs.map((r) => el("tr", {},
+      el("td", {}, el("a", { href: `/pipelines/${r.pipeline_run_id}` }, r.pipeline_run_id)),
+      el("td", {}, r.name), el("td", {}, phaseBadge(r.status)), el("td", {}, String(r.stage_count))))));
+  });
+}
+
+function pipelinePage(runId) {
+  document.title = `${runId} · runplane`;
+  const body = el("div", { class: "dag", id: "dag" });
+  const status = el("span");
+  view.replaceChildren(el("h1", {}, runId, " ", status), body);
+  live(async () => {
+    const run = await api(`/v1/pipelines/${runId}`);
+    status.replaceChildren(phaseBadge(run.status));
+    const depth = depthOf(run.stages);
+    const columns = [];
+    for (const stage of run.stages) {
+      const d = depth.get(stage.name);
+      columns[d] = columns[d] || el("ol", { class: "dag-level", "aria-label": `level ${d + 1}` });
+      columns[d].append(el("li", { "data-stage": stage.name },
+        stage.job_id ? el("a", { href: `/jobs/${stage.job_id}` }, stage.name) : stage.name, " ",
+        phaseBadge(stage.phase),
+        stage.needs.length ? el("span", { class: "muted" }, ` ← ${stage.needs.join(", ")}`) : null,
+        stage.error ? el("div", { class: "muted" }, stage.error) : null));
+    }
+    body.replaceChildren(...columns.filter(Boolean));
+  });
+}
+
+function sessionsPage() {
+  document.title = "Sessions · runplane";
+  const body = el("div");
+  view.replaceChildren(el("h1", {}, "Sessions"), body);
+  const act = async (path, method) => {
+    try { await api(path, { method }); } catch (error) { showError(error.message); }
+  };
+  live(async () => {
+    const sessions = await api("/v1/sessions");
+    body.replaceChildren(table(["session", "name", "phase", "last keepalive", ""], sessions.map((x) => el("tr", { "data-session": x.id },
+      el("td", {}, x.id), el("td", {}, x.name || ""), el("td", {}, phaseBadge(x.phase)),
+      el("td", { class: "muted" }, x.last_keepalive || ""),
+      el("td", {},
+        el("button", { type: "button", onclick: () => act(`/v1/sessions/${x.id}/keepalive`, "POST") }, "Keep alive"), " ",
+        el("button", { type: "button", onclick: () => act(`/v1/sessions/${x.id}`, "DELETE") }, "Stop"))))));
+  });
+}
+
+async function submitPage() {
+  document.title = "Submit · runplane";
+  const stacks = await api("/v1/stacks?view=launch");
+  const stack = el("select", { id: "submit-stack", "aria-label": "stack" },
+    stacks.filter((s) => !s.unavailable).map((s) => el("option", { value: s.name }, s.display_name || s.name)));
+  const command = el("input", { id: "submit-command", placeholder: "command (blank: the stack's)", "aria-label": "command" });
+  const config = el("div", { id: "submit-config" });
+  const problems = el("ul", { id: "submit-problems", role: "status" });
+  const fields = () => {
+    const chosen = stacks.find((s) => s.name === stack.value) || {};
+    config.replaceChildren(...(chosen.config || []).map((field) => {
+      const id = `config-${field.key}`;
+      const input = field.type === "enum"
+        ? el("select", { id, "data-key": field.key, "data-type": field.type },
+          field.values.map((v) => el("option", v === field.default ? { value: v, selected: "" } : { value: v }, v)))
+        : el("input", {
+          id, "data-key": field.key, "data-type": field.type,
+          type: field.type === "int" || field.type === "number" ? "number" : "text",
+          placeholder: String(field.default ?? ""),
+          ...(field.min !== null && field.min !== undefined ? { min: String(field.min) } : {}),
+          ...(field.max !== null && field.max !== undefined ? { max: String(field.max) } : {}),
+          ...(field.type === "number" ? { step: "any" } : {}),
+        });
+      return el("label", { for: id }, `${field.key} `, input,
+        field.description ? el("span", { class: "muted" }, ` ${field.description}`) : null);
+    }));
+  };
+  stack.addEventListener("change", fields);
+  fields();
+  const body = () => {
+    const values = {};
+    for (const input of config.querySelectorAll("[data-key]")) {
+      const raw = input.value.trim();
+      if (!raw) continue;
+      const type = input.dataset.type;
+      values[input.dataset.key] = type === "int" ? parseInt(raw, 10) : type === "number" ? parseFloat(raw) : raw;
+    }
+    const out = { stack: stack.value, config: values };
+    if (command.value.trim()) out.command = ["sh", "-c", command.value.trim()];
+    return out;
+  };
+  const form = el("form", { id: "submit-form", novalidate: "" }, stack, command, config,
+    el("button", { type: "submit" }, "Validate and submit"), problems);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    try {
+      const check = await api("/v1/runs/validate", { method: "POST", body: JSON.stringify(body()), headers: { "Content-Type": "application/json" } });
+      problems.replaceChildren(...[...check.errors, ...check.warnings].map((p) => el("li", {}, `${p.key}: ${p.message}`)));
+      if (!check.ok) return;
+      const job = await api("/v1/runs", { method: "POST", body: JSON.stringify(body()), headers: { "Content-Type": "application/json" } });
+      location.href = `/jobs/${job.job_id}`;
+    } catch (error) { showError(error.message); }
+  });
+  view.replaceChildren(el("h1", {}, "Submit a run"), form);
+}
+
 // -- start ------------------------------------------------------------------------------
 
 const box = document.getElementById("token-box");
@@ -267,6 +426,10 @@ if (share || embed) box.hidden = true;
 
 const path = location.pathname;
 const run = path.match(/^\/jobs\/([^/]+)$/);
+const pipeline = path.match(/^\/pipelines\/([^/]+)$/);
+const pages = { "/nodes": nodesPage, "/pipelines": pipelinesPage, "/sessions": sessionsPage, "/submit": submitPage };
 if (path === "/embed") embedPage();
 else if (run) runPage(decodeURIComponent(run[1]));
+else if (pipeline) pipelinePage(decodeURIComponent(pipeline[1]));
+else if (pages[path]) Promise.resolve().then(pages[path]).catch((error) => showError(error.message));
 else jobsPage();

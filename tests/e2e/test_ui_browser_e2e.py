@@ -100,9 +100,100 @@ async def test_the_ui_shows_a_run_live_shared_and_embedded(
     assert seen["phone_overflow"] is True
 
 
+def browse_pages(base: str, node: str, pipeline_id: str, session_id: str) -> dict[str, Any]:
+    from playwright.sync_api import sync_playwright
+
+    seen: dict[str, Any] = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page()
+        # nodes: the agent's node with its status
+        page.goto(base + "/nodes")
+        page.wait_for_selector(f"tr[data-node='{node}']")
+        seen["node_status"] = page.locator(f"tr[data-node='{node}'] .phase").inner_text()
+        # the DAG: both stages, live to succeeded
+        page.goto(base + f"/pipelines/{pipeline_id}")
+        page.wait_for_selector("li[data-stage='report'] .phase-succeeded", timeout=60_000)
+        seen["levels"] = page.locator("#dag .dag-level").count()
+        seen["prep_phase"] = page.locator("li[data-stage='prep'] .phase").inner_text()
+        # sessions: listed, and stopped with the keyboard
+        page.goto(base + "/sessions")
+        stop = page.locator(f"tr[data-session='{session_id}'] button >> text=Stop")
+        stop.wait_for()
+        stop.focus()
+        page.keyboard.press("Enter")
+        page.wait_for_selector(
+            f"tr[data-session='{session_id}'] .phase-stopped, "
+            f"tr[data-session='{session_id}'] .phase-stopping",
+            timeout=30_000,
+        )
+        # submit: a bad config value is shown, nothing is created; a good one runs
+        page.goto(base + "/submit")
+        page.select_option("#submit-stack", "sim-cartpole")
+        page.fill("#config-episodes", "0")
+        page.click("#submit-form button[type=submit]")
+        page.wait_for_selector("#submit-problems li")
+        seen["problem"] = page.locator("#submit-problems li").first.inner_text()
+        page.select_option("#submit-stack", "shell")
+        page.fill("#submit-command", "echo from-the-form")
+        page.click("#submit-form button[type=submit]")
+        page.wait_for_url("**/jobs/job_*")
+        page.wait_for_selector("#logs >> text=from-the-form", timeout=60_000)
+        seen["submitted"] = page.url
+        browser.close()
+    return seen
+
+
+async def test_the_nodes_pipelines_sessions_and_submit_pages(
+    server: LiveServer, start_agent: StartAgent
+) -> None:
+    start_agent(server.url, "pagesnode", "--max-concurrency", "4")
+    async with server.client() as client:
+        nodes = await wait_for(lambda: online_nodes(client), 30, "the agent")
+        run = await client.post(
+            "/v1/pipelines",
+            json={
+                "stages": [
+                    {"name": "prep", "stack": "shell", "command": ["true"]},
+                    {"name": "report", "stack": "shell", "command": ["true"], "needs": ["prep"]},
+                ]
+            },
+        )
+        assert run.status_code == 202, run.text
+        session = await client.post(
+            "/v1/sessions",
+            json={
+                "pod": {
+                    "services": [{"name": "svc", "stack": "shell", "command": ["sleep", "600"]}]
+                }
+            },
+        )
+        assert session.status_code == 202, session.text
+        seen = await trio.to_thread.run_sync(
+            browse_pages,
+            server.url.rstrip("/"),
+            nodes[0]["id"],
+            run.json()["pipeline_run_id"],
+            session.json()["id"],
+        )
+    assert seen["node_status"] == "online"
+    assert seen["levels"] == 2 and seen["prep_phase"] == "succeeded"
+    assert seen["problem"].startswith("config.episodes")
+    assert "/jobs/job_" in seen["submitted"]
+
+
 async def test_the_pages_are_one_shell_and_the_assets_are_served(server: LiveServer) -> None:
     async with httpx.AsyncClient(base_url=server.url) as client:
-        for path in ("/", "/jobs/job_x", "/embed?e=x&j=y"):
+        for path in (
+            "/",
+            "/jobs/job_x",
+            "/embed?e=x&j=y",
+            "/submit",
+            "/nodes",
+            "/pipelines",
+            "/pipelines/plr_x",
+            "/sessions",
+        ):
             page = await client.get(path)
             assert page.status_code == 200 and '<main id="view"' in page.text, path
         for asset in ("/static/app.js", "/static/app.css"):

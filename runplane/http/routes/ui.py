@@ -32,6 +32,23 @@ async def run_page(job_id: str) -> Response:
     return await _shell()
 
 
+@blueprint.get("/submit")
+@blueprint.get("/nodes")
+@blueprint.get("/pipelines")
+@blueprint.get("/sessions")
+@ignores_query
+async def list_page() -> Response:
+    """Submit (from the stack catalog's launch view), nodes, pipelines and sessions."""
+    return await _shell()
+
+
+@blueprint.get("/pipelines/<run_id>")
+@ignores_query
+async def pipeline_page(run_id: str) -> Response:
+    """A pipeline run's DAG with its stages' phases, live."""
+    return await _shell()
+
+
 @blueprint.get("/embed")
 @ignores_query
 async def embed_page() -> Response:
