@@ -199,6 +199,62 @@ function artifactsPanel(job) {
     rows.length ? el("ul", {}, rows) : el("p", { class: "muted" }, "none yet"));
 }
 
+function streamsPanel(job) {
+  const streams = (job.streams || []).filter((st) => st.kind !== "video");
+  const list = el("div", { id: "streams" });
+  for (const st of streams) {
+    const values = el("dl", { class: "facts", "data-stream": st.name });
+    const count = el("span", { class: "muted" }, `${st.count} chunks`);
+    const watch = el("button", { type: "button" }, `Watch ${st.name}`);
+    watch.addEventListener("click", async () => {
+      watch.disabled = true;
+      try {
+        const ticket = await api(`/v1/jobs/${job.job_id}/streams/${encodeURIComponent(st.name)}/subscribe`,
+          { method: "POST", body: "{}", headers: { "Content-Type": "application/json" } });
+        const source = new EventSource(ticket.url);
+        let seen = 0;
+        source.addEventListener("stream", (event) => {
+          const chunk = JSON.parse(event.data);
+          seen += 1;
+          count.textContent = `${seen} chunks received`;
+          // encoding json: the chunk's JSON text; text and base64 shown as they come
+          let data = { value: chunk.data };
+          if (chunk.encoding === "json") {
+            try {
+              const parsed = typeof chunk.data === "string" ? JSON.parse(chunk.data) : chunk.data;
+              data = parsed && typeof parsed === "object" && !Array.isArray(parsed) ? parsed : { value: parsed };
+            } catch { /* not JSON after all: shown as text */ }
+          }
+          values.replaceChildren(...Object.entries(data).flatMap(([k, v]) =>
+            [el("dt", {}, k), el("dd", { "data-key": k }, typeof v === "object" ? JSON.stringify(v) : String(v))]));
+        });
+        source.onerror = () => { if (["succeeded", "failed", "timeout", "cancelled"].includes(job.phase)) source.close(); };
+      } catch (error) { showError(error.message); watch.disabled = false; }
+    });
+    list.append(el("div", {}, el("h3", {}, st.name, " ", el("span", { class: "muted" }, st.kind)), watch, " ", count, values));
+  }
+  return el("section", {}, el("h2", {}, "Streams"), streams.length ? list : el("p", { class: "muted" }, "none"));
+}
+
+function recordingPanel(jobId) {
+  const out = el("p", { id: "recording" }, el("span", { class: "muted" }, "loading…"));
+  api(`/v1/jobs/${jobId}/recording`).then((rec) => {
+    const blob = new Blob([JSON.stringify(rec, null, 2)], { type: "application/json" });
+    out.replaceChildren(
+      `${rec.logs.length} log lines, ${rec.metrics.length} metric points, ${rec.stream_points.length} stream chunks `,
+      el("a", { href: URL.createObjectURL(blob), download: `${jobId}-recording.json` }, "download"));
+  }).catch((error) => out.replaceChildren(error.message));
+  return el("section", {}, el("h2", {}, "Recording"), out);
+}
+
+function triesPanel(job) {
+  if (!job.tries || !job.tries.length) return null;
+  return el("section", { id: "tries" }, el("h2", {}, "Earlier tries"),
+    table(["try", "attempt", "node", "phase", "exit code", "error"], job.tries.map((t) => el("tr", {},
+      el("td", {}, String(t.try)), el("td", {}, String(t.attempt)), el("td", {}, t.node_id || ""),
+      el("td", {}, phaseBadge(t.phase)), el("td", {}, t.exit_code ?? t.signal ?? ""), el("td", {}, t.error || "")))));
+}
+
 async function runPage(jobId) {
   document.title = `${jobId} · runplane`;
   let job;
@@ -225,7 +281,8 @@ async function runPage(jobId) {
     });
     header.push(el("p", {}, shareButton, " ", out));
   }
-  view.replaceChildren(...header, ...logsPanel(jobId), artifactsPanel(job));
+  view.replaceChildren(...header, ...logsPanel(jobId), triesPanel(job) || "", streamsPanel(job),
+    recordingPanel(jobId), artifactsPanel(job));
 }
 
 // -- the embed view ---------------------------------------------------------------------
@@ -249,6 +306,7 @@ async function embedPage() {
   const job = await api(`/v1/jobs/${grant.job}`);
   const parts = [title, el("p", {}, phaseBadge(job.phase), " ", job.stack),
     ...logsPanel(grant.job, { categories: grant.allow })];
+  if (!grant.allow.length || grant.allow.includes("streams")) parts.push(streamsPanel(job));
   if (!grant.allow.length || grant.allow.includes("artifacts")) parts.push(artifactsPanel(job));
   view.replaceChildren(...parts);
 }

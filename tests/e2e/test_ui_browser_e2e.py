@@ -182,6 +182,43 @@ async def test_the_nodes_pipelines_sessions_and_submit_pages(
     assert "/jobs/job_" in seen["submitted"]
 
 
+STREAMING = (
+    'for i in 1 2 3; do printf \'{"x": %d}\\n\' "$i" >> "$RUNPLANE_STREAMS_DIR/probe"; '
+    "sleep 0.2; done; sleep 1"
+)
+
+
+def watch_stream(base: str, job_id: str) -> dict[str, Any]:
+    from playwright.sync_api import sync_playwright
+
+    seen: dict[str, Any] = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto(base + f"/jobs/{job_id}")
+        page.wait_for_selector("#recording >> text=stream chunks")
+        seen["recording"] = page.locator("#recording").inner_text()
+        page.click("text=Watch probe")
+        page.wait_for_selector("dl[data-stream='probe'] dd[data-key='x'] >> text=3")
+        seen["x"] = page.locator("dl[data-stream='probe'] dd[data-key='x']").inner_text()
+        browser.close()
+    return seen
+
+
+async def test_the_run_view_watches_a_stream_and_sums_up_the_recording(
+    server: LiveServer, start_agent: StartAgent
+) -> None:
+    start_agent(server.url, "streamnode")
+    async with server.client() as client:
+        await wait_for(lambda: online_nodes(client), 30, "the agent")
+        job_id = await submit(client, {"stack": "shell", "command": ["sh", "-c", STREAMING]})
+        done = await wait_phase(client, job_id, "succeeded", "failed")
+        assert done["phase"] == "succeeded", done
+        seen = await trio.to_thread.run_sync(watch_stream, server.url.rstrip("/"), job_id)
+    assert seen["x"] == "3"
+    assert "3 stream chunks" in seen["recording"]
+
+
 async def test_the_pages_are_one_shell_and_the_assets_are_served(server: LiveServer) -> None:
     async with httpx.AsyncClient(base_url=server.url) as client:
         for path in (
