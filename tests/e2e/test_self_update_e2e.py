@@ -173,9 +173,13 @@ async def test_an_operator_update_upgrades_a_live_agent_after_its_job(
         response = await ask_update(client, node["id"])
         assert response.status_code == 200, response.text
         assert response.json()["update_sent"] is True
-        await wait_node(client, "upd", lambda n: n["update"]["phase"] == "installed", "the install")
-        draining = await node_named(client, "upd")
-        assert draining is not None and draining["status"] == "draining"
+        # two messages, ``update_status installed`` then ``draining``: wait for both
+        draining = await wait_node(
+            client,
+            "upd",
+            lambda n: n["update"]["phase"] == "installed" and n["status"] == "draining",
+            "the install, then the drain",
+        )
         assert draining["agent_version"] == __version__  # waits for its job
         gate.touch()
         done = await wait_phase(client, job_id, "succeeded", "failed", "cancelled")
