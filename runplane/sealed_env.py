@@ -28,7 +28,10 @@ _SECRET_NAME = re.compile(
     r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|KEY|CREDENTIAL|AUTH|PRIVATE|COOKIE|SESSION",
     re.IGNORECASE,
 )
-_REFERENCE = re.compile(r"^\$\{secrets\.[A-Za-z_][A-Za-z0-9_]{0,63}\}$")
+#: A reference to an org secret, ``${secrets.NAME}`` (docs/secrets.md): group 1 is NAME.
+REF = re.compile(r"\$\{secrets\.([A-Za-z_][A-Za-z0-9_]{0,63})\}")
+#: What a view shows for a secret-looking env value.
+REDACTED = "[redacted]"
 
 
 def looks_secret(name: str) -> bool:
@@ -36,11 +39,16 @@ def looks_secret(name: str) -> bool:
     return bool(_SECRET_NAME.search(name))
 
 
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` as a view shows it: secret-looking values :data:`REDACTED`."""
+    return {k: (REDACTED if looks_secret(k) else v) for k, v in env.items()}
+
+
 def _sealable(env: Mapping[str, str]) -> list[str]:
     return [
         var
         for var, value in env.items()
-        if looks_secret(var) and value and value != MARK and not _REFERENCE.match(value)
+        if looks_secret(var) and value and value != MARK and not REF.fullmatch(value)
     ]
 
 

@@ -19,13 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from runplane.persistence import Store, now_ms
 from runplane.problems import FieldProblem, Problem
+from runplane.sealed_env import REF
 from runplane.sealing import Sealer
 from runplane.timefmt import iso_ms
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
 _NAME = re.compile(NAME_PATTERN)
-#: ``${secrets.NAME}`` in an env value
-REF = re.compile(r"\$\{secrets\.([A-Za-z_][A-Za-z0-9_]{0,63})\}")
 MAX_VALUE = 64 * 1024
 #: Values shorter than this are not masked in logs (masking every "a" helps nobody).
 MIN_MASKED = 3

@@ -648,8 +648,13 @@ class JobActor(Actor[JobMsg]):
         if after.phase is not before.phase:
             self.seq += 1
             retry = after.retries if retrying else 0
+            placed = None
+            if after.phase is Phase.ASSIGNED and after.node_id is not None:
+                placed = (after.node_id, after.attempt)
             events.append(
-                phase_event(self.id, self.seq, after.phase.value, now_ms(), after.error, retry)
+                phase_event(
+                    self.id, self.seq, after.phase.value, now_ms(), after.error, retry, placed
+                )
             )
         note = attempt_note(before, after, event)
         if note is not None:

@@ -80,23 +80,25 @@ async def _authenticate(*, is_websocket: bool) -> None:
         )
     secret = _bearer(req.headers)
     presented = _shared_token(req, secret, rule)
+    shared: Principal | None = None
     if presented is not None:
-        g.principal = await _shared_principal(rule, presented, req.view_args or {})
+        shared = await _shared_principal(rule, presented, req.view_args or {})
         if rule.shared:
+            g.principal = shared
             return  # the grant is the authorization: its job, its categories
-        secret = None  # elsewhere: a principal of no org and no scope, decided below
     if rule.stream_ticket:
-        ticket = req.args.get("ticket") or (secret if looks_like_ticket(secret) else None)
+        bearer_ticket = secret if shared is None and looks_like_ticket(secret) else None
+        ticket = req.args.get("ticket") or bearer_ticket
         if ticket:  # the route verifies it; nobody is authenticated here
             g.principal = anonymous(sees_all=False)
             g.stream_ticket = ticket
             return
-    if secret is None and rule.query_token:
-        secret = req.args.get("token") or None
     invalid: str | None = None
-    if presented is not None:
-        principal = g.principal
+    if shared is not None:
+        principal = shared  # elsewhere a share reads nothing: no org, no scope, decided below
     else:
+        if secret is None and rule.query_token:
+            secret = req.args.get("token") or None
         try:
             principal = await access.resolve(
                 svc.settings, svc.store, secret, org_id=req.headers.get(ORG_HEADER) or None

@@ -41,15 +41,25 @@ def encode(job_id: str, seq: int, kind: str, ts: int, **fields: Any) -> StoredEv
 
 
 def phase_event(
-    job_id: str, seq: int, phase: str, ts: int, error: str | None = None, retry: int = 0
+    job_id: str,
+    seq: int,
+    phase: str,
+    ts: int,
+    error: str | None = None,
+    retry: int = 0,
+    placed: tuple[str, int] | None = None,
 ) -> StoredEvent:
-    """A phase change; ``retry`` (an addition) numbers the retry a ``queued`` event
-    starts, so a follower sees where each try of a job with a retry policy begins."""
+    """A phase change. Additions: ``retry`` numbers the retry a ``queued`` event starts,
+    so a follower sees where each try of a job with a retry policy begins; ``placed``
+    gives an ``assigned`` event its ``node_id`` and ``attempt``, so the timeline says
+    which node ran each attempt."""
     fields: dict[str, Any] = {"phase": phase}
     if error:
         fields["error"] = error
     if retry:
         fields["retry"] = retry
+    if placed is not None:
+        fields["node_id"], fields["attempt"] = placed
     return encode(job_id, seq, "phase", ts, **fields)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from runplane.jobs import counts
 from runplane.jobs.events import StoredEvent, phase_event, system_line_event
-from runplane.jobs.phase import JobState, Phase
+from runplane.jobs.phase import TERMINAL, JobState, Phase
 from runplane.persistence import Store, Tx, now_ms, to_json
 from runplane.problems import Problem
 
@@ -203,6 +203,19 @@ async def get_row(store: Store, job_id: str, org_id: str | None) -> JobRow | Non
     if row is None or (org_id is not None and row["org_id"] != org_id):
         return None
     return JobRow.of(row)
+
+
+async def live_among(store: Store, job_ids: Sequence[str]) -> set[str]:
+    """Which of ``job_ids`` are jobs that have not ended (one query)."""
+    if not job_ids:
+        return set()
+    marks = ", ".join("?" * len(job_ids))
+    ended = ", ".join("?" * len(TERMINAL))
+    rows = await store.fetchall(
+        f"SELECT id FROM jobs WHERE id IN ({marks}) AND phase NOT IN ({ended})",
+        (*job_ids, *(p.value for p in TERMINAL)),
+    )
+    return {str(r["id"]) for r in rows}
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,15 +11,10 @@ from typing import Any
 from runplane.jobs.phase import Phase
 from runplane.jobs.rows import JobRow
 from runplane.jobs.spec import DISPLAY_KEY, SETUP_KEY
-from runplane.sealed_env import looks_secret
+from runplane.sealed_env import redact_env
 from runplane.timefmt import iso_ms_or_none
 
-REDACTED = "[redacted]"
 _TRUTHY = {"1", "true", "yes", "on"}
-
-
-def redact_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: (REDACTED if looks_secret(k) else v) for k, v in env.items()}
 
 
 def _mount_view(mount: dict[str, Any] | None) -> dict[str, Any] | None:

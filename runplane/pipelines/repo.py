@@ -203,6 +203,20 @@ async def get_run(store: Store, run_id: str, org_id: str | None) -> RunRow | Non
     return RunRow.of(row)
 
 
+async def live_among(store: Store, run_ids: Sequence[str]) -> set[str]:
+    """Which of ``run_ids`` are pipeline runs that have not ended (one query)."""
+    if not run_ids:
+        return set()
+    marks = ", ".join("?" * len(run_ids))
+    ended = [s.value for s in Status if s.terminal]
+    rows = await store.fetchall(
+        f"SELECT id FROM pipeline_runs WHERE id IN ({marks}) "
+        f"AND status NOT IN ({', '.join('?' * len(ended))})",
+        (*run_ids, *ended),
+    )
+    return {str(r["id"]) for r in rows}
+
+
 async def get_stages(store: Store, run_id: str) -> list[StageRow]:
     rows = await store.fetchall(
         f"SELECT {_STAGE_READ} FROM pipeline_stages WHERE run_id = ? ORDER BY idx", (run_id,)

@@ -5,18 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from runplane.sealed_env import KEY, looks_secret
+from runplane.sealed_env import KEY, redact_env
 from runplane.timefmt import iso_ms_or_none
 
 from .repo import RunRow, ScheduleRow
-
-REDACTED = "[redacted]"
 
 
 def _redacted(spec: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in spec.items() if k != KEY}
     if isinstance(out.get("env"), dict):
-        out["env"] = {k: REDACTED if looks_secret(k) else v for k, v in out["env"].items()}
+        out["env"] = redact_env(out["env"])
     if isinstance(out.get("stages"), list):
         out["stages"] = [_redacted(s) for s in out["stages"]]
     return out

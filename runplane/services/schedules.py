@@ -302,21 +302,15 @@ class Schedules:
         return None
 
     async def _live(self, row: ScheduleRow) -> list[str]:
-        """The runs an earlier occurrence created that are still live."""
-        refs = [r.ref for r in await repo.runs(self.store, row.id) if r.outcome == "created"]
-        live = []
-        for ref in refs:
-            if ref is None:
-                continue
-            if ref.startswith("plr_"):
-                run = await pipelines_repo.get_run(self.store, ref, None)
-                if run is not None and not run.status.terminal:
-                    live.append(ref)
-            else:
-                job = await jobs_repo.get_row(self.store, ref, None)
-                if job is not None and not job.phase.terminal:
-                    live.append(ref)
-        return live
+        """The runs an earlier occurrence created that are still live (newest first)."""
+        refs = [
+            r.ref for r in await repo.runs(self.store, row.id) if r.outcome == "created" and r.ref
+        ]
+        runs = [ref for ref in refs if ref.startswith("plr_")]
+        jobs = [ref for ref in refs if not ref.startswith("plr_")]
+        live = await pipelines_repo.live_among(self.store, runs)
+        live |= await jobs_repo.live_among(self.store, jobs)
+        return [ref for ref in refs if ref in live]
 
     async def _cancel(self, ref: str) -> None:
         if ref.startswith("plr_"):

@@ -145,7 +145,7 @@ async function jobsPage() {
   phase.addEventListener("change", refresh);
   stack.addEventListener("change", refresh);
   await refresh();
-  setInterval(refresh, 2000); // live phases
+  setInterval(() => keepingFocus(refresh), 2000); // live phases
 }
 
 // -- the run view ---------------------------------------------------------------------
@@ -180,7 +180,9 @@ function logsPanel(jobId, { categories = null } = {}) {
   });
   source.addEventListener("phase", (event) => {
     const data = JSON.parse(event.data);
-    timeline.append(el("li", {}, phaseBadge(data.phase), " ", data.reason || data.error || ""));
+    const where = data.node_id ? `attempt ${data.attempt} on node ${data.node_id}` : "";
+    const retry = data.retry ? `retry ${data.retry}` : "";
+    timeline.append(el("li", {}, phaseBadge(data.phase), " ", where || retry || data.reason || data.error || ""));
     const current = document.getElementById("phase");
     if (current) current.replaceChildren(phaseBadge(data.phase));
     if (TERMINAL.includes(data.phase)) source.close(); // the stream ends there
@@ -199,18 +201,54 @@ function artifactsPanel(job) {
     rows.length ? el("ul", {}, rows) : el("p", { class: "muted" }, "none yet"));
 }
 
+// A teleop box for a data stream the ticket may drive: a JSON frame sent as it is
+// (POST .../teleop with the ticket as the bearer); the answer's seq is shown.
+function teleopBox(job, st, ticket) {
+  const frame = el("textarea", { id: `teleop-${st.name}`, rows: "2", spellcheck: "false" }, "{}");
+  const sent = el("output", { "aria-live": "polite" });
+  const form = el("form", { class: "teleop", "data-teleop": st.name },
+    el("label", { for: frame.id }, `frame for ${st.name} (JSON)`), frame,
+    el("button", { type: "submit" }, "Send"), " ", sent);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    let body;
+    try { body = JSON.stringify(JSON.parse(frame.value)); } catch {
+      sent.textContent = "not JSON: fix the frame";
+      return;
+    }
+    try {
+      const path = `/v1/jobs/${job.job_id}/streams/${encodeURIComponent(st.name)}/teleop`;
+      const answer = await fetch(path, {
+        method: "POST", body, headers: { "Content-Type": "application/json", Authorization: `Bearer ${ticket.ticket}` },
+      });
+      const result = await answer.json();
+      sent.textContent = answer.ok ? `sent, seq ${result.seq}` : result.detail;
+    } catch (error) { sent.textContent = error.message; }
+  });
+  return form;
+}
+
 function streamsPanel(job) {
-  const streams = (job.streams || []).filter((st) => st.kind !== "video");
   const list = el("div", { id: "streams" });
-  for (const st of streams) {
-    const values = el("dl", { class: "facts", "data-stream": st.name });
-    const count = el("span", { class: "muted" }, `${st.count} chunks`);
+  for (const st of job.streams || []) {
+    const title = el("h3", {}, st.name, " ", el("span", { class: "muted" }, st.kind));
+    if (st.kind === "video" || st.subscribable === false) {
+      // video needs the WebRTC relay, which is not built yet: its note says so
+      const why = st.note || (st.enabled === false ? "disabled in the stack's manifest"
+        : "streams are disabled on this server");
+      list.append(el("div", { "data-stream": st.name }, title, el("p", { class: "muted" }, why)));
+      continue;
+    }
+    const values = el("dl", { class: "facts", "data-stream": st.name, "aria-live": "off" });
+    const count = el("span", { class: "muted" }, `${st.count ?? 0} chunks`);
     const watch = el("button", { type: "button" }, `Watch ${st.name}`);
+    const box = el("div");
     watch.addEventListener("click", async () => {
       watch.disabled = true;
       try {
         const ticket = await api(`/v1/jobs/${job.job_id}/streams/${encodeURIComponent(st.name)}/subscribe`,
           { method: "POST", body: "{}", headers: { "Content-Type": "application/json" } });
+        if (ticket.teleop && st.kind === "data") box.replaceChildren(teleopBox(job, st, ticket));
         const source = new EventSource(ticket.url);
         let seen = 0;
         source.addEventListener("stream", (event) => {
@@ -228,12 +266,12 @@ function streamsPanel(job) {
           values.replaceChildren(...Object.entries(data).flatMap(([k, v]) =>
             [el("dt", {}, k), el("dd", { "data-key": k }, typeof v === "object" ? JSON.stringify(v) : String(v))]));
         });
-        source.onerror = () => { if (["succeeded", "failed", "timeout", "cancelled"].includes(job.phase)) source.close(); };
+        source.onerror = () => { if (TERMINAL.includes(job.phase)) source.close(); };
       } catch (error) { showError(error.message); watch.disabled = false; }
     });
-    list.append(el("div", {}, el("h3", {}, st.name, " ", el("span", { class: "muted" }, st.kind)), watch, " ", count, values));
+    list.append(el("div", {}, title, watch, " ", count, values, box));
   }
-  return el("section", {}, el("h2", {}, "Streams"), streams.length ? list : el("p", { class: "muted" }, "none"));
+  return el("section", {}, el("h2", {}, "Streams"), (job.streams || []).length ? list : el("p", { class: "muted" }, "none"));
 }
 
 function recordingPanel(jobId) {
@@ -264,7 +302,7 @@ async function runPage(jobId) {
     return;
   }
   const facts = el("dl", { class: "facts" },
-    el("dt", {}, "phase"), el("dd", { id: "phase" }, phaseBadge(job.phase)),
+    el("dt", {}, "phase"), el("dd", { id: "phase", "aria-live": "polite" }, phaseBadge(job.phase)),
     el("dt", {}, "stack"), el("dd", {}, job.stack),
     el("dt", {}, "node"), el("dd", {}, job.node_id || "—"),
     el("dt", {}, "attempt"), el("dd", {}, `${job.attempt} (requeues ${job.attempts}, retries ${job.retries ?? 0})`),
@@ -320,9 +358,21 @@ function table(head, rows) {
     el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: String(head.length), class: "muted" }, "none")))));
 }
 
+// A refresh replaces rows: the keyboard's place is kept (the focused link by its href, a
+// button by its data-focus key) so a keyboard or screen-reader user is not thrown out.
+async function keepingFocus(render) {
+  const active = document.activeElement;
+  const key = active && view.contains(active)
+    ? (active.dataset.focus ? `[data-focus="${CSS.escape(active.dataset.focus)}"]`
+      : active.tagName === "A" ? `a[href="${CSS.escape(active.getAttribute("href"))}"]` : null)
+    : null;
+  await render();
+  if (key && !view.contains(active)) view.querySelector(key)?.focus();
+}
+
 function live(render) {
   const tick = async () => {
-    try { await render(); } catch (error) { showError(error.message); }
+    try { await keepingFocus(render); } catch (error) { showError(error.message); }
   };
   tick();
   setInterval(tick, 2000);
@@ -403,67 +453,134 @@ function sessionsPage() {
   const act = async (path, method) => {
     try { await api(path, { method }); } catch (error) { showError(error.message); }
   };
+  const ENDED = ["stopped", "failed"];
   live(async () => {
     const sessions = await api("/v1/sessions");
-    body.replaceChildren(table(["session", "name", "phase", "last keepalive", ""], sessions.map((x) => el("tr", { "data-session": x.id },
-      el("td", {}, x.id), el("td", {}, x.name || ""), el("td", {}, phaseBadge(x.phase)),
+    // the services of the live ones (a detail view each, at most 20)
+    const services = new Map(await Promise.all(sessions.filter((x) => !ENDED.includes(x.phase)).slice(0, 20)
+      .map(async (x) => [x.id, (await api(`/v1/sessions/${x.id}`)).services || []])));
+    body.replaceChildren(table(["session", "name", "phase", "services", "last keepalive", ""], sessions.map((x) => el("tr", { "data-session": x.id },
+      el("td", {}, el("a", { href: `/jobs/${x.job_id}`, title: "its pod's job: logs of every service" }, x.id)),
+      el("td", {}, x.name || ""), el("td", {}, phaseBadge(x.phase)),
+      el("td", { class: "services" }, (services.get(x.id) || []).map((v) => `${v.name} (${v.stack})`).join(", ")),
       el("td", { class: "muted" }, x.last_keepalive || ""),
       el("td", {},
-        el("button", { type: "button", onclick: () => act(`/v1/sessions/${x.id}/keepalive`, "POST") }, "Keep alive"), " ",
-        el("button", { type: "button", onclick: () => act(`/v1/sessions/${x.id}`, "DELETE") }, "Stop"))))));
+        el("button", { type: "button", "aria-label": `Keep ${x.name || x.id} alive`, "data-focus": `${x.id}:keepalive`, onclick: () => act(`/v1/sessions/${x.id}/keepalive`, "POST") }, "Keep alive"), " ",
+        el("button", { type: "button", "aria-label": `Stop ${x.name || x.id}`, "data-focus": `${x.id}:stop`, onclick: () => act(`/v1/sessions/${x.id}`, "DELETE") }, "Stop"))))));
   });
 }
 
+function configInput(field, value) {
+  const id = `config-${field.key}`;
+  const data = { id, "data-key": field.key, "data-type": field.type };
+  if (field.type === "bool") {
+    const box = el("input", { ...data, type: "checkbox" });
+    box.checked = value === undefined ? Boolean(field.default) : Boolean(value);
+    return box;
+  }
+  if (field.type === "enum" || field.type === "select") {
+    const chosen = value === undefined ? field.default : value;
+    return el("select", data, (field.values || []).map((v) =>
+      el("option", v === chosen ? { value: v, selected: "" } : { value: v }, v)));
+  }
+  const numeric = field.type === "int" || field.type === "number";
+  const input = el("input", {
+    ...data,
+    type: numeric ? "number" : "text",
+    placeholder: String(field.default ?? ""),
+    ...(field.min !== null && field.min !== undefined ? { min: String(field.min) } : {}),
+    ...(field.max !== null && field.max !== undefined ? { max: String(field.max) } : {}),
+    ...(field.type === "number" ? { step: "any" } : numeric ? { step: "1" } : {}),
+  });
+  if (value !== undefined) input.value = String(value);
+  return input;
+}
+
+function configValue(input) {
+  const type = input.dataset.type;
+  if (type === "bool") return input.checked;
+  const raw = input.value.trim();
+  if (!raw) return undefined; // blank: the stack's default
+  return type === "int" ? parseInt(raw, 10) : type === "number" ? parseFloat(raw) : raw;
+}
+
+// The submit page: a stack from the catalog's launch view, one of its launch tasks (its
+// command, fixed config and the settings it shows) and a preset (config values filled in),
+// the config fields typed from the stack; /v1/runs/validate lists problems before /v1/runs.
 async function submitPage() {
   document.title = "Submit · runplane";
-  const stacks = await api("/v1/stacks?view=launch");
-  const stack = el("select", { id: "submit-stack", "aria-label": "stack" },
-    stacks.filter((s) => !s.unavailable).map((s) => el("option", { value: s.name }, s.display_name || s.name)));
-  const command = el("input", { id: "submit-command", placeholder: "command (blank: the stack's)", "aria-label": "command" });
+  const stacks = (await api("/v1/stacks?view=launch")).filter((s) => !s.unavailable);
+  const stack = el("select", { id: "submit-stack" },
+    stacks.map((s) => el("option", { value: s.name }, s.display_name || s.name)));
+  const task = el("select", { id: "submit-task" });
+  const taskLabel = el("label", { for: "submit-task" }, "task ", task);
+  const taskNote = el("p", { class: "muted", id: "task-note" });
+  const presets = el("fieldset", { id: "submit-presets" });
+  const command = el("input", { id: "submit-command", placeholder: "blank: the stack's or the task's" });
   const config = el("div", { id: "submit-config" });
-  const problems = el("ul", { id: "submit-problems", role: "status" });
+  const problems = el("ul", { id: "submit-problems", role: "status", "aria-live": "polite" });
+  const chosenStack = () => stacks.find((s) => s.name === stack.value) || {};
+  const chosenTask = () => ((chosenStack().launch || {}).tasks || []).find((t) => t.id === task.value) || null;
+  let preset = null;
   const fields = () => {
-    const chosen = stacks.find((s) => s.name === stack.value) || {};
-    config.replaceChildren(...(chosen.config || []).map((field) => {
-      const id = `config-${field.key}`;
-      const input = field.type === "enum"
-        ? el("select", { id, "data-key": field.key, "data-type": field.type },
-          field.values.map((v) => el("option", v === field.default ? { value: v, selected: "" } : { value: v }, v)))
-        : el("input", {
-          id, "data-key": field.key, "data-type": field.type,
-          type: field.type === "int" || field.type === "number" ? "number" : "text",
-          placeholder: String(field.default ?? ""),
-          ...(field.min !== null && field.min !== undefined ? { min: String(field.min) } : {}),
-          ...(field.max !== null && field.max !== undefined ? { max: String(field.max) } : {}),
-          ...(field.type === "number" ? { step: "any" } : {}),
-        });
-      return el("label", { for: id }, `${field.key} `, input,
-        field.description ? el("span", { class: "muted" }, ` ${field.description}`) : null);
-    }));
+    const current = chosenTask();
+    const values = { ...(current ? current.config : {}), ...(preset ? preset.config : {}) };
+    const shown = current && current.settings.length ? current.settings : null;
+    config.replaceChildren(...(chosenStack().config || [])
+      .filter((field) => !shown || shown.includes(field.key))
+      .map((field) => el("label", { for: `config-${field.key}` }, `${field.key} `, configInput(field, values[field.key]),
+        field.description ? el("span", { class: "muted" }, ` ${field.description}`) : null)));
   };
-  stack.addEventListener("change", fields);
-  fields();
+  const presetsOf = () => {
+    const current = chosenTask();
+    preset = null;
+    taskNote.textContent = current ? current.description : "";
+    const list = current ? current.presets : [];
+    presets.hidden = !list.length;
+    presets.replaceChildren(el("legend", {}, "preset"), ...[{ id: "", title: "none", config: {} }, ...list].map((p) => {
+      const radio = el("input", { type: "radio", name: "preset", id: `preset-${p.id || "none"}`, value: p.id });
+      radio.checked = !p.id;
+      radio.addEventListener("change", () => { preset = p.id ? p : null; fields(); });
+      return el("label", { for: radio.id, title: p.description || "" }, radio, ` ${p.title}`);
+    }));
+    fields();
+  };
+  const tasksOf = () => {
+    const tasks = (chosenStack().launch || {}).tasks || [];
+    task.replaceChildren(el("option", { value: "" }, "none: every setting"),
+      ...tasks.map((t) => el("option", { value: t.id }, t.title)));
+    if (tasks.length) task.value = tasks[0].id;
+    taskLabel.hidden = !tasks.length;
+    presetsOf();
+  };
+  stack.addEventListener("change", tasksOf);
+  task.addEventListener("change", presetsOf);
+  tasksOf();
   const body = () => {
-    const values = {};
+    const current = chosenTask();
+    const values = { ...(current ? current.config : {}), ...(preset ? preset.config : {}) };
     for (const input of config.querySelectorAll("[data-key]")) {
-      const raw = input.value.trim();
-      if (!raw) continue;
-      const type = input.dataset.type;
-      values[input.dataset.key] = type === "int" ? parseInt(raw, 10) : type === "number" ? parseFloat(raw) : raw;
+      const value = configValue(input);
+      if (value === undefined) delete values[input.dataset.key];
+      else values[input.dataset.key] = value;
     }
     const out = { stack: stack.value, config: values };
     if (command.value.trim()) out.command = ["sh", "-c", command.value.trim()];
+    else if (current && current.command.length) out.command = current.command;
     return out;
   };
-  const form = el("form", { id: "submit-form", novalidate: "" }, stack, command, config,
+  const post = (path) => api(path, { method: "POST", body: JSON.stringify(body()), headers: { "Content-Type": "application/json" } });
+  const form = el("form", { id: "submit-form", novalidate: "" },
+    el("label", { for: "submit-stack" }, "stack ", stack), taskLabel, taskNote, presets,
+    el("label", { for: "submit-command" }, "command ", command), config,
     el("button", { type: "submit" }, "Validate and submit"), problems);
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     try {
-      const check = await api("/v1/runs/validate", { method: "POST", body: JSON.stringify(body()), headers: { "Content-Type": "application/json" } });
+      const check = await post("/v1/runs/validate");
       problems.replaceChildren(...[...check.errors, ...check.warnings].map((p) => el("li", {}, `${p.key}: ${p.message}`)));
-      if (!check.ok) return;
-      const job = await api("/v1/runs", { method: "POST", body: JSON.stringify(body()), headers: { "Content-Type": "application/json" } });
+      if (!check.ok) { problems.querySelector("li")?.focus?.(); return; }
+      const job = await post("/v1/runs");
       location.href = `/jobs/${job.job_id}`;
     } catch (error) { showError(error.message); }
   });
@@ -483,6 +600,12 @@ box.addEventListener("submit", (event) => {
 if (share || embed) box.hidden = true;
 
 const path = location.pathname;
+for (const link of document.querySelectorAll("nav a")) {
+  const here = link.getAttribute("href");
+  if (here === path || (here !== "/" && path.startsWith(here)) || (here === "/" && path.startsWith("/jobs/"))) {
+    link.setAttribute("aria-current", "page");
+  }
+}
 const run = path.match(/^\/jobs\/([^/]+)$/);
 const pipeline = path.match(/^\/pipelines\/([^/]+)$/);
 const pages = { "/nodes": nodesPage, "/pipelines": pipelinesPage, "/sessions": sessionsPage, "/submit": submitPage };

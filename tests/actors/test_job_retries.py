@@ -105,6 +105,9 @@ async def test_a_failed_try_runs_again_after_its_backoff_and_succeeds(
         events = await repo.events_after(root.store, job, 0, kinds=("phase",))
         retried = [json.loads(e.data) for e in events if "retry" in json.loads(e.data)]
         assert [(d["phase"], d["retry"]) for d in retried] == [("queued", 1)]
+        # each assignment says its node and attempt (the run view's timeline shows them)
+        placed = [json.loads(e.data) for e in events if json.loads(e.data)["phase"] == "assigned"]
+        assert [(d["node_id"], d["attempt"]) for d in placed] == [("node_a", 1), ("node_a", 2)]
 
 
 async def test_the_backoff_grows_by_its_factor_and_the_limit_ends_it(

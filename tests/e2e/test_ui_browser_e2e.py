@@ -8,13 +8,18 @@ shows the page (docs/ui.md)."""
 from __future__ import annotations
 
 import shutil
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 import trio
 
 from tests.e2e.conftest import LiveServer, StartAgent, online_nodes, submit, wait_for, wait_phase
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
@@ -25,12 +30,30 @@ SCRIPT = (
 )
 
 
-def browse(base: str, job_id: str, share_url: str, embed_path: str) -> dict[str, Any]:
+@contextmanager
+def chromium() -> Iterator[Browser]:
+    """Debian's Chromium under Playwright's sync API (run it in a worker thread)."""
     from playwright.sync_api import sync_playwright
 
-    seen: dict[str, Any] = {}
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+#: Form controls and buttons without an accessible name (a label, aria-label or text).
+UNNAMED = """() => [...document.querySelectorAll("input, select, textarea, button")]
+  .filter((c) => !c.closest("[hidden]") && c.type !== "hidden")
+  .filter((c) => !(c.labels && c.labels.length) && !c.getAttribute("aria-label")
+    && !(c.tagName === "BUTTON" && c.textContent.trim()))
+  .map((c) => c.outerHTML)"""
+
+
+def browse(base: str, job_id: str, share_url: str, embed_path: str) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    with chromium() as browser:
         page = browser.new_page()
         page.goto(base + "/")
         page.wait_for_selector(f"tr[data-job='{job_id}']")
@@ -67,7 +90,14 @@ def browse(base: str, job_id: str, share_url: str, embed_path: str) -> dict[str,
         seen["phone_overflow"] = phone.evaluate(
             "document.documentElement.scrollWidth <= window.innerWidth + 1"
         )
-        browser.close()
+        # the keyboard keeps its place across the list's live refresh
+        link = page.locator(f"a[href='/jobs/{job_id}']")
+        page.goto(base + "/")
+        link.focus()
+        handle = link.element_handle()
+        page.wait_for_function("(el) => !el.isConnected", arg=handle)  # the rows were redrawn
+        seen["focus_kept"] = page.evaluate("document.activeElement.getAttribute('href')")
+        seen["unnamed"] = page.evaluate(UNNAMED) + shared.evaluate(UNNAMED)
     return seen
 
 
@@ -98,30 +128,37 @@ async def test_the_ui_shows_a_run_live_shared_and_embedded(
     assert (seen["embed_artifacts"], seen["embed_charts"]) == (0, 0)
     assert "expired" in seen["expired_error"]
     assert seen["phone_overflow"] is True
+    assert seen["focus_kept"] == f"/jobs/{job_id}"
+    assert seen["unnamed"] == []
 
 
 def browse_pages(base: str, node: str, pipeline_id: str, session_id: str) -> dict[str, Any]:
-    from playwright.sync_api import sync_playwright
-
-    seen: dict[str, Any] = {}
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+    seen: dict[str, Any] = {"unnamed": []}
+    with chromium() as browser:
         page = browser.new_page()
         # nodes: the agent's node with its status
         page.goto(base + "/nodes")
         page.wait_for_selector(f"tr[data-node='{node}']")
         seen["node_status"] = page.locator(f"tr[data-node='{node}'] .phase").inner_text()
+        seen["current"] = page.locator("nav a[aria-current='page']").inner_text()
         # the DAG: both stages, live to succeeded
         page.goto(base + f"/pipelines/{pipeline_id}")
         page.wait_for_selector("li[data-stage='report'] .phase-succeeded", timeout=60_000)
         seen["levels"] = page.locator("#dag .dag-level").count()
         seen["prep_phase"] = page.locator("li[data-stage='prep'] .phase").inner_text()
+        seen["unnamed"] += page.evaluate(UNNAMED)
         # sessions: listed, and stopped with the keyboard
         page.goto(base + "/sessions")
         stop = page.locator(f"tr[data-session='{session_id}'] button >> text=Stop")
         stop.wait_for()
+        seen["unnamed"] += page.evaluate(UNNAMED)
+        page.wait_for_selector(f"tr[data-session='{session_id}'] .services >> text=svc")
+        seen["services"] = page.locator(f"tr[data-session='{session_id}'] .services").inner_text()
         stop.focus()
-        page.keyboard.press("Enter")
+        handle = stop.element_handle()
+        page.wait_for_function("(el) => !el.isConnected", arg=handle)  # a live refresh
+        seen["stop_focused"] = page.evaluate("document.activeElement.dataset.focus")
+        page.keyboard.press("Enter")  # still on Stop after the refresh
         page.wait_for_selector(
             f"tr[data-session='{session_id}'] .phase-stopped, "
             f"tr[data-session='{session_id}'] .phase-stopping",
@@ -134,13 +171,28 @@ def browse_pages(base: str, node: str, pipeline_id: str, session_id: str) -> dic
         page.click("#submit-form button[type=submit]")
         page.wait_for_selector("#submit-problems li")
         seen["problem"] = page.locator("#submit-problems li").first.inner_text()
+        # its launch task (the first, chosen for you) shows only its settings; a preset,
+        # picked with the keyboard, fills them in
+        seen["task"] = page.locator("#submit-task").input_value()
+        seen["task_fields"] = page.eval_on_selector_all(
+            "#submit-config [data-key]", "(els) => els.map((e) => e.dataset.key)"
+        )
+        page.focus("#preset-none")
+        page.keyboard.press("ArrowRight")  # radio group: the next preset, "quick"
+        seen["preset_episodes"] = page.input_value("#config-episodes")
+        seen["unnamed"] += page.evaluate(UNNAMED)
+        page.click("#submit-form button[type=submit]")
+        page.wait_for_url("**/jobs/job_*")
+        seen["preset_job"] = page.url.rsplit("/", 1)[1]
+        page.wait_for_selector("#timeline >> text=attempt 1 on node", timeout=60_000)
+        seen["timeline"] = page.locator("#timeline").inner_text()
+        page.goto(base + "/submit")
         page.select_option("#submit-stack", "shell")
         page.fill("#submit-command", "echo from-the-form")
         page.click("#submit-form button[type=submit]")
         page.wait_for_url("**/jobs/job_*")
         page.wait_for_selector("#logs >> text=from-the-form", timeout=60_000)
         seen["submitted"] = page.url
-        browser.close()
     return seen
 
 
@@ -176,10 +228,21 @@ async def test_the_nodes_pipelines_sessions_and_submit_pages(
             run.json()["pipeline_run_id"],
             session.json()["id"],
         )
-    assert seen["node_status"] == "online"
+        preset_job = (await client.get(f"/v1/jobs/{seen['preset_job']}")).json()
+    assert seen["node_status"] == "online" and seen["current"] == "Nodes"
     assert seen["levels"] == 2 and seen["prep_phase"] == "succeeded"
+    assert seen["stop_focused"] == f"{session.json()['id']}:stop"
+    assert seen["services"] == "svc (shell)"
     assert seen["problem"].startswith("config.episodes")
+    assert seen["task"] == "balance"
+    assert seen["task_fields"] == ["episodes", "max_steps", "policy", "epsilon"]
+    assert seen["preset_episodes"] == "3"
+    # the task's config under the preset's: what the form sent
+    assert preset_job["spec"]["config"]["episodes"] == 3
+    assert preset_job["spec"]["config"]["max_steps"] == 100
+    assert f"attempt 1 on node {nodes[0]['id']}" in seen["timeline"]
     assert "/jobs/job_" in seen["submitted"]
+    assert seen["unnamed"] == []
 
 
 STREAMING = (
@@ -189,11 +252,8 @@ STREAMING = (
 
 
 def watch_stream(base: str, job_id: str) -> dict[str, Any]:
-    from playwright.sync_api import sync_playwright
-
     seen: dict[str, Any] = {}
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+    with chromium() as browser:
         page = browser.new_page()
         page.goto(base + f"/jobs/{job_id}")
         page.wait_for_selector("#recording >> text=stream chunks")
@@ -201,7 +261,6 @@ def watch_stream(base: str, job_id: str) -> dict[str, Any]:
         page.click("text=Watch probe")
         page.wait_for_selector("dl[data-stream='probe'] dd[data-key='x'] >> text=3")
         seen["x"] = page.locator("dl[data-stream='probe'] dd[data-key='x']").inner_text()
-        browser.close()
     return seen
 
 
@@ -235,3 +294,78 @@ async def test_the_pages_are_one_shell_and_the_assets_are_served(server: LiveSer
             assert page.status_code == 200 and '<main id="view"' in page.text, path
         for asset in ("/static/app.js", "/static/app.css"):
             assert (await client.get(asset)).status_code == 200
+
+
+DRIVEN = (
+    'printf \'{"ready": 1}\\n\' >> "$RUNPLANE_STREAMS_DIR/control"; i=0; '
+    'while [ ! -s "$RUNPLANE_STREAMS_DIR/control.teleop" ] && [ $i -lt 600 ]; do '
+    "sleep 0.1; i=$((i+1)); done; "
+    'echo "got $(cat "$RUNPLANE_STREAMS_DIR/control.teleop")"'
+)
+
+
+def drive_stream(base: str, job_id: str, share_url: str) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    with chromium() as browser:
+        # the read-only share view watches the stream but gets no teleop box
+        shared = browser.new_page()
+        shared.goto(share_url)
+        shared.click("text=Watch control")
+        shared.wait_for_selector("dl[data-stream='control'] dd[data-key='ready']")
+        seen["shared_teleop"] = shared.locator("form[data-teleop]").count()
+        # the owner's view drives it: a JSON frame sent with the ticket
+        page = browser.new_page()
+        page.goto(base + f"/jobs/{job_id}")
+        page.click("text=Watch control")
+        page.wait_for_selector("form[data-teleop='control']")
+        page.fill("#teleop-control", "not json")
+        page.click("form[data-teleop='control'] button")
+        seen["bad_frame"] = page.locator("form[data-teleop='control'] output").inner_text()
+        page.fill("#teleop-control", '{"push": 0.5}')
+        page.click("form[data-teleop='control'] button")
+        page.wait_for_selector("form[data-teleop='control'] output >> text=sent")
+        seen["sent"] = page.locator("form[data-teleop='control'] output").inner_text()
+        page.wait_for_selector("#logs >> text=got", timeout=60_000)
+        seen["log"] = page.locator("#logs >> text=got").inner_text()
+        seen["unnamed"] = page.evaluate(UNNAMED)
+    return seen
+
+
+async def test_the_run_view_drives_a_stream_and_a_share_link_cannot(
+    server: LiveServer, start_agent: StartAgent
+) -> None:
+    start_agent(server.url, "drivenode")
+    async with server.client() as client:
+        await wait_for(lambda: online_nodes(client), 30, "the agent")
+        job_id = await submit(client, {"stack": "shell", "command": ["sh", "-c", DRIVEN]})
+
+        async def control_listed() -> bool:
+            job = (await client.get(f"/v1/jobs/{job_id}")).json()
+            return any(st["name"] == "control" for st in job.get("streams") or [])
+
+        await wait_for(control_listed, 60, "the control stream")
+        share = (await client.post(f"/v1/jobs/{job_id}/share")).json()
+        # the server, not the page, refuses: a share code's ticket may watch, not drive
+        shared_ticket = await client.post(
+            f"/v1/jobs/{job_id}/streams/control/subscribe",
+            headers={"X-Share-Token": share["code"]},
+        )
+        assert shared_ticket.status_code == 200, shared_ticket.text
+        assert shared_ticket.json()["teleop"] is False
+        refused = await client.post(
+            f"/v1/jobs/{job_id}/streams/control/teleop",
+            json={"push": 1},
+            headers={"Authorization": f"Bearer {shared_ticket.json()['ticket']}"},
+        )
+        assert refused.status_code == 403, refused.text
+        base = server.url.rstrip("/")
+        seen = await trio.to_thread.run_sync(
+            drive_stream, base, job_id, base + f"/s/{share['code']}"
+        )
+        done = await wait_phase(client, job_id, "succeeded", "failed")
+    assert seen["shared_teleop"] == 0
+    assert seen["bad_frame"] == "not JSON: fix the frame"
+    assert seen["sent"].startswith("sent, seq ")
+    assert '"frame":{"push":0.5}' in seen["log"].replace(" ", "")
+    assert done["phase"] == "succeeded"
+    assert seen["unnamed"] == []

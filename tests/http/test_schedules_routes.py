@@ -22,8 +22,14 @@ JOB = {"stack": "shell", "command": ["true"], "env": {"API_TOKEN": "plain-token-
 
 
 @pytest.fixture
-async def app(make_settings: Callable[..., Settings]) -> AsyncIterator[QuartTrio]:
-    application = create_app(make_settings(auth="required"))
+async def app(
+    make_settings: Callable[..., Settings], durable_store_url: str | None
+) -> AsyncIterator[QuartTrio]:
+    """The app on each durable backend (SQLite, and PostgreSQL when one is configured)."""
+    env = {"auth": "required"}
+    if durable_store_url is not None:
+        env["database_url"] = durable_store_url
+    application = create_app(make_settings(**env))
     async with application.test_app():
         yield application
 

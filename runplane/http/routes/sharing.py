@@ -52,28 +52,40 @@ async def _optional_body(model: type[Any]) -> Any:
     return await parse_body(model)
 
 
+async def _minted(row: JobRow, kind: str, by: str, ttl_hours: int, **grant: Any) -> dict[str, str]:
+    """A new share code or embed grant on ``row``, audited (``runs:share``/``runs:embed``):
+    ``{token, expires_at}``."""
+    token, minted = await shares.mint(
+        services().store,
+        _key(),
+        kind=kind,
+        job_id=row.id,
+        org_id=row.org_id,
+        by=by,
+        ttl_hours=ttl_hours,
+        **grant,
+    )
+    await audit.record(
+        f"runs:{kind}",
+        "job",
+        row.id,
+        org_id=row.org_id,
+        after={
+            "grant_id": minted.id,
+            "expires_at": iso_ms(minted.expires_at),
+            "allow": list(minted.allow),
+        },
+    )
+    return {"token": token, "expires_at": iso_ms(minted.expires_at)}
+
+
 @blueprint.post("/v1/jobs/<job_id>/share")
 async def share_job(job_id: str) -> tuple[dict[str, str], int]:
     row = await _visible_job(job_id)
     body = await _optional_body(ShareBody)
-    token, grant = await shares.mint(
-        services().store,
-        _key(),
-        kind="share",
-        job_id=row.id,
-        org_id=row.org_id,
-        by=current_caller().subject,
-        ttl_hours=body.ttl_hours,
-    )
-    await audit.record(
-        "runs:share",
-        "job",
-        row.id,
-        org_id=row.org_id,
-        after={"share_id": grant.id, "expires_at": iso_ms(grant.expires_at)},
-    )
-    url = f"{public_origin()}/s/{token}"
-    return {"token": token, "code": token, "url": url, "expires_at": iso_ms(grant.expires_at)}, 201
+    minted = await _minted(row, "share", current_caller().subject, body.ttl_hours)
+    code = minted["token"]
+    return {**minted, "code": code, "url": f"{public_origin()}/s/{code}"}, 201
 
 
 @blueprint.delete("/v1/jobs/<job_id>/share")
@@ -125,25 +137,15 @@ async def mint_embed(job_id: str) -> tuple[dict[str, Any], int]:
 
 async def mint_grant(row: JobRow, body: EmbedMintBody, by: str) -> dict[str, Any]:
     """EmbedMintResult ``{token, url, expires_at}`` for a new grant on ``row``."""
-    token, grant = await shares.mint(
-        services().store,
-        _key(),
-        kind="embed",
-        job_id=row.id,
-        org_id=row.org_id,
-        by=by,
-        ttl_hours=min(body.ttl_hours, EMBED_MAX_HOURS),
+    minted = await _minted(
+        row,
+        "embed",
+        by,
+        min(body.ttl_hours, EMBED_MAX_HOURS),
         allow=list(body.allow),
         branding=body.branding.model_dump(),
     )
-    await audit.record(
-        "runs:embed",
-        "job",
-        row.id,
-        org_id=row.org_id,
-        after={"grant_id": grant.id, "allow": list(grant.allow)},
-    )
-    return {"token": token, "url": f"/embed/e/{token}", "expires_at": iso_ms(grant.expires_at)}
+    return {**minted, "url": f"/embed/e/{minted['token']}"}
 
 
 @blueprint.get("/v1/embed/grant")
