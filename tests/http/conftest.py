@@ -39,3 +39,17 @@ async def app(make_settings: Callable[..., Settings]) -> AsyncIterator[QuartTrio
 @pytest.fixture
 def client(app: QuartTrio) -> Any:
     return app.test_client()
+
+
+@pytest.fixture
+async def required_app(
+    make_settings: Callable[..., Settings], durable_store_url: str | None
+) -> AsyncIterator[QuartTrio]:
+    """The app with ``RUNPLANE_AUTH=required`` on each durable backend (SQLite, and
+    PostgreSQL when one is configured)."""
+    env = {"auth": "required"}
+    if durable_store_url is not None:
+        env["database_url"] = durable_store_url
+    application = create_app(make_settings(**env))
+    async with application.test_app():
+        yield application

@@ -15,15 +15,8 @@ from tests.auth.support import ADMIN_H, bearer, exchange, mint, ok_json, seat
 
 
 @pytest.fixture
-async def app(
-    make_settings: Callable[..., Settings], durable_store_url: str | None
-) -> AsyncIterator[QuartTrio]:
-    env = {"auth": "required"}
-    if durable_store_url is not None:
-        env["database_url"] = durable_store_url
-    application = create_app(make_settings(**env))
-    async with application.test_app():
-        yield application
+def app(required_app: QuartTrio) -> QuartTrio:
+    return required_app
 
 
 @pytest.fixture

@@ -7,31 +7,21 @@ field, another org's id 404, a revoked creator's token recorded as an error. The
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import trio
 from quart_trio import QuartTrio
 
-from runplane.http.app import create_app
-from runplane.settings import Settings
 from tests.auth.support import ADMIN_H, World, build_world, store_of
 
 JOB = {"stack": "shell", "command": ["true"], "env": {"API_TOKEN": "plain-token-value-123"}}
 
 
 @pytest.fixture
-async def app(
-    make_settings: Callable[..., Settings], durable_store_url: str | None
-) -> AsyncIterator[QuartTrio]:
-    """The app on each durable backend (SQLite, and PostgreSQL when one is configured)."""
-    env = {"auth": "required"}
-    if durable_store_url is not None:
-        env["database_url"] = durable_store_url
-    application = create_app(make_settings(**env))
-    async with application.test_app():
-        yield application
+def app(required_app: QuartTrio) -> QuartTrio:
+    return required_app
 
 
 async def until(
