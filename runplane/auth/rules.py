@@ -76,6 +76,9 @@ RULES: dict[tuple[str, str], Rule] = {
     # --- health and discovery -----------------------------------------------------------
     ("GET", "/healthz"): PUBLIC,
     ("GET", "/v1/healthz"): PUBLIC,
+    # the OpenAPI document (docs/api.md "OpenAPI"): generated from the routes, no data
+    ("GET", "/openapi.json"): PUBLIC,
+    ("GET", "/v1/openapi.json"): PUBLIC,
     # the web UI (docs/ui.md): its assets (Quart's static route) and the pages' shell
     ("GET", "/static/<path:filename>"): PUBLIC,
     ("GET", "/"): PUBLIC,

@@ -37,6 +37,7 @@ from runplane.http.routes import (
     join_tokens,
     me,
     nodes,
+    openapi,
     orgs,
     pipelines,
     policy,
@@ -194,6 +195,7 @@ def create_app(
     app.register_blueprint(ui.blueprint)
     app.register_blueprint(git.blueprint)
     app.register_blueprint(secrets.blueprint)
+    app.register_blueprint(openapi.blueprint)
     # first: control characters in path ids and query values never reach auth or the store
     app.before_request(check_request_text)
     install_auth(app)  # the auth layer: runplane/auth/rules.py says what each route needs

@@ -401,6 +401,8 @@ CASES: dict[tuple[str, str], Case] = {
     # public
     ("GET", "/healthz"): Case("public", path("/healthz")),
     ("GET", "/v1/healthz"): Case("public", path("/v1/healthz")),
+    ("GET", "/openapi.json"): Case("public", path("/openapi.json")),
+    ("GET", "/v1/openapi.json"): Case("public", path("/v1/openapi.json")),
     ("GET", "/static/<path:filename>"): Case("public", path("/static/app.css")),
     ("GET", "/"): Case("public", path("/")),
     ("GET", "/jobs/<job_id>"): Case("public", path("/jobs/job_x?share=rpsh_x")),

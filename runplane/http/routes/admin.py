@@ -11,6 +11,8 @@ from runplane.actors import channels
 from runplane.http.bodies import Body, parse_body
 from runplane.http.context import services
 from runplane.http.guards import require_admin
+from runplane.http.openapi import doc
+from runplane.http.openapi import views as v
 
 blueprint = Blueprint("admin", __name__, url_prefix="/v1/admin")
 
@@ -23,12 +25,14 @@ class ChannelTargetBody(Body):
 
 
 @blueprint.get("/channel-target")
+@doc("Agent version targets per channel", v.ChannelTargets)
 async def get_channel_targets() -> dict[str, str]:
     require_admin()
     return await channels.get_targets(services().root.channels)
 
 
 @blueprint.post("/channel-target")
+@doc("Set a channel's target agent version", v.ChannelTargets, body=ChannelTargetBody)
 async def set_channel_target() -> dict[str, str]:
     require_admin()
     body = await parse_body(ChannelTargetBody)

@@ -9,6 +9,8 @@ from quart import Blueprint
 
 from runplane.http.caller import current_caller
 from runplane.http.context import services
+from runplane.http.openapi import doc
+from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, int_arg, str_arg
 from runplane.jobs import analytics
 from runplane.persistence import now_ms
@@ -18,6 +20,7 @@ blueprint = Blueprint("analytics", __name__, url_prefix="/v1/analytics")
 
 @blueprint.get("/jobs")
 @accepts_query("window", "buckets")
+@doc("Job counts over a window, bucketed", v.JobAnalytics)
 async def jobs() -> dict[str, Any]:
     asked = str_arg("window", max_length=16) or analytics.DEFAULT_WINDOW
     window = analytics.parse_window(asked)

@@ -40,6 +40,8 @@ from runplane.artifacts import (
 from runplane.artifacts.zipstream import zip_objects
 from runplane.http.caller import current_caller
 from runplane.http.context import services
+from runplane.http.openapi import doc
+from runplane.http.openapi import views as v
 from runplane.ids import is_id, new_id
 from runplane.jobs import repo
 from runplane.problems import FieldProblem, Problem, not_found
@@ -270,6 +272,13 @@ def public_origin() -> str:
 
 
 @blueprint.put("/v1/artifacts/<anykey:key>")
+@doc(
+    "Store an artifact (an agent, with its grant)",
+    v.ArtifactStored,
+    status=201,
+    content="json",
+    errors=(401, 403, 409, 411, 413),
+)
 async def put_artifact(key: str) -> tuple[dict[str, Any], int, dict[str, str]]:
     try:
         check_key(key)
@@ -298,6 +307,7 @@ async def put_artifact(key: str) -> tuple[dict[str, Any], int, dict[str, str]]:
 
 
 @blueprint.get("/v1/artifacts/<anykey:key>")
+@doc("Download an artifact", status=200, content="bytes", errors=(401, 403, 410))
 async def get_artifact(key: str) -> Response:
     try:
         check_key(key)
@@ -325,6 +335,7 @@ async def get_artifact(key: str) -> Response:
 
 
 @blueprint.get("/v1/artifacts-zip/<anykey:prefix>")
+@doc("Download artifacts under a prefix as a zip", status=200, content="bytes", errors=(401, 403))
 async def get_artifacts_zip(prefix: str) -> Response:
     try:
         prefix = check_prefix(prefix)
@@ -417,6 +428,7 @@ class _UploadSink:
 
 
 @blueprint.post("/v1/uploads")
+@doc("Upload a file for a job's inputs", v.UploadResult, errors=(400, 401, 403, 411, 413, 415))
 async def upload() -> dict[str, Any]:
     boundary = request.mimetype_params.get("boundary")
     if request.mimetype != "multipart/form-data" or not boundary:

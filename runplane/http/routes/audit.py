@@ -14,6 +14,8 @@ from quart import Blueprint
 from runplane.auth import audit
 from runplane.http.auth_hook import current_principal
 from runplane.http.context import services
+from runplane.http.openapi import doc
+from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, int_arg, str_arg
 
 blueprint = Blueprint("audit", __name__, url_prefix="/v1/admin")
@@ -21,6 +23,7 @@ blueprint = Blueprint("audit", __name__, url_prefix="/v1/admin")
 
 @blueprint.get("/audit")
 @accepts_query("limit", "org")
+@doc("The audit trail", v.AuditRow, many=True)
 async def list_audit() -> list[dict[str, Any]]:
     principal = current_principal()
     limit = int_arg("limit", audit.LIST_DEFAULT, minimum=1, maximum=audit.LIST_MAX)

@@ -19,6 +19,8 @@ from runplane.http.auth_hook import current_principal
 from runplane.http.bodies import Body, parse_body
 from runplane.http.context import services
 from runplane.http.guards import bearer_token
+from runplane.http.openapi import doc
+from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query
 from runplane.ids import ORG_ID_PATTERN
 from runplane.problems import FieldProblem, Problem, not_found
@@ -40,11 +42,13 @@ def _invalid(key: str, code: str, message: str) -> Problem:
 
 
 @blueprint.get("/v1/auth/whoami")
+@doc("The caller's principal", v.Principal)
 async def whoami() -> dict[str, Any]:
     return current_principal().view()
 
 
 @blueprint.get("/v1/roles")
+@doc("The roles and their scopes", v.Role, many=True)
 async def roles() -> list[dict[str, object]]:
     return role_catalog()
 
@@ -59,6 +63,7 @@ class MintBody(Body):
 
 
 @blueprint.post("/v1/auth/tokens")
+@doc("Mint an API token (shown once)", v.MintResult, status=201, body=MintBody)
 async def mint_token() -> tuple[dict[str, Any], int, dict[str, str]]:
     body = await parse_body(MintBody)
     if body.role is not None and body.scopes is not None:
@@ -89,6 +94,7 @@ async def mint_token() -> tuple[dict[str, Any], int, dict[str, str]]:
 
 @blueprint.get("/v1/auth/tokens")
 @accepts_query("org_id")
+@doc("API tokens (no secrets)", v.TokenView, many=True)
 async def list_tokens() -> list[dict[str, Any]]:
     org_id = request.args.get("org_id") or None
     views = await tokens.list_tokens(services().store, org_id)
@@ -96,6 +102,7 @@ async def list_tokens() -> list[dict[str, Any]]:
 
 
 @blueprint.delete("/v1/auth/tokens/<token_id>")
+@doc("Revoke an API token", v.Deleted)
 async def revoke_token(token_id: str) -> dict[str, str]:
     if not await tokens.revoke_token(services().store, token_id):
         raise not_found("token")
@@ -108,6 +115,7 @@ class ExchangeBody(Body):
 
 
 @blueprint.post("/v1/auth/token")
+@doc("Exchange a login token for a session", v.SessionResult, body=ExchangeBody, errors=(401,))
 async def exchange() -> tuple[dict[str, Any], int, dict[str, str]]:
     body = await parse_body(ExchangeBody)
     try:
@@ -123,6 +131,7 @@ async def exchange() -> tuple[dict[str, Any], int, dict[str, str]]:
 
 
 @blueprint.post("/v1/auth/logout")
+@doc("End the bearer's login session", status=204, content="empty", errors=(401,))
 async def logout() -> Response:
     secret = bearer_token()
     if secret is not None and secret.startswith(identity.SESSION_PREFIX):
@@ -136,6 +145,13 @@ class SeatBody(Body):
 
 
 @blueprint.post("/v1/auth/seat")
+@doc(
+    "Seat a user in an org (a login token, shown once)",
+    v.View,
+    status=201,
+    body=SeatBody,
+    errors=(409,),
+)
 async def seat() -> tuple[dict[str, Any], int, dict[str, str]]:
     body = await parse_body(SeatBody)
     seated = await identity.seat(services().store, name=body.name, email=body.email)

@@ -16,6 +16,7 @@ from quart import Blueprint, Response
 
 from runplane.http.caller import current_caller
 from runplane.http.context import services
+from runplane.http.openapi import doc
 from runplane.http.query import accepts_query, resume_seq
 from runplane.jobs import repo
 from runplane.jobs.events import JobEvent
@@ -39,6 +40,11 @@ def _frame_of(event: JobEvent) -> bytes:
 
 @blueprint.get("/v1/jobs/<job_id>/events")
 @accepts_query("since_seq")  # and ?token=, which its auth rule allows
+@doc(
+    "Follow a job (server-sent events: log, metric, phase)",
+    content="sse",
+    events=("log", "metric", "phase"),
+)
 async def job_events(job_id: str) -> Response:
     svc = services()
     if await repo.get_row(svc.store, job_id, current_caller().read_org) is None:

@@ -14,7 +14,10 @@ from runplane.http.bodies import parse_body
 from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.guards import require_area
+from runplane.http.openapi import doc
+from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, str_arg
+from runplane.problems import Problem
 
 blueprint = Blueprint("git", __name__, url_prefix="/v1/git")
 
@@ -29,6 +32,13 @@ KEY_NOTE = (
 
 
 @blueprint.post("/connections")
+@doc(
+    "Connect a git repository",
+    v.GitConnectionView,
+    status=201,
+    body=GitConnectionBody,
+    errors=(502,),
+)
 async def create_connection() -> tuple[dict[str, Any], int]:
     require_area("git", "git integration")
     body = await parse_body(GitConnectionBody)
@@ -43,6 +53,7 @@ async def create_connection() -> tuple[dict[str, Any], int]:
 
 @blueprint.get("/connections")
 @accepts_query("org")
+@doc("Git connections (no secrets)", v.GitConnectionView, many=True)
 async def list_connections() -> list[dict[str, Any]]:
     require_area("git", "git integration")
     caller = current_caller()
@@ -60,7 +71,11 @@ async def _proxy(connection_id: str, service_path: str) -> Response:
     require_area("git", "git integration")
     length = request.content_length or 0
     if length > MAX_UPLOAD_PACK_REQUEST:
-        return Response("request too large", status=413)
+        raise Problem(
+            413,
+            "too_large",
+            f"an upload-pack request is at most {MAX_UPLOAD_PACK_REQUEST} bytes",
+        )
     raw = await request.get_data(as_text=False) if request.method == "POST" else b""
     body = raw if isinstance(raw, bytes) else raw.encode()
     headers = [(k, v) for k, v in request.headers.items() if k.lower() in FORWARDED]
@@ -92,12 +107,22 @@ async def _proxy(connection_id: str, service_path: str) -> Response:
 # (the run orders point agents here: runplane/jobs/orders.py GIT_PROXY)
 @blueprint.get("/proxy/<connection_id>/info/refs")
 @accepts_query("service")
+@doc("Git smart HTTP for an agent (its fetch ticket)", content="bytes", errors=(401, 403, 404, 502))
 async def proxy_refs(connection_id: str) -> Response:
     if request.args.get("service") != "git-upload-pack":
-        return Response("only git-upload-pack (fetch) is served", status=403)
+        raise Problem(
+            403,
+            "forbidden",
+            "only git-upload-pack (fetch) is served: ask for ?service=git-upload-pack",
+        )
     return await _proxy(connection_id, "info/refs")
 
 
 @blueprint.post("/proxy/<connection_id>/git-upload-pack")
+@doc(
+    "Git smart HTTP for an agent (its fetch ticket)",
+    content="bytes",
+    errors=(401, 403, 404, 413, 502),
+)
 async def proxy_upload_pack(connection_id: str) -> Response:
     return await _proxy(connection_id, "git-upload-pack")

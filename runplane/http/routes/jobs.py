@@ -12,6 +12,8 @@ from runplane.http.bodies import Body, parse_body
 from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.listing import JOB_LIST_PARAMS, job_filter, listing
+from runplane.http.openapi import doc
+from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, choice_arg, int_arg
 from runplane.jobs import repo
 from runplane.jobs.rows import JobRow
@@ -58,6 +60,7 @@ def idempotency_key() -> str | None:
 
 
 @blueprint.post("")
+@doc("Submit a job", v.JobSubmitted, status=202, body=SubmitJobBody, errors=(409, 429))
 async def submit() -> tuple[dict[str, Any], int]:
     body = await parse_body(SubmitJobBody)
     caller = current_caller()
@@ -72,6 +75,7 @@ async def submit() -> tuple[dict[str, Any], int]:
 
 @blueprint.get("")
 @accepts_query(*JOB_LIST_PARAMS)
+@doc("Jobs", v.Job, many=True, page=v.JobPage)
 async def listjobs_service() -> Any:
     async def render(rows: list[JobRow]) -> list[dict[str, Any]]:
         reasons = await jobs_service().wait_reasons(rows)
@@ -88,11 +92,13 @@ async def _row(job_id: str) -> JobRow:
 
 
 @blueprint.get("/<job_id>")
+@doc("One job", v.Job)
 async def get_job(job_id: str) -> dict[str, Any]:
     return await job_reply(await _row(job_id))
 
 
 @blueprint.post("/<job_id>/cancel")
+@doc("Cancel a job", v.CancelResult)
 async def cancel(job_id: str) -> dict[str, Any]:
     row, outcome = await jobs_service().cancel(job_id, current_caller().read_org)
     await audit.record_job("runs:cancel", row, cancelled=outcome.cancelled)
@@ -108,6 +114,7 @@ class PriorityBody(Body):
 
 
 @blueprint.post("/<job_id>/priority")
+@doc("Change a queued job's priority", v.Job, body=PriorityBody, errors=(409,))
 async def set_priority(job_id: str) -> dict[str, Any]:
     body = await parse_body(PriorityBody)
     if not -(2**31) <= body.priority < 2**31:
@@ -122,6 +129,7 @@ async def set_priority(job_id: str) -> dict[str, Any]:
 
 
 @blueprint.post("/<job_id>/rerun")
+@doc("Run a job again with the same spec", v.JobSubmitted, status=202, errors=(409, 422, 429))
 async def rerun(job_id: str) -> tuple[dict[str, Any], int]:
     caller = current_caller()
     created = await jobs_service().rerun(
@@ -135,6 +143,7 @@ async def rerun(job_id: str) -> tuple[dict[str, Any], int]:
 
 @blueprint.get("/<job_id>/logs")
 @accepts_query("stream", "since_seq", "limit")
+@doc("A job's logs and metrics", v.JobLogs)
 async def logs(job_id: str) -> dict[str, Any]:
     row = await _row(job_id)
     stream = choice_arg("stream", _STREAMS)
@@ -159,5 +168,6 @@ async def logs(job_id: str) -> dict[str, Any]:
 
 
 @blueprint.get("/<job_id>/artifacts")
+@doc("A job's artifacts", v.ArtifactRef, many=True)
 async def artifacts(job_id: str) -> list[dict[str, Any]]:
     return list((await _row(job_id)).artifacts)

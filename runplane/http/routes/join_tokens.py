@@ -11,6 +11,8 @@ from runplane.http import audit
 from runplane.http.bodies import Body, parse_body
 from runplane.http.context import services
 from runplane.http.guards import require_admin, require_area
+from runplane.http.openapi import doc
+from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query
 from runplane.ids import ORG_ID_PATTERN, valid_org_id
 from runplane.nodes import enrollment
@@ -25,7 +27,7 @@ Label = Annotated[str, StringConstraints(strip_whitespace=True, max_length=enrol
 NO_STORE = {"Cache-Control": "no-store"}
 
 
-class MintBody(Body):
+class JoinTokenMintBody(Body):
     """Every field optional; an absent or empty body mints a community token for org_default.
 
     ``tier`` takes any JSON value: one that is not a tier becomes ``community`` (spec).
@@ -36,14 +38,21 @@ class MintBody(Body):
     label: Label | None = None
 
 
-async def _mint_body() -> MintBody:
+async def _mint_body() -> JoinTokenMintBody:
     raw = await request.get_data(as_text=False)
     if not raw.strip():
-        return MintBody()
-    return await parse_body(MintBody)
+        return JoinTokenMintBody()
+    return await parse_body(JoinTokenMintBody)
 
 
 @blueprint.post("")
+@doc(
+    "Mint a node join token (shown once)",
+    v.JoinTokenMint,
+    status=201,
+    body=JoinTokenMintBody,
+    body_optional=True,
+)
 async def mint() -> tuple[dict[str, Any], int, dict[str, str]]:
     require_admin()
     svc = services()
@@ -73,6 +82,7 @@ async def mint() -> tuple[dict[str, Any], int, dict[str, str]]:
 
 @blueprint.get("")
 @accepts_query("org_id")
+@doc("Node join tokens (no secrets)", v.JoinTokenView, many=True)
 async def list_tokens() -> list[dict[str, Any]]:
     require_admin()
     org_id = request.args.get("org_id") or None
@@ -84,6 +94,7 @@ async def list_tokens() -> list[dict[str, Any]]:
 
 
 @blueprint.delete("/<token_id>")
+@doc("Revoke a node join token", v.Deleted)
 async def revoke(token_id: str) -> dict[str, str]:
     require_admin()
     if not await enrollment.revoke_join_token(services().store, token_id):

@@ -15,11 +15,14 @@ from quart import Blueprint
 from runplane.actors import admission as adm
 from runplane.http.auth_hook import current_principal
 from runplane.http.context import services
+from runplane.http.openapi import doc
+from runplane.http.openapi import views as v
 
 blueprint = Blueprint("me", __name__, url_prefix="/v1/me")
 
 
 @blueprint.get("/entitlements")
+@doc("The caller's usage, limits and what remains", v.Entitlements)
 async def entitlements() -> dict[str, Any]:
     principal = current_principal()
     usage = await adm.usage(services().root.admission, principal.org_id, principal.subject)

@@ -13,6 +13,8 @@ from runplane.http.bodies import parse_body
 from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.guards import require_admin, require_area
+from runplane.http.openapi import doc
+from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, flag_arg, int_arg
 from runplane.jobs.repo import decode_cursor, encode_cursor
 from runplane.nodes import grants, metrics, patch
@@ -25,6 +27,7 @@ PAGE_DEFAULT, PAGE_MAX = 50, 200
 
 @blueprint.get("")
 @accepts_query("paginate", "cursor", "limit")
+@doc("The fleet", v.Node, many=True, page=v.NodePage)
 async def list_nodes() -> Any:
     fleet = services().root.fleet
     org = current_caller().read_org
@@ -44,6 +47,13 @@ async def list_nodes() -> Any:
 
 
 @blueprint.post("/grants")
+@doc(
+    "Grant another org use of nodes",
+    v.NodeGrantView,
+    status=201,
+    body=grants.GrantBody,
+    errors=(404, 409),  # 404: an owner or grantee org that does not exist
+)
 async def grant() -> tuple[dict[str, Any], int]:
     require_area("node_sharing", "node sharing")
     body = await parse_body(grants.GrantBody)
@@ -62,12 +72,14 @@ async def grant() -> tuple[dict[str, Any], int]:
 
 
 @blueprint.get("/grants")
+@doc("Node grants", v.NodeGrantList)
 async def list_grants() -> dict[str, Any]:
     require_area("node_sharing", "node sharing")
     return await grants.listing(services().store, current_caller().read_org)
 
 
 @blueprint.delete("/grants/<grant_id>")
+@doc("Revoke a node grant", status=204, content="empty")
 async def revoke_grant(grant_id: str) -> tuple[str, int]:
     require_area("node_sharing", "node sharing")
     gone = await grants.revoke(services().store, grant_id, current_caller().read_org)
@@ -79,6 +91,7 @@ async def revoke_grant(grant_id: str) -> tuple[str, int]:
 
 
 @blueprint.patch("/<node_id>")
+@doc("Change a node's name, caps or disabled flag", v.NodePatchResult, body=patch.NodePatch)
 async def patch_node(node_id: str) -> dict[str, Any]:
     """Overrides (docs/placement.md): the admin token, or an owner/admin of the org that
     owns the node; a node no org owns is the admin token's only."""
@@ -96,6 +109,7 @@ async def patch_node(node_id: str) -> dict[str, Any]:
 
 @blueprint.get("/<node_id>/metrics")
 @accepts_query("window")
+@doc("A node's load samples over a window", v.NodeMetrics)
 async def node_metrics(node_id: str) -> dict[str, Any]:
     """The node's sampled load (docs/placement.md#node-metrics); nodes are a shared fleet:
     visible to every caller that may list them."""
@@ -104,6 +118,7 @@ async def node_metrics(node_id: str) -> dict[str, Any]:
 
 
 @blueprint.post("/<node_id>/update")
+@doc("Ask a node's agent to update itself", v.NodeUpdateResult, also=(202,), errors=(409,))
 async def update_node(node_id: str) -> tuple[dict[str, Any], int]:
     """Self-update to the node's channel target (docs/agent.md#self-update): 200 when the
     signal reached the connected agent, 202 when it takes it at its next connect."""

@@ -19,6 +19,8 @@ from runplane.http import audit
 from runplane.http.auth_hook import current_principal
 from runplane.http.bodies import Body, parse_body
 from runplane.http.context import services
+from runplane.http.openapi import doc
+from runplane.http.openapi import views as v
 from runplane.problems import not_found
 
 blueprint = Blueprint("orgs", __name__, url_prefix="/v1/orgs")
@@ -34,6 +36,7 @@ class OrgBody(Body):
 
 
 @blueprint.post("")
+@doc("Create a team org", v.Org, status=201, body=OrgBody, errors=(409,))
 async def create_org() -> tuple[dict[str, Any], int]:
     body = await parse_body(OrgBody)
     principal = current_principal()
@@ -45,6 +48,7 @@ async def create_org() -> tuple[dict[str, Any], int]:
 
 
 @blueprint.get("")
+@doc("The caller's orgs", v.View, many=True)
 async def list_orgs() -> list[dict[str, Any]]:
     return await identity.memberships(services().store, current_principal().subject)
 
@@ -65,6 +69,7 @@ class MemberBody(Body):
 
 
 @blueprint.post("/<org_id>/members")
+@doc("Add a member to an org", v.View, status=201, body=MemberBody, errors=(409,))
 async def add_member(org_id: str) -> tuple[dict[str, Any], int, dict[str, str]]:
     granter = await _granter(org_id)
     body = await parse_body(MemberBody)
@@ -100,12 +105,14 @@ async def add_member(org_id: str) -> tuple[dict[str, Any], int, dict[str, str]]:
 
 
 @blueprint.get("/<org_id>/members")
+@doc("An org's members", v.OrgMember, many=True)
 async def list_members(org_id: str) -> list[dict[str, Any]]:
     await _granter(org_id)
     return await identity.list_members(services().store, org_id)
 
 
 @blueprint.delete("/<org_id>/members/<user_id>")
+@doc("Remove a member from an org", status=204, content="empty", errors=(409,))
 async def remove_member(org_id: str, user_id: str) -> Response:
     granter = await _granter(org_id)
     role = await identity.remove_member(services().store, org_id, user_id, granter=granter)

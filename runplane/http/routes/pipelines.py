@@ -13,6 +13,8 @@ from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.guards import require_area
 from runplane.http.listing import LIST_DEFAULT, LIST_MAX
+from runplane.http.openapi import doc
+from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, int_arg
 from runplane.http.routes.artifacts import public_origin
 from runplane.pipelines.body import PipelineBody
@@ -33,6 +35,7 @@ def _submitter() -> Submitter:
 
 
 @blueprint.post("")
+@doc("Start a pipeline run", v.PipelineRun, status=202, body=PipelineBody, errors=(409, 429))
 async def create() -> tuple[dict[str, Any], int]:
     service = _service()
     body = await parse_body(PipelineBody)
@@ -49,6 +52,7 @@ async def create() -> tuple[dict[str, Any], int]:
 
 @blueprint.get("")
 @accepts_query("limit", "offset")
+@doc("Pipeline runs", v.PipelineRun, many=True)
 async def list_pipelines() -> list[dict[str, Any]]:
     service = _service()
     limit = int_arg("limit", LIST_DEFAULT, minimum=1, maximum=LIST_MAX)
@@ -56,6 +60,7 @@ async def list_pipelines() -> list[dict[str, Any]]:
 
 
 @blueprint.post("/validate")
+@doc("Validate a pipeline without starting it", v.PipelineValidation, body=PipelineBody)
 async def validate() -> dict[str, Any]:
     service = _service()
     body = await parse_body(PipelineBody)
@@ -63,11 +68,13 @@ async def validate() -> dict[str, Any]:
 
 
 @blueprint.get("/<run_id>")
+@doc("One pipeline run with its stages", v.PipelineRun)
 async def get_pipeline(run_id: str) -> dict[str, Any]:
     return await _service().view(run_id, current_caller().read_org)
 
 
 @blueprint.post("/<run_id>/cancel")
+@doc("Cancel a pipeline run", v.PipelineRun)
 async def cancel(run_id: str) -> dict[str, Any]:
     view = await _service().cancel(run_id, current_caller().read_org)
     await audit.record(
@@ -81,6 +88,7 @@ async def cancel(run_id: str) -> dict[str, Any]:
 
 
 @blueprint.post("/<run_id>/retry")
+@doc("Re-run a finished pipeline's failed branches", v.PipelineRun, errors=(409, 429))
 async def retry(run_id: str) -> dict[str, Any]:
     """An addition: re-run the ended run's failed, timed-out, cancelled and skipped stages
     and what needs them; succeeded stages keep their jobs and artifacts."""

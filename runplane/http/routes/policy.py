@@ -22,6 +22,8 @@ from runplane.http.bodies import Body, parse_body
 from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.guards import require_area
+from runplane.http.openapi import doc
+from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, choice_arg, int_arg, number_arg, str_arg
 from runplane.http.refusals import refusal_status
 from runplane.jobs.spec import stack_issues, unknown_stack
@@ -76,6 +78,7 @@ async def _doc(org_id: str) -> PolicyDoc:
 
 @blueprint.get("")
 @accepts_query("org")
+@doc("The org's policy", v.PolicyView)
 async def get_policy() -> dict[str, Any]:
     require_area("policy", "the policy engine")
     org_id = _org()
@@ -92,6 +95,7 @@ async def get_policy() -> dict[str, Any]:
 
 @blueprint.put("")
 @accepts_query("org")
+@doc("Replace the org's policy", v.PolicyView, body=PolicyDocBody)
 async def put_policy() -> dict[str, Any]:
     require_area("policy", "the policy engine")
     org_id = _org()
@@ -149,6 +153,7 @@ async def _preview(subject: str, project: str, stack_name: str | None) -> dict[s
 
 @blueprint.get("/preview")
 @accepts_query(*PREVIEW_PARAMS)
+@doc("The effective policy for a subject", v.PolicyPreview)
 async def preview_get() -> dict[str, Any]:
     subject = str_arg("subject") or str_arg("user") or ""
     return await _preview(subject, str_arg("project") or "", str_arg("stack"))
@@ -156,6 +161,7 @@ async def preview_get() -> dict[str, Any]:
 
 @blueprint.post("/preview")
 @accepts_query(*PREVIEW_PARAMS)
+@doc("The effective policy for a subject", v.PolicyPreview, body=PreviewBody, body_optional=True)
 async def preview_post() -> dict[str, Any]:
     body = await parse_body(PreviewBody) if await request.get_data() else PreviewBody()
     subject = body.subject or body.user or str_arg("subject") or str_arg("user") or ""
@@ -225,6 +231,7 @@ async def _preflight(
 
 @blueprint.get("/preflight")
 @accepts_query(*PREFLIGHT_PARAMS)
+@doc("Would admission take this run?", v.PolicyPreflight)
 async def preflight_get() -> dict[str, Any]:
     limits = {
         "cpu_cores": number_arg("cpu_cores"),
@@ -238,6 +245,7 @@ async def preflight_get() -> dict[str, Any]:
 
 
 @blueprint.post("/preflight")
+@doc("Would admission take this run?", v.PolicyPreflight, body=PreflightBody)
 async def preflight_post() -> dict[str, Any]:
     body = await parse_body(PreflightBody)
     limits = body.limits.model_dump(exclude={"isolation"})

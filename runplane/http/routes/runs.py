@@ -17,6 +17,8 @@ from runplane.http.bodies import parse_body
 from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.listing import RUN_LIST_PARAMS, job_filter, listing
+from runplane.http.openapi import doc
+from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, flag_arg
 from runplane.http.routes.jobs import created_reply, idempotency_key, job_reply, jobs_service
 from runplane.http.routes.sharing import mint_grant
@@ -37,6 +39,13 @@ def _submitter() -> Submitter:
 
 @blueprint.post("")
 @accepts_query("embed")
+@doc(
+    "Submit a run (a RunSpec with layers)",
+    v.JobSubmitted,
+    status=202,
+    body=RunSpecBody,
+    errors=(409, 429),
+)
 async def submit() -> tuple[dict[str, Any], int]:
     embed = flag_arg("embed")
     if embed and not services().store.supports_identity:
@@ -60,6 +69,7 @@ async def submit() -> tuple[dict[str, Any], int]:
 
 @blueprint.get("")
 @accepts_query(*RUN_LIST_PARAMS)
+@doc("Runs", v.RunRow, many=True, page=v.RunPage)
 async def list_runs() -> Any:
     async def render(rows: list[JobRow]) -> list[dict[str, Any]]:
         return [run_row(r) for r in rows]
@@ -68,6 +78,7 @@ async def list_runs() -> Any:
 
 
 @blueprint.post("/validate")
+@doc("Validate a run without submitting it", v.RunValidation, body=RunSpecBody)
 async def validate() -> dict[str, Any]:
     body = await parse_body(RunSpecBody)
     dry = await jobs_service().dry_run(body, _submitter())
@@ -75,6 +86,7 @@ async def validate() -> dict[str, Any]:
 
 
 @blueprint.post("/resolve")
+@doc("Resolve a run's layers without submitting it", v.RunResolution, body=RunSpecBody)
 async def resolve() -> dict[str, Any]:
     body = await parse_body(RunSpecBody)
     dry = await jobs_service().dry_run(body, _submitter())
@@ -87,6 +99,7 @@ async def resolve() -> dict[str, Any]:
 
 
 @blueprint.get("/<run_id>")
+@doc("One run", v.RunDetail)
 async def get_run(run_id: str) -> dict[str, Any]:
     row = await repo.get_row(services().store, run_id, current_caller().read_org)
     if row is None:

@@ -14,6 +14,8 @@ from runplane.http.bodies import parse_body
 from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.guards import require_area
+from runplane.http.openapi import doc
+from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, int_arg
 from runplane.http.routes.artifacts import public_origin
 from runplane.schedules.body import ScheduleBody, SchedulePatch
@@ -35,6 +37,7 @@ def _audited(view: dict[str, Any]) -> dict[str, Any]:
 
 
 @blueprint.post("")
+@doc("Create a schedule", v.ScheduleView, status=201, body=ScheduleBody)
 async def create_schedule() -> tuple[dict[str, Any], int]:
     service = _service()
     body = await parse_body(ScheduleBody)
@@ -59,6 +62,7 @@ async def create_schedule() -> tuple[dict[str, Any], int]:
 
 @blueprint.get("")
 @accepts_query("limit", "offset")
+@doc("Schedules", v.ScheduleView, many=True)
 async def list_schedules() -> list[dict[str, Any]]:
     service = _service()
     limit = int_arg("limit", LIST_DEFAULT, minimum=1, maximum=LIST_MAX)
@@ -68,11 +72,13 @@ async def list_schedules() -> list[dict[str, Any]]:
 
 
 @blueprint.get("/<schedule_id>")
+@doc("One schedule with its recent runs", v.ScheduleView)
 async def get_schedule(schedule_id: str) -> dict[str, Any]:
     return await _service().get(schedule_id, current_caller().read_org)
 
 
 @blueprint.patch("/<schedule_id>")
+@doc("Change a schedule", v.ScheduleView, body=SchedulePatch)
 async def patch_schedule(schedule_id: str) -> dict[str, Any]:
     service = _service()
     body = await parse_body(SchedulePatch)
@@ -84,6 +90,7 @@ async def patch_schedule(schedule_id: str) -> dict[str, Any]:
 
 
 @blueprint.delete("/<schedule_id>")
+@doc("Delete a schedule", v.Deleted)
 async def delete_schedule(schedule_id: str) -> dict[str, str]:
     row = await _service().delete(schedule_id, current_caller().read_org)
     await audit.record("schedules:delete", "schedule", row.id, org_id=row.org_id)

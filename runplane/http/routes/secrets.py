@@ -13,6 +13,8 @@ from runplane.http import audit
 from runplane.http.bodies import parse_body
 from runplane.http.caller import current_caller
 from runplane.http.context import services
+from runplane.http.openapi import doc
+from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, str_arg
 from runplane.problems import FieldProblem, Problem, not_found
 
@@ -33,6 +35,13 @@ def _org() -> str:
 
 @blueprint.put("/<name>")
 @accepts_query("org")
+@doc(
+    "Set an org secret (sealed at rest)",
+    v.SecretView,
+    status=201,
+    also=(200,),
+    body=vault.SecretBody,
+)
 async def put_secret(name: str) -> tuple[dict[str, Any], int]:
     vault.check_name(name)
     body = await parse_body(vault.SecretBody)
@@ -48,6 +57,7 @@ async def put_secret(name: str) -> tuple[dict[str, Any], int]:
 
 @blueprint.get("")
 @accepts_query("org")
+@doc("Org secrets: names and times, never values", v.SecretView, many=True)
 async def list_secrets() -> list[dict[str, Any]]:
     caller = current_caller()
     org = str_arg("org") if caller.read_org is None else caller.read_org
@@ -56,6 +66,7 @@ async def list_secrets() -> list[dict[str, Any]]:
 
 @blueprint.delete("/<name>")
 @accepts_query("org")
+@doc("Delete an org secret", status=204, content="empty")
 async def delete_secret(name: str) -> tuple[str, int]:
     org = _org()
     if not await vault.delete(services().store, org, name):

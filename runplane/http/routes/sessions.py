@@ -14,6 +14,8 @@ from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.guards import require_area
 from runplane.http.listing import LIST_DEFAULT, LIST_MAX
+from runplane.http.openapi import doc
+from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, int_arg
 from runplane.problems import Problem
 from runplane.services.jobs import Submitter
@@ -29,6 +31,13 @@ def _service() -> Sessions:
 
 
 @blueprint.post("")
+@doc(
+    "Start an interactive session (a pod)",
+    v.SessionView,
+    status=202,
+    body=SessionBody,
+    errors=(429,),
+)
 async def create() -> tuple[dict[str, Any], int]:
     service = _service()
     body = await parse_body(SessionBody)
@@ -46,6 +55,7 @@ async def create() -> tuple[dict[str, Any], int]:
 
 @blueprint.get("")
 @accepts_query("limit", "offset")
+@doc("Sessions", v.SessionView, many=True)
 async def list_sessions() -> list[dict[str, Any]]:
     service = _service()
     limit = int_arg("limit", LIST_DEFAULT, minimum=1, maximum=LIST_MAX)
@@ -53,11 +63,13 @@ async def list_sessions() -> list[dict[str, Any]]:
 
 
 @blueprint.get("/<session_id>")
+@doc("One session with its services", v.SessionView)
 async def get_session(session_id: str) -> dict[str, Any]:
     return await _service().view(session_id, current_caller().read_org)
 
 
 @blueprint.delete("/<session_id>")
+@doc("Stop a session", v.SessionView)
 async def delete(session_id: str) -> dict[str, Any]:
     view = await _service().delete(session_id, current_caller().read_org)
     await audit.record(
@@ -71,11 +83,13 @@ async def delete(session_id: str) -> dict[str, Any]:
 
 
 @blueprint.post("/<session_id>/keepalive")
+@doc("Keep a session alive", v.SessionView, errors=(409,))
 async def keepalive(session_id: str) -> dict[str, Any]:
     return await _service().keepalive(session_id, current_caller().read_org)
 
 
 @blueprint.post("/<session_id>/signal")
+@doc("Signal a session (not implemented)", v.View, errors=(501,))
 async def signal(session_id: str) -> dict[str, Any]:
     await _service().view(session_id, current_caller().read_org)  # 404 first
     raise Problem(

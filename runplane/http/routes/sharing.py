@@ -21,6 +21,8 @@ from runplane.http import audit
 from runplane.http.bodies import parse_body
 from runplane.http.caller import current_caller
 from runplane.http.context import services
+from runplane.http.openapi import doc
+from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query
 from runplane.http.routes.artifacts import public_origin
 from runplane.jobs import repo
@@ -80,6 +82,13 @@ async def _minted(row: JobRow, kind: str, by: str, ttl_hours: int, **grant: Any)
 
 
 @blueprint.post("/v1/jobs/<job_id>/share")
+@doc(
+    "Make a read-only share link for a job",
+    v.ShareResult,
+    status=201,
+    body=ShareBody,
+    body_optional=True,
+)
 async def share_job(job_id: str) -> tuple[dict[str, str], int]:
     row = await _visible_job(job_id)
     body = await _optional_body(ShareBody)
@@ -89,6 +98,7 @@ async def share_job(job_id: str) -> tuple[dict[str, str], int]:
 
 
 @blueprint.delete("/v1/jobs/<job_id>/share")
+@doc("Revoke every share link of a job", v.ShareRevoked)
 async def revoke_shares(job_id: str) -> dict[str, Any]:
     row = await _visible_job(job_id)
     revoked = await shares.revoke(services().store, row.id, kind="share")
@@ -97,6 +107,7 @@ async def revoke_shares(job_id: str) -> dict[str, Any]:
 
 
 @blueprint.get("/s/<code>")
+@doc("Open a share link (a redirect to the run view)", status=302, content="redirect")
 async def open_share(code: str) -> Response:
     """302 to the run view with the code; an unknown, expired, revoked or tampered code to
     the home page with ``?share_error=expired``."""
@@ -108,6 +119,13 @@ async def open_share(code: str) -> Response:
 
 
 @blueprint.post("/v1/jobs/<job_id>/embed")
+@doc(
+    "Mint an embed grant for a job",
+    v.EmbedMintResult,
+    status=201,
+    body=EmbedMintBody,
+    body_optional=True,
+)
 async def mint_embed(job_id: str) -> tuple[dict[str, Any], int]:
     svc = services()
     if not svc.store.supports_identity:
@@ -150,6 +168,7 @@ async def mint_grant(row: JobRow, body: EmbedMintBody, by: str) -> dict[str, Any
 
 @blueprint.get("/v1/embed/grant")
 @accepts_query("embed")
+@doc("What an embed token allows", v.EmbedGrantView, errors=(401,))
 async def embed_grant() -> dict[str, Any]:
     """EmbedGrantView of the token in ``X-Embed-Token`` or ``?embed=``; 401 for anything
     missing, expired, tampered or revoked."""
@@ -166,6 +185,7 @@ async def embed_grant() -> dict[str, Any]:
 
 
 @blueprint.get("/embed/e/<token>")
+@doc("Open an embed link (a redirect to the embed view)", status=302, content="redirect")
 async def open_embed(token: str) -> Response:
     try:
         grant = await shares.verify(services().store, _key(), token, kind="embed")

@@ -12,6 +12,8 @@ from typing import Any
 from quart import Blueprint, Response, request
 
 from runplane.http.context import services
+from runplane.http.openapi import doc
+from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query
 from runplane.problems import FieldProblem, Problem
 from runplane.stacks import UnknownViewError, parse_view, stack_view, stacks_view
@@ -36,12 +38,14 @@ def _view() -> str:
 
 @blueprint.get("")
 @accepts_query("view")
+@doc("The stack catalog", v.Stack, many=True)
 async def list_stacks() -> Response:
     return _json(stacks_view(services().catalog, _view()))
 
 
 @blueprint.get("/<name>")
 @accepts_query("view")
+@doc("One stack", v.Stack)
 async def get_stack(name: str) -> Response:
     view = _view()
     catalog = services().catalog

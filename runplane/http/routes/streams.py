@@ -20,6 +20,8 @@ from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.guards import require_area
 from runplane.http.input_checks import decode_json
+from runplane.http.openapi import doc
+from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, resume_seq
 from runplane.http.routes.artifacts import public_origin
 from runplane.jobs import repo
@@ -86,12 +88,19 @@ def _may_act() -> bool:
 
 
 @blueprint.get("/v1/jobs/<job_id>/streams")
+@doc("A job's realtime streams", v.StreamView, many=True)
 async def list_streams(job_id: str) -> list[dict[str, Any]]:
     row = await _visible_row(job_id)
     return services().root.streams.views(row)
 
 
 @blueprint.post("/v1/jobs/<job_id>/streams/<name>/subscribe")
+@doc(
+    "A ticket to follow (and maybe drive) a stream",
+    v.StreamTicket,
+    body=SubscribeBody,
+    body_optional=True,
+)
 async def subscribe(job_id: str, name: str) -> dict[str, Any]:
     row = await _visible_row(job_id)
     require_area("streams", "realtime streams")
@@ -124,6 +133,7 @@ async def subscribe(job_id: str, name: str) -> dict[str, Any]:
 
 @blueprint.get("/v1/jobs/<job_id>/streams/<name>/data")
 @accepts_query("ticket", "since_seq")
+@doc("Follow a stream (server-sent events)", content="sse", events=("stream",), errors=(401,))
 async def stream_data(job_id: str, name: str) -> Response:
     require_area("streams", "realtime streams")
     ticket = current_ticket()
@@ -140,6 +150,12 @@ async def stream_data(job_id: str, name: str) -> Response:
 
 @blueprint.post("/v1/jobs/<job_id>/streams/<name>/teleop")
 @accepts_query("ticket")
+@doc(
+    "Send a teleop frame to a running job",
+    v.TeleopResult,
+    status=202,
+    errors=(400, 401, 403, 409, 413, 502),
+)
 async def teleop(job_id: str, name: str) -> tuple[dict[str, Any], int]:
     require_area("streams", "realtime streams")
     require_area("teleop", "teleop")
@@ -189,6 +205,7 @@ def _too_big(size: int) -> Problem:
 
 
 @blueprint.get("/v1/jobs/<job_id>/recording")
+@doc("A job's recording: logs, metrics and stream chunks", v.JobRecording)
 async def recording(job_id: str) -> dict[str, Any]:
     row = await _visible_row(job_id)
     return await services().root.streams.recording(row)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from quart import Blueprint, Response, current_app
 
+from runplane.http.openapi import doc
 from runplane.http.query import ignores_query
 
 blueprint = Blueprint("ui", __name__)
@@ -20,6 +21,7 @@ async def _shell() -> Response:
 
 @blueprint.get("/")
 @ignores_query
+@doc("The web UI: the jobs list page", content="html")
 async def home() -> Response:
     """The jobs list (``?share_error=`` says a share link expired)."""
     return await _shell()
@@ -27,6 +29,7 @@ async def home() -> Response:
 
 @blueprint.get("/jobs/<job_id>")
 @ignores_query
+@doc("The web UI: a run view page", content="html")
 async def run_page(job_id: str) -> Response:
     """The run view (``?share=<code>``: the read-only shared view)."""
     return await _shell()
@@ -37,6 +40,7 @@ async def run_page(job_id: str) -> Response:
 @blueprint.get("/pipelines")
 @blueprint.get("/sessions")
 @ignores_query
+@doc("The web UI: a list page (submit, nodes, pipelines, sessions)", content="html")
 async def list_page() -> Response:
     """Submit (from the stack catalog's launch view), nodes, pipelines and sessions."""
     return await _shell()
@@ -44,6 +48,7 @@ async def list_page() -> Response:
 
 @blueprint.get("/pipelines/<run_id>")
 @ignores_query
+@doc("The web UI: a pipeline run page", content="html")
 async def pipeline_page(run_id: str) -> Response:
     """A pipeline run's DAG with its stages' phases, live."""
     return await _shell()
@@ -51,6 +56,7 @@ async def pipeline_page(run_id: str) -> Response:
 
 @blueprint.get("/embed")
 @ignores_query
+@doc("The web UI: the embed view page", content="html")
 async def embed_page() -> Response:
     """The minimal embed view (``?e=<token>&j=<job>``, or ``?embed_error=``)."""
     return await _shell()

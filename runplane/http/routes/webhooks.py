@@ -13,6 +13,8 @@ from runplane.http.bodies import parse_body
 from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.guards import require_area
+from runplane.http.openapi import doc
+from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, str_arg
 from runplane.webhooks import deliveries, endpoints
 
@@ -34,6 +36,12 @@ async def _endpoint(webhook_id: str) -> endpoints.Endpoint:
 
 
 @blueprint.post("")
+@doc(
+    "Register a webhook endpoint (its secret shown once)",
+    v.WebhookCreated,
+    status=201,
+    body=endpoints.WebhookBody,
+)
 async def create_webhook() -> tuple[dict[str, Any], int]:
     _area()
     body = await parse_body(endpoints.WebhookBody)
@@ -50,6 +58,7 @@ async def create_webhook() -> tuple[dict[str, Any], int]:
 
 @blueprint.get("")
 @accepts_query("org")
+@doc("Webhook endpoints", v.WebhookView, many=True)
 async def list_webhooks() -> list[dict[str, Any]]:
     _area()
     caller = current_caller()
@@ -58,6 +67,7 @@ async def list_webhooks() -> list[dict[str, Any]]:
 
 
 @blueprint.delete("/<webhook_id>")
+@doc("Delete a webhook endpoint", v.Deleted)
 async def delete_webhook(webhook_id: str) -> dict[str, str]:
     _area()
     endpoint = await _endpoint(webhook_id)
@@ -69,6 +79,7 @@ async def delete_webhook(webhook_id: str) -> dict[str, str]:
 
 
 @blueprint.post("/<webhook_id>/test")
+@doc("Send a test delivery", v.WebhookTestResult, status=202)
 async def test_webhook(webhook_id: str) -> tuple[dict[str, str], int]:
     _area()
     endpoint = await _endpoint(webhook_id)
@@ -84,6 +95,7 @@ async def test_webhook(webhook_id: str) -> tuple[dict[str, str], int]:
 
 
 @blueprint.get("/<webhook_id>/deliveries")
+@doc("A webhook's deliveries", v.WebhookDelivery, many=True)
 async def list_deliveries(webhook_id: str) -> list[dict[str, Any]]:
     _area()
     endpoint = await _endpoint(webhook_id)

@@ -1,0 +1,282 @@
+"""The OpenAPI 3.1.0 document of the running app, generated (docs/api.md "OpenAPI").
+
+It walks the app's url map: each route's path parameters come from its url rule, its
+query parameters from ``@accepts_query``, its security from the auth rule table, and its
+request and response bodies from the pydantic models its ``@doc`` names, whose JSON
+Schemas pydantic generates in one pass (``models_json_schema``) with ``$ref``s into
+``components/schemas``. Error answers are RFC 9457 problems: each operation lists the
+statuses it can give (:func:`error_statuses`). The WebSocket of the agents and Quart's
+static files are not HTTP operations of the API and are left out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import replace
+from http import HTTPStatus
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import JsonSchemaMode as Mode
+from pydantic.json_schema import models_json_schema
+from quart import Quart
+
+from runplane.auth.rules import PUBLIC, Rule, rule_for
+from runplane.http.query import QUERY_ATTR
+
+from .route_doc import RouteDoc, doc_of
+from .views import ProblemDetails
+
+#: The interface version the spec gives (not the package's version).
+API_VERSION = "1.1.0"
+REF = "#/components/schemas/{model}"
+#: Endpoints that are not operations of the API.
+LEFT_OUT = frozenset({"static"})
+_PARAM = re.compile(r"<(?:[a-z_]+:)?([A-Za-z_][A-Za-z0-9_]*)>")
+
+SECURITY_SCHEMES: dict[str, Any] = {
+    "bearer": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "An API token (rpt_...), a login session (rps_...) or the admin token.",
+    },
+    "queryToken": {
+        "type": "apiKey",
+        "in": "query",
+        "name": "token",
+        "description": "The bearer token as ?token= (the event stream only: EventSource "
+        "cannot set headers).",
+    },
+    "streamTicket": {
+        "type": "apiKey",
+        "in": "query",
+        "name": "ticket",
+        "description": "A stream ticket from .../subscribe (also accepted as the bearer).",
+    },
+    "shareToken": {
+        "type": "apiKey",
+        "in": "header",
+        "name": "X-Share-Token",
+        "description": "A share code: reads its one job (also ?share=).",
+    },
+    "embedToken": {
+        "type": "apiKey",
+        "in": "header",
+        "name": "X-Embed-Token",
+        "description": "An embed token: reads its one job's allowed categories (also ?embed=).",
+    },
+}
+
+
+def openapi_path(rule: str) -> str:
+    """``/v1/jobs/<job_id>`` as ``/v1/jobs/{job_id}`` (converters dropped)."""
+    return _PARAM.sub(lambda m: "{" + m.group(1) + "}", rule)
+
+
+def error_statuses(method: str, rule: str, auth: Rule, route: RouteDoc, query: bool) -> list[int]:
+    """The problem statuses an operation can answer: those its route names, plus 400 for
+    a body or query parameters (malformed, unknown), 401/403 unless public, 400/404 for
+    an id in the path, 413/422 for a body (over 1 MiB; a field's value), 503 everywhere (overload, with
+    Retry-After; a switched-off area)."""
+    found = set(route.errors) | {503}
+    if route.body is not None or query:
+        found.add(400)
+    if route.body is not None:
+        found |= {413, 422}
+    if auth != PUBLIC:
+        found |= {401, 403}
+    if auth.stream_ticket:
+        found.add(401)
+    if "<" in rule:
+        found |= {400, 404}  # a path parameter with a control character is a 400
+    return sorted(found)
+
+
+def _security(auth: Rule) -> list[dict[str, list[str]]]:
+    if auth.need == "public" and not auth.stream_ticket:
+        return []
+    options: list[dict[str, list[str]]] = [{"bearer": []}]
+    if auth.query_token:
+        options.append({"queryToken": []})
+    if auth.stream_ticket:
+        options.append({"streamTicket": []})
+    if auth.shared:
+        options += [{"shareToken": []}, {"embedToken": []}]
+    return options
+
+
+def _models(docs: Iterable[RouteDoc]) -> list[tuple[type[BaseModel], Mode]]:
+    """Each model the routes name, with the mode it is used in (bodies are validated,
+    answers serialized)."""
+    seen: dict[tuple[type[BaseModel], Mode], None] = {(ProblemDetails, "serialization"): None}
+    for route in docs:
+        if route.body is not None:
+            seen[(route.body, "validation")] = None
+        answers: list[type[BaseModel] | None] = [route.page]
+        if isinstance(route.response, tuple):
+            answers += list(route.response)
+        else:
+            answers.append(route.response)
+        for model in answers:
+            if model is not None:
+                seen[(model, "serialization")] = None
+    return list(seen)
+
+
+class _Schemas:
+    """Every model's JSON Schema in one pydantic pass: a ``$ref`` for each, the
+    definitions for ``components/schemas``."""
+
+    def __init__(self, keys: list[tuple[type[BaseModel], Mode]]) -> None:
+        refs, top = models_json_schema(keys, ref_template=REF)
+        self.components: dict[str, Any] = top.get("$defs", {})
+        self._refs = refs
+
+    def ref(self, model: type[BaseModel], *, request: bool = False) -> dict[str, Any]:
+        return dict(self._refs[(model, "validation" if request else "serialization")])
+
+
+def _response_schema(route: RouteDoc, schemas: _Schemas) -> dict[str, Any] | None:
+    if route.response is None:
+        return None
+    if isinstance(route.response, tuple):
+        one: dict[str, Any] = {"oneOf": [schemas.ref(m) for m in route.response]}
+    else:
+        one = schemas.ref(route.response)
+    if route.many:
+        one = {"type": "array", "items": one}
+    if route.page is not None:
+        one = {"oneOf": [one, schemas.ref(route.page)]}
+    return one
+
+
+def _success(route: RouteDoc, schemas: _Schemas) -> dict[str, Any]:
+    description = HTTPStatus(route.status).phrase
+    if route.content == "redirect":
+        return {"description": description, "headers": {"Location": {"schema": {"type": "string"}}}}
+    if route.content == "empty":
+        return {"description": description}
+    if route.content == "sse":  # each event: its name, its id (a seq) and its JSON data
+        event = {
+            "type": "object",
+            "required": ["data"],
+            "properties": {
+                "event": {"type": "string", "enum": list(route.events)},
+                "id": {"type": "string"},
+                "data": {"type": "string", "contentMediaType": "application/json"},
+            },
+        }
+        return {"description": description, "content": {"text/event-stream": {"schema": event}}}
+    media = {
+        "bytes": ("application/octet-stream", {"type": "string", "format": "binary"}),
+        "html": ("text/html", {"type": "string"}),
+        "text": ("text/plain", {"type": "string"}),
+    }
+    if route.content in media:
+        kind, schema = media[route.content]
+        return {"description": description, "content": {kind: {"schema": schema}}}
+    answer = _response_schema(route, schemas)
+    body = {"schema": answer} if answer is not None else {}
+    return {"description": description, "content": {"application/json": body}}
+
+
+def _operation(
+    method: str,
+    rule: str,
+    endpoint: str,
+    route: RouteDoc,
+    auth: Rule,
+    query: tuple[str, ...],
+    schemas: _Schemas,
+) -> dict[str, Any]:
+    params: list[dict[str, Any]] = [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        for name in _PARAM.findall(rule)
+    ]
+    params += [
+        {"name": name, "in": "query", "required": False, "schema": {"type": "string"}}
+        for name in query
+    ]
+    responses: dict[str, Any] = {str(route.status): _success(route, schemas)}
+    for status in route.also:
+        responses[str(status)] = _success(replace(route, status=status), schemas)
+    for status in error_statuses(method, rule, auth, route, bool(query)):
+        if str(status) in responses:
+            continue
+        responses[str(status)] = {
+            "description": HTTPStatus(status).phrase,
+            "content": {"application/problem+json": {"schema": schemas.ref(ProblemDetails)}},
+        }
+    op: dict[str, Any] = {
+        "operationId": endpoint.replace(".", "_"),
+        "summary": route.summary,
+        "tags": [endpoint.split(".", 1)[0]],
+        "security": _security(auth),
+        "responses": responses,
+    }
+    if route.description:
+        op["description"] = route.description
+    if params:
+        op["parameters"] = params
+    if route.body is not None:
+        op["requestBody"] = {
+            "required": not route.body_optional,
+            "content": {"application/json": {"schema": schemas.ref(route.body, request=True)}},
+        }
+    return op
+
+
+class Undocumented(Exception):
+    """A route has no ``@doc``: the document cannot be whole."""
+
+
+def build(app: Quart, server_url: str | None = None) -> dict[str, Any]:
+    """The OpenAPI 3.1.0 document of ``app``; :class:`Undocumented` names a route that
+    lacks its ``@doc``."""
+    found: list[tuple[str, str, str, RouteDoc, Rule, tuple[str, ...]]] = []
+    missing: list[str] = []
+    for url_rule in app.url_map.iter_rules():
+        if url_rule.endpoint in LEFT_OUT or getattr(url_rule, "websocket", False):
+            continue
+        view = app.view_functions[url_rule.endpoint]
+        route = doc_of(view)
+        for method in sorted(url_rule.methods or ()):
+            if method in ("HEAD", "OPTIONS"):
+                continue
+            if route is None:
+                missing.append(f"{method} {url_rule.rule}")
+                continue
+            auth = rule_for(method, url_rule.rule) or PUBLIC
+            query = tuple(getattr(view, QUERY_ATTR, None) or ())
+            if auth.query_token and "token" not in query:
+                query += ("token",)
+            found.append((method, url_rule.rule, url_rule.endpoint, route, auth, query))
+    if missing:
+        raise Undocumented("routes without @doc: " + ", ".join(sorted(missing)))
+    schemas = _Schemas(_models(f[3] for f in found))
+    paths: dict[str, dict[str, Any]] = {}
+    ids: set[str] = set()
+    for method, rule, endpoint, route, auth, query in sorted(found, key=lambda f: (f[1], f[0])):
+        op = _operation(method, rule, endpoint, route, auth, query, schemas)
+        if op["operationId"] in ids:  # one view serving several paths
+            op["operationId"] += "_" + re.sub(r"\W+", "_", rule).strip("_")
+        ids.add(op["operationId"])
+        paths.setdefault(openapi_path(rule), {})[method.lower()] = op
+    document: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "runplane",
+            "version": API_VERSION,
+            "description": (
+                "The runplane job-orchestration API. Errors are RFC 9457 problems "
+                "(application/problem+json). A deploy with RUNPLANE_AUTH=off or shadow also "
+                "takes anonymous calls."
+            ),
+        },
+        "paths": paths,
+        "components": {"schemas": schemas.components, "securitySchemes": SECURITY_SCHEMES},
+    }
+    if server_url:
+        document["servers"] = [{"url": server_url}]
+    return document

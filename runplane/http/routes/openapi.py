@@ -1,0 +1,32 @@
+"""The OpenAPI 3.1.0 document of this server (docs/api.md "OpenAPI"): ``GET /openapi.json``
+and its versioned alias ``GET /v1/openapi.json``, generated from the routes once per
+process and served to anyone (it holds no data)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quart import Blueprint, current_app
+
+from runplane.http.openapi import doc
+from runplane.http.openapi import views as v
+from runplane.http.openapi.document import build
+
+blueprint = Blueprint("openapi", __name__)
+
+_BUILT = "runplane_openapi_document"
+
+
+def document() -> dict[str, Any]:
+    """The app's document, built on first use (the url map is fixed by then)."""
+    built = current_app.config.get(_BUILT)
+    if built is None:
+        built = current_app.config[_BUILT] = build(current_app)
+    return dict(built)
+
+
+@blueprint.get("/openapi.json")
+@blueprint.get("/v1/openapi.json")
+@doc("This document (OpenAPI 3.1.0)", v.View)
+async def openapi_json() -> dict[str, Any]:
+    return document()
