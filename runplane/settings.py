@@ -59,6 +59,8 @@ class Settings(BaseSettings):
     database_url: str | None = None
     auth: Literal["off", "shadow", "required"] = "off"
     admin_token: SecretStr | None = None
+    #: a bearer that may read ``/metrics`` (docs/operations.md "Metrics"), for a scraper
+    metrics_token: SecretStr | None = None
     secret_key: SecretStr | None = None
     public_url: str | None = None
     max_cpu: int = Field(128, ge=1)
@@ -78,7 +80,9 @@ class Settings(BaseSettings):
     #: the in-process agent's executor (``runplane agent --executor``)
     local_agent_executor: Literal["process", "sandbox"] = "process"
 
-    @field_validator("database_url", "public_url", "admin_token", "secret_key", mode="before")
+    @field_validator(
+        "database_url", "public_url", "admin_token", "metrics_token", "secret_key", mode="before"
+    )
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
@@ -101,7 +105,7 @@ class Settings(BaseSettings):
             raise ValueError("accepted: an origin such as 'https://runplane.example.com'")
         return value.rstrip("/")
 
-    @field_validator("admin_token")
+    @field_validator("admin_token", "metrics_token")
     @classmethod
     def _admin_token(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None and len(value.get_secret_value()) < 16:
@@ -188,7 +192,7 @@ def _one_line(exc: ValidationError) -> str:
     err = exc.errors()[0]
     field = str(err["loc"][0]) if err["loc"] else "?"
     raw = err.get("input")
-    shown = "(secret)" if field in {"admin_token", "secret_key"} else repr(raw)
+    shown = "(secret)" if field in {"admin_token", "metrics_token", "secret_key"} else repr(raw)
     hint_fn = _ACCEPTED_HINTS.get(err["type"])
     if hint_fn is not None:
         hint = hint_fn(err)

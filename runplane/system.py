@@ -331,6 +331,19 @@ class Root:
     def channels(self) -> ActorRef[ChannelMsg]:
         return cast(ActorRef[ChannelMsg], self.supervisor.child("channels"))
 
+    def mailboxes(self) -> dict[str, tuple[int, int]]:
+        """Per actor kind (registry kinds and the root's singletons): live actors and the
+        messages queued in their mailboxes now (/metrics)."""
+        out = self.registry.mailboxes()
+        for name in ("channels", "admission", "placement", "sampler", "webhooks", "scheduler"):
+            try:
+                ref = self.supervisor.child(name)
+            except KeyError:
+                continue
+            if isinstance(ref, ActorRef):
+                out[name] = (1, ref.statistics().depth)
+        return out
+
     @property
     def admission(self) -> ActorRef[AdmissionMsg]:
         return cast(ActorRef[AdmissionMsg], self.supervisor.child("admission"))

@@ -112,6 +112,11 @@ class FleetNow(Asks[list[tuple[NodeShape, NodeLoad]]]):
 
 
 @dataclass(frozen=True, slots=True)
+class StatsNow(Asks["PlacementStats"]):
+    """A copy of placement's counters (plans, their seconds, queue depth): /metrics."""
+
+
+@dataclass(frozen=True, slots=True)
 class Queued(Asks[dict[str, JobDemand]]):
     """The queue as it is now (job id -> demand): for tests and operators."""
 
@@ -140,6 +145,7 @@ PlacementMsg = (
     | WaitReasons
     | Loads
     | FleetNow
+    | StatsNow
     | Queued
     | _HeldOn
     | _TellReasons
@@ -316,6 +322,8 @@ class PlacementActor(Actor[PlacementMsg]):
                 return {shape.id: self.fleet.load(shape.id) for shape, _ in self.fleet}
             case FleetNow():
                 return list(self.fleet)
+            case StatsNow():
+                return replace(self.stats, queued=len(self.queue), nodes=len(self.fleet))
             case Queued():
                 return dict(self.queue)
             case _TellReasons():

@@ -79,6 +79,9 @@ RULES: dict[tuple[str, str], Rule] = {
     # the OpenAPI document (docs/api.md "OpenAPI"): generated from the routes, no data
     ("GET", "/openapi.json"): PUBLIC,
     ("GET", "/v1/openapi.json"): PUBLIC,
+    # Prometheus (docs/operations.md "Metrics"): open deploys anyone; with auth required
+    # the route asks for the admin token or RUNPLANE_METRICS_TOKEN (a scraper's bearer)
+    ("GET", "/metrics"): PUBLIC,
     # the web UI (docs/ui.md): its assets (Quart's static route) and the pages' shell
     ("GET", "/static/<path:filename>"): PUBLIC,
     ("GET", "/"): PUBLIC,

@@ -36,6 +36,7 @@ from runplane.http.routes import (
     jobs,
     join_tokens,
     me,
+    metrics,
     nodes,
     openapi,
     orgs,
@@ -196,6 +197,7 @@ def create_app(
     app.register_blueprint(git.blueprint)
     app.register_blueprint(secrets.blueprint)
     app.register_blueprint(openapi.blueprint)
+    app.register_blueprint(metrics.blueprint)
     # first: control characters in path ids and query values never reach auth or the store
     app.before_request(check_request_text)
     install_auth(app)  # the auth layer: runplane/auth/rules.py says what each route needs

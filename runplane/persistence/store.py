@@ -31,6 +31,7 @@ from typing import Any, Literal, Protocol, Self, TypeVar
 import outcome
 import trio
 
+from runplane.histogram import Histogram
 from runplane.persistence.errors import StoreClosedError, TransactionAbortedError, WriteBatchError
 from runplane.persistence.migrate import Migration, apply_migrations, load_migrations
 from runplane.persistence.writer import GroupCommitWriter, WriterStatistics
@@ -118,6 +119,8 @@ class StoreStatistics:
     pending: int
     writes_failed: int
     batches_failed: int
+    #: BEGIN-to-COMMIT seconds of committed batches (None: a store without a writer)
+    commit_seconds: Histogram | None = None
 
 
 class Store(ABC):
@@ -449,6 +452,7 @@ class SqlStore(Store):
             pending=pending,
             writes_failed=stats.writes_failed,
             batches_failed=stats.batches_failed,
+            commit_seconds=stats.commit_seconds.copy(),
         )
 
     def versions(self) -> dict[str, str]:

@@ -35,13 +35,15 @@ import contextlib
 import enum
 import logging
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import outcome
 import trio
 
+from runplane.histogram import Histogram
 from runplane.persistence.errors import StoreClosedError, TransactionAbortedError, WriteBatchError
 
 if TYPE_CHECKING:
@@ -84,6 +86,8 @@ class WriterStatistics:
     largest_batch: int = 0
     writes_failed: int = 0
     batches_failed: int = 0
+    #: seconds from a batch's BEGIN to its COMMIT returning (committed batches)
+    commit_seconds: Histogram = field(default_factory=Histogram)
 
 
 class GroupCommitWriter:
@@ -252,6 +256,7 @@ class GroupCommitWriter:
 
     def _run_batch_locked(self, batch: list[_Op]) -> None:
         stats = self.stats
+        began = time.perf_counter()
         try:
             conn = self._begin()
         except Exception as exc:
@@ -291,6 +296,7 @@ class GroupCommitWriter:
         except Exception as exc:
             self._fail_batch(batch, exc, "commit failed")
             return
+        stats.commit_seconds.observe(time.perf_counter() - began)
         committed = sum(1 for op in batch if isinstance(op.result, outcome.Value))
         stats.batches_committed += 1
         stats.writes_committed += committed

@@ -411,6 +411,11 @@ class Hub:
         self._rings: dict[str, Ring[Any]] = {}
         self._closed_rings: OrderedDict[str, None] = OrderedDict()
 
+    def ring_subscribers(self, prefix: str) -> int:
+        """Open cursors on the rings whose names start with ``prefix`` (``job/``: job
+        event followers; ``stream/``: stream subscribers)."""
+        return sum(r.subscribers for name, r in self._rings.items() if name.startswith(prefix))
+
     def topic(self, name: str) -> Topic[Any]:
         """The topic ``name``, created if needed (or if the old one was closed)."""
         topic = self._topics.get(name)

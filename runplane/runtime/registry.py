@@ -201,6 +201,15 @@ class Registry:
         with suppress(KeyError):  # it ended meanwhile
             await self._supervisor.stop_child((kind.name, id))
 
+    def mailboxes(self) -> dict[str, tuple[int, int]]:
+        """Per kind: its live actors and the messages queued in their mailboxes now."""
+        out: dict[str, tuple[int, int]] = {name: (0, 0) for name in self._kinds}
+        for (kind, _), entry in self._entries.items():
+            actors, depth = out.get(kind, (0, 0))
+            queued = entry.ref.statistics().depth if entry.ref is not None else 0
+            out[kind] = (actors + 1, depth + queued)
+        return out
+
     def statistics(self) -> RegistryStatistics:
         return RegistryStatistics(
             active=len(self._entries),

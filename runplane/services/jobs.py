@@ -12,6 +12,7 @@ which every transition reaches before it is announced.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -22,6 +23,7 @@ from runplane import runs, sealed_env, vault
 from runplane.actors import admission as adm
 from runplane.actors import placement as pl
 from runplane.actors.job import JOBS, Cancel, CancelOutcome, JobActor, JobDeps, SetPriority
+from runplane.histogram import Histogram
 from runplane.ids import new_id
 from runplane.jobs import repo
 from runplane.jobs.demand import demand_of
@@ -123,6 +125,10 @@ class Jobs:
         #: resolves the refs of mounts that name a git connection (the git service's
         #: ``resolve_mounts``: spec, org), set by the root
         self.resolve_git: Callable[[dict[str, Any], str], Awaitable[None]] | None = None
+        #: every submit's seconds (created or refused) and the count of each outcome, for
+        #: /metrics (runplane/services/telemetry.py)
+        self.submit_seconds = Histogram()
+        self.submits: dict[str, int] = {"created": 0, "refused": 0, "invalid": 0}
 
     def register(self, deps: JobDeps) -> None:
         async def activate(job_id: str) -> JobActor:
@@ -157,6 +163,31 @@ class Jobs:
         ``stage_of`` (pipeline run id, stage name, its retry) tags the job of a pipeline stage;
         ``session_id`` and ``pod`` make the job a session's pod (``audit`` then writes the
         session's row in the job's insert transaction)."""
+        began = time.perf_counter()
+        outcome = "invalid"
+        try:
+            created = await self._submit(
+                body, who, idempotency_key, audit, stage_of, session_id, pod
+            )
+            outcome = "created"
+            return created
+        except AdmissionRefused:
+            outcome = "refused"
+            raise
+        finally:
+            self.submit_seconds.observe(time.perf_counter() - began)
+            self.submits[outcome] += 1
+
+    async def _submit(
+        self,
+        body: SubmitJobBody,
+        who: Submitter,
+        idempotency_key: str | None,
+        audit: InTx | None,
+        stage_of: tuple[str, str, int] | None,
+        session_id: str | None,
+        pod: list[dict[str, Any]] | None,
+    ) -> Created:
         fingerprint = body_hash(body)
         planned = runs.plan(body, self.catalog)
         raise_issues(planned.issues)

@@ -403,6 +403,12 @@ CASES: dict[tuple[str, str], Case] = {
     ("GET", "/v1/healthz"): Case("public", path("/v1/healthz")),
     ("GET", "/openapi.json"): Case("public", path("/openapi.json")),
     ("GET", "/v1/openapi.json"): Case("public", path("/v1/openapi.json")),
+    # public rule; with auth required the route takes only the admin (or metrics) token
+    ("GET", "/metrics"): Case(
+        "public",
+        path("/metrics"),
+        per_persona={p: 401 for p in PERSONAS if p != "admin"},
+    ),
     ("GET", "/static/<path:filename>"): Case("public", path("/static/app.css")),
     ("GET", "/"): Case("public", path("/")),
     ("GET", "/jobs/<job_id>"): Case("public", path("/jobs/job_x?share=rpsh_x")),

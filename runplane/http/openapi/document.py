@@ -77,8 +77,8 @@ def openapi_path(rule: str) -> str:
 def error_statuses(method: str, rule: str, auth: Rule, route: RouteDoc, query: bool) -> list[int]:
     """The problem statuses an operation can answer: those its route names, plus 400 for
     a body or query parameters (malformed, unknown), 401/403 unless public, 400/404 for
-    an id in the path, 413/422 for a body (over 1 MiB; a field's value), 503 everywhere (overload, with
-    Retry-After; a switched-off area)."""
+    an id in the path, 413/422 for a body (over 1 MiB; a field's value), 503 everywhere
+    (overload, with Retry-After; a switched-off area)."""
     found = set(route.errors) | {503}
     if route.body is not None or query:
         found.add(400)
