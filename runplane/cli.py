@@ -24,7 +24,10 @@ GRACEFUL_TIMEOUT = 10.0
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="runplane", description="runplane job-orchestration control plane"
+        prog="runplane",
+        description="runplane job-orchestration control plane",
+        epilog="client commands (on a running server; `runplane submit --help` etc., "
+        "docs/cli.md): " + ", ".join(sorted(USER_VERBS)),
     )
     parser.add_argument("--version", action="version", version=f"runplane {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -242,7 +245,43 @@ def _leaves(group: BaseExceptionGroup[OSError]) -> list[OSError]:
     return out
 
 
+#: The user verbs (runplane/client/cli.py, docs/cli.md): a client of a running server.
+USER_VERBS = frozenset(
+    {
+        "submit",
+        "ls",
+        "get",
+        "logs",
+        "cancel",
+        "rerun",
+        "stacks",
+        "nodes",
+        "pipeline",
+        "session",
+        "whoami",
+    }
+)
+
+
+def _verb(args: Sequence[str]) -> str | None:
+    """The first word that is not an option (nor the value of ``--url``/``--token``)."""
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in ("--url", "--token"):
+            skip = True
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    given = list(sys.argv[1:] if argv is None else argv)
+    if _verb(given) in USER_VERBS:
+        from runplane.client.cli import main as client_main
+
+        return client_main(given)
     args = _parser().parse_args(argv)
     if args.command is None:
         _parser().print_help()

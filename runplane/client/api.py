@@ -1,0 +1,255 @@
+"""The Python client of the runplane API: typed, synchronous (httpx), for scripts and
+notebooks (docs/cli.md "Python client").
+
+>>> from runplane.client import Client
+>>> with Client() as rp:                      # RUNPLANE_URL / RUNPLANE_TOKEN / config file
+...     job = rp.submit({"stack": "shell", "command": ["echo", "hi"]})
+...     for event in rp.events(job["job_id"]):  # follows until the job ends
+...         print(event)
+
+Every error the server answers is an :class:`ApiError` carrying the RFC 9457 problem
+(its ``detail`` says what went wrong) and :meth:`ApiError.hint` (what to do next).
+:meth:`Client.events` resumes a dropped event stream with ``Last-Event-ID``, so nothing is
+lost or repeated across a server restart.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+
+from .config import ClientConfig
+from .sse import parse
+
+TERMINAL = frozenset({"succeeded", "failed", "timeout", "cancelled"})
+JSONObject = dict[str, Any]
+
+
+class ApiError(Exception):
+    """The server answered with a problem (or could not be reached: ``status`` 0)."""
+
+    def __init__(self, status: int, detail: str, problem: JSONObject | None = None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.problem = problem or {}
+
+    @property
+    def code(self) -> str:
+        return str(self.problem.get("code", ""))
+
+    def hint(self, url: str = "") -> str:
+        """What to do next, by status."""
+        if self.status == 0:
+            return (
+                f"is the server running at {url}? start one with `runplane serve`, "
+                "or set RUNPLANE_URL"
+            )
+        if self.status == 401:
+            return (
+                'send a token: set RUNPLANE_TOKEN, pass --token, or put token = "..." in '
+                "the config file"
+            )
+        if self.status == 403:
+            return "your token lacks the scope this needs: ask an org admin for a role that has it"
+        if self.status == 404:
+            return "check the id (`runplane ls` lists your jobs)"
+        if self.status == 429:
+            return "your org or user is at its concurrency limit: wait for a run to finish"
+        if self.status in (400, 422):
+            fields = [f"{e.get('key')}: {e.get('message')}" for e in self.problem.get("errors", [])]
+            return "; ".join(fields) if fields else "fix the request and try again"
+        if self.status >= 500:
+            return "the server could not do it now: try again in a moment"
+        return ""
+
+
+class Client:
+    """One server, one token; a connection pool reused across calls."""
+
+    def __init__(
+        self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0
+    ) -> None:
+        self.config = ClientConfig.load(url, token)
+        headers = {"User-Agent": "runplane-client"}
+        if self.config.token:
+            headers["Authorization"] = f"Bearer {self.config.token}"
+        self._http = httpx.Client(base_url=self.config.url, headers=headers, timeout=timeout)
+
+    @property
+    def url(self) -> str:
+        return self.config.url
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        """The JSON answer of ``method path``; :class:`ApiError` for a problem."""
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ApiError(0, f"cannot reach {self.url}: {exc}") from None
+        return _answer(response)
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    def submit(self, body: JSONObject, *, idempotency_key: str | None = None) -> JSONObject:
+        """Submit a run (a SubmitJobBody, or a RunSpecBody with layers): the Job view."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        answer: JSONObject = self.request("POST", "/v1/runs", json=body, headers=headers)
+        return answer
+
+    def validate(self, body: JSONObject) -> JSONObject:
+        answer: JSONObject = self.request("POST", "/v1/runs/validate", json=body)
+        return answer
+
+    def job(self, job_id: str) -> JSONObject:
+        answer: JSONObject = self.request("GET", f"/v1/jobs/{job_id}")
+        return answer
+
+    def jobs(
+        self, *, phase: str | None = None, stack: str | None = None, limit: int = 50
+    ) -> list[JSONObject]:
+        params: dict[str, Any] = {"limit": limit}
+        if phase:
+            params["phase"] = phase
+        if stack:
+            params["stack"] = stack
+        answer: list[JSONObject] = self.request("GET", "/v1/jobs", params=params)
+        return answer
+
+    def cancel(self, job_id: str) -> JSONObject:
+        answer: JSONObject = self.request("POST", f"/v1/jobs/{job_id}/cancel")
+        return answer
+
+    def rerun(self, job_id: str) -> JSONObject:
+        answer: JSONObject = self.request("POST", f"/v1/jobs/{job_id}/rerun")
+        return answer
+
+    def logs(self, job_id: str, *, stream: str | None = None) -> list[JSONObject]:
+        """Every stored log line of the job, oldest first (all pages)."""
+        lines: list[JSONObject] = []
+        since = 0
+        while True:
+            params: dict[str, Any] = {"since_seq": since, "limit": 1000}
+            if stream:
+                params["stream"] = stream
+            page = self.request("GET", f"/v1/jobs/{job_id}/logs", params=params)
+            lines += page["logs"]
+            if not page["logs"] or page.get("next_seq", since) == since:
+                return lines
+            since = page["next_seq"]
+
+    def events(
+        self, job_id: str, *, since: int = 0, reconnect_for: float = 300.0
+    ) -> Iterator[JSONObject]:
+        """The job's events (``log``, ``metric``, ``phase`` payloads, each with its
+        ``seq``) from after ``since`` until its terminal phase. A dropped connection is
+        resumed with ``Last-Event-ID``; after ``reconnect_for`` seconds of failing to
+        reconnect, :class:`ApiError` (status 0)."""
+        last = since
+        failing_since: float | None = None
+        delay = 0.25
+        while True:
+            headers = {"Last-Event-ID": str(last)} if last else {}
+            try:
+                with self._http.stream(
+                    "GET",
+                    f"/v1/jobs/{job_id}/events",
+                    headers=headers,
+                    timeout=httpx.Timeout(30.0, read=60.0),
+                ) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        _answer(response)
+                    failing_since, delay = None, 0.25
+                    for event in parse(response.iter_lines()):
+                        data: JSONObject = json.loads(event.data)
+                        if event.id is not None:
+                            last = int(event.id)
+                        yield data
+                        if event.event == "phase" and data.get("phase") in TERMINAL:
+                            return
+            except httpx.TransportError as exc:
+                now = time.monotonic()
+                failing_since = failing_since or now
+                if now - failing_since > reconnect_for:
+                    raise ApiError(0, f"lost the event stream of {job_id}: {exc}") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            # the server ended the stream without a terminal phase (it is shutting down):
+            # resume from the last event seen
+            time.sleep(delay)
+
+    # -- catalog, fleet, identity --------------------------------------------------------------
+
+    def stacks(self) -> list[JSONObject]:
+        answer: list[JSONObject] = self.request("GET", "/v1/stacks")
+        return answer
+
+    def nodes(self) -> list[JSONObject]:
+        answer: list[JSONObject] = self.request("GET", "/v1/nodes")
+        return answer
+
+    def whoami(self) -> JSONObject:
+        answer: JSONObject = self.request("GET", "/v1/auth/whoami")
+        return answer
+
+    # -- pipelines and sessions -----------------------------------------------------------------
+
+    def create_pipeline(self, body: JSONObject) -> JSONObject:
+        answer: JSONObject = self.request("POST", "/v1/pipelines", json=body)
+        return answer
+
+    def pipeline(self, run_id: str) -> JSONObject:
+        answer: JSONObject = self.request("GET", f"/v1/pipelines/{run_id}")
+        return answer
+
+    def create_session(self, body: JSONObject) -> JSONObject:
+        answer: JSONObject = self.request("POST", "/v1/sessions", json=body)
+        return answer
+
+    def sessions(self) -> list[JSONObject]:
+        answer: list[JSONObject] = self.request("GET", "/v1/sessions")
+        return answer
+
+    def session(self, session_id: str) -> JSONObject:
+        answer: JSONObject = self.request("GET", f"/v1/sessions/{session_id}")
+        return answer
+
+    def stop_session(self, session_id: str) -> JSONObject:
+        answer: JSONObject = self.request("DELETE", f"/v1/sessions/{session_id}")
+        return answer
+
+    def keepalive(self, session_id: str) -> JSONObject:
+        answer: JSONObject = self.request("POST", f"/v1/sessions/{session_id}/keepalive")
+        return answer
+
+
+def _answer(response: httpx.Response) -> Any:
+    if response.status_code < 400:
+        return response.json() if response.content else None
+    try:
+        problem = response.json()
+    except ValueError:
+        problem = {}
+    if not isinstance(problem, dict):
+        problem = {}
+    detail = str(problem.get("detail") or f"{response.status_code} {response.reason_phrase}")
+    raise ApiError(response.status_code, detail, problem)
