@@ -82,6 +82,10 @@ RULES: dict[tuple[str, str], Rule] = {
     # Prometheus (docs/operations.md "Metrics"): open deploys anyone; with auth required
     # the route asks for the admin token or RUNPLANE_METRICS_TOKEN (a scraper's bearer)
     ("GET", "/metrics"): PUBLIC,
+    # the MCP tool facade (docs/mcp.md): a bearer like any read; each tool call is a request
+    # to the tool's route with the same credential, decided there by that route's rule
+    ("POST", "/mcp"): READ,
+    ("POST", "/v1/mcp"): READ,
     # the web UI (docs/ui.md): its assets (Quart's static route) and the pages' shell
     ("GET", "/static/<path:filename>"): PUBLIC,
     ("GET", "/"): PUBLIC,

@@ -35,6 +35,7 @@ from runplane.http.routes import (
     health,
     jobs,
     join_tokens,
+    mcp,
     me,
     metrics,
     nodes,
@@ -198,6 +199,7 @@ def create_app(
     app.register_blueprint(secrets.blueprint)
     app.register_blueprint(openapi.blueprint)
     app.register_blueprint(metrics.blueprint)
+    app.register_blueprint(mcp.blueprint)
     # first: control characters in path ids and query values never reach auth or the store
     app.before_request(check_request_text)
     install_auth(app)  # the auth layer: runplane/auth/rules.py says what each route needs

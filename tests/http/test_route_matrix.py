@@ -88,6 +88,9 @@ def path(p: str) -> Prepare:
     return prepare
 
 
+MCP_PING = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+
+
 def body(p: str, make: Callable[[Ctx], Any]) -> Prepare:
     async def prepare(ctx: Ctx) -> Req:
         return Req(p.format(w=ctx.world), json=make(ctx))
@@ -403,6 +406,9 @@ CASES: dict[tuple[str, str], Case] = {
     ("GET", "/v1/healthz"): Case("public", path("/v1/healthz")),
     ("GET", "/openapi.json"): Case("public", path("/openapi.json")),
     ("GET", "/v1/openapi.json"): Case("public", path("/v1/openapi.json")),
+    # the MCP facade: a read to reach it; each tool call is then decided by its route
+    ("POST", "/mcp"): Case("read", body("/mcp", lambda c: MCP_PING)),
+    ("POST", "/v1/mcp"): Case("read", body("/v1/mcp", lambda c: MCP_PING)),
     # public rule; with auth required the route takes only the admin (or metrics) token
     ("GET", "/metrics"): Case(
         "public",

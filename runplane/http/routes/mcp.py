@@ -1,0 +1,55 @@
+"""``POST /mcp`` and its versioned alias ``POST /v1/mcp``: the MCP tool facade over
+JSON-RPC 2.0 (spec "MCP tool facade", docs/mcp.md; the protocol: runplane/http/mcp).
+
+A tool call is a request to the tool's route inside this one, carrying the caller's
+``Authorization`` and org header, so the route's auth rule, scopes, tenancy and
+admission decide it exactly as they would a direct call."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from quart import Blueprint, Response, current_app, request
+
+from runplane.http.auth_hook import ORG_HEADER
+from runplane.http.mcp.rpc import RouteAnswer, handle
+from runplane.http.openapi import doc
+from runplane.http.openapi import views as v
+
+blueprint = Blueprint("mcp", __name__)
+
+#: The request headers a tool's route sees: who the caller is, and which org it acts in.
+FORWARDED = ("Authorization", ORG_HEADER)
+
+
+async def _call_route(
+    method: str, path: str, query: dict[str, Any] | None, body: Any
+) -> RouteAnswer:
+    headers = {h: request.headers[h] for h in FORWARDED if h in request.headers}
+    client = current_app.test_client()
+    response = await client.open(
+        path, method=method, query_string=query, json=body, headers=headers
+    )
+    data = await response.get_data(as_text=True)
+    try:
+        answer = await response.get_json(force=True) if data else None
+    except Exception:
+        answer = data
+    return RouteAnswer(response.status_code, answer)
+
+
+@blueprint.post("/mcp")
+@blueprint.post("/v1/mcp")
+@doc(
+    "The MCP tool facade (JSON-RPC 2.0)",
+    v.View,
+    also=(202,),
+    description="initialize, ping, tools/list, tools/call; notifications answer 202 with "
+    "no body. Errors are JSON-RPC error objects in a 200.",
+)
+async def mcp() -> Response:
+    answer = await handle(await request.get_data(as_text=False), _call_route)
+    if answer is None:
+        return Response(b"", status=202)
+    return Response(json.dumps(answer, separators=(",", ":")), content_type="application/json")
