@@ -24,6 +24,7 @@ from rich.console import Console
 from .api import TERMINAL, ApiError, Client, JSONObject
 
 F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R")
 err = Console(stderr=True, highlight=False)
 
 #: Exit statuses of ``--follow`` (and of a refused or unreachable server).
@@ -51,6 +52,23 @@ def _fail(error: ApiError, url: str) -> NoReturn:
     if hint:
         err.print(f"[dim]next:[/dim] {hint}")
     sys.exit(EXIT_API)
+
+
+def _fetch(ctx: click.Context, call: Callable[[Client], R]) -> R:
+    """``call`` on the context's client; a refusal prints its detail and next step and
+    exits 3."""
+    client = _client(ctx)
+    try:
+        return call(client)
+    except ApiError as exc:
+        _fail(exc, client.url)
+
+
+def _shown(output: str, value: Any) -> bool:
+    """With ``-o json``, print ``value`` as the only stdout and say so."""
+    if output == "json":
+        _json(value)
+    return output == "json"
 
 
 def _json(value: Any) -> None:
@@ -152,7 +170,6 @@ def submit(
     output_format: str,
 ) -> None:
     """Submit a run of STACK; a command after `--` replaces the stack's."""
-    client = _client(ctx)
     body: JSONObject = {"stack": stack}
     if command:
         body["command"] = [c for c in command if c != "--"] or None
@@ -177,16 +194,17 @@ def submit(
     if priority is not None:
         body["priority"] = priority
     body = {k: v for k, v in body.items() if v is not None}
-    try:
-        job = client.submit(body)
-    except ApiError as exc:
-        _fail(exc, client.url)
+    _started(ctx, _fetch(ctx, lambda c: c.submit(body)), follow, output_format)
+
+
+def _started(ctx: click.Context, job: JSONObject, follow: bool, output: str) -> None:
+    """A new job: its id (or JSON); with ``follow``, its run to the end and its status."""
     if not follow:
-        _json(job) if output_format == "json" else click.echo(job["job_id"])
+        _json(job) if output == "json" else click.echo(job["job_id"])
         return
     err.print(f"submitted [bold]{job['job_id']}[/bold] ({job['stack']})")
-    ended = _follow(client, job["job_id"], output_format)
-    if output_format == "json":
+    ended = _follow(_client(ctx), job["job_id"], output)
+    if output == "json":
         _json(ended)
     sys.exit(exit_status(ended))
 
@@ -230,13 +248,8 @@ def list_jobs(
     ctx: click.Context, phase: str | None, stack: str | None, limit: int, output: str
 ) -> None:
     """List jobs, newest first."""
-    client = _client(ctx)
-    try:
-        jobs = client.jobs(phase=phase, stack=stack, limit=limit)
-    except ApiError as exc:
-        _fail(exc, client.url)
-    if output == "json":
-        _json(jobs)
+    jobs = _fetch(ctx, lambda c: c.jobs(phase=phase, stack=stack, limit=limit))
+    if _shown(output, jobs):
         return
     _table(
         ("JOB", "STACK", "PHASE", "NODE", "CREATED", "WAITING"),
@@ -260,13 +273,8 @@ def list_jobs(
 @click.pass_context
 def get(ctx: click.Context, job_id: str, output: str) -> None:
     """Show one job."""
-    client = _client(ctx)
-    try:
-        job = client.job(job_id)
-    except ApiError as exc:
-        _fail(exc, client.url)
-    if output == "json":
-        _json(job)
+    job = _fetch(ctx, lambda c: c.job(job_id))
+    if _shown(output, job):
         return
     for key in (
         "job_id",
@@ -315,12 +323,8 @@ def logs(ctx: click.Context, job_id: str, follow: bool, output: str) -> None:
             return
         _follow(client, job_id, output, logs_only=True)
         return
-    try:
-        lines = client.logs(job_id)
-    except ApiError as exc:
-        _fail(exc, client.url)
-    if output == "json":
-        _json(lines)
+    lines = _fetch(ctx, lambda c: c.logs(job_id))
+    if _shown(output, lines):
         return
     for line in lines:
         click.echo(line.get("line", ""), err=line.get("stream") == "stderr")
@@ -332,14 +336,8 @@ def logs(ctx: click.Context, job_id: str, follow: bool, output: str) -> None:
 @click.pass_context
 def cancel(ctx: click.Context, job_id: str, output: str) -> None:
     """Cancel a job."""
-    client = _client(ctx)
-    try:
-        result = client.cancel(job_id)
-    except ApiError as exc:
-        _fail(exc, client.url)
-    if output == "json":
-        _json(result)
-    else:
+    result = _fetch(ctx, lambda c: c.cancel(job_id))
+    if not _shown(output, result):
         click.echo(
             f"{result['job_id']} {result['phase']}"
             + (" (killed on its node)" if result.get("killed_on_node") else "")
@@ -353,18 +351,7 @@ def cancel(ctx: click.Context, job_id: str, output: str) -> None:
 @click.pass_context
 def rerun(ctx: click.Context, job_id: str, follow: bool, output: str) -> None:
     """Run a job again with the same spec."""
-    client = _client(ctx)
-    try:
-        job = client.rerun(job_id)
-    except ApiError as exc:
-        _fail(exc, client.url)
-    if not follow:
-        _json(job) if output == "json" else click.echo(job["job_id"])
-        return
-    ended = _follow(client, job["job_id"], output)
-    if output == "json":
-        _json(ended)
-    sys.exit(exit_status(ended))
+    _started(ctx, _fetch(ctx, lambda c: c.rerun(job_id)), follow, output)
 
 
 # -- catalog, fleet, identity ------------------------------------------------------------------
@@ -375,13 +362,8 @@ def rerun(ctx: click.Context, job_id: str, follow: bool, output: str) -> None:
 @click.pass_context
 def stacks(ctx: click.Context, output: str) -> None:
     """List the stack catalog."""
-    client = _client(ctx)
-    try:
-        found = client.stacks()
-    except ApiError as exc:
-        _fail(exc, client.url)
-    if output == "json":
-        _json(found)
+    found = _fetch(ctx, lambda c: c.stacks())
+    if _shown(output, found):
         return
     _table(
         ("STACK", "VERSION", "DESCRIPTION"),
@@ -394,13 +376,8 @@ def stacks(ctx: click.Context, output: str) -> None:
 @click.pass_context
 def nodes(ctx: click.Context, output: str) -> None:
     """List the fleet."""
-    client = _client(ctx)
-    try:
-        found = client.nodes()
-    except ApiError as exc:
-        _fail(exc, client.url)
-    if output == "json":
-        _json(found)
+    found = _fetch(ctx, lambda c: c.nodes())
+    if _shown(output, found):
         return
     _table(
         ("NODE", "NAME", "STATUS", "CPU", "RAM GB", "GPUS", "JOBS"),
@@ -424,13 +401,8 @@ def nodes(ctx: click.Context, output: str) -> None:
 @click.pass_context
 def whoami(ctx: click.Context, output: str) -> None:
     """Show who the token is."""
-    client = _client(ctx)
-    try:
-        me = client.whoami()
-    except ApiError as exc:
-        _fail(exc, client.url)
-    if output == "json":
-        _json(me)
+    me = _fetch(ctx, lambda c: c.whoami())
+    if _shown(output, me):
         return
     who = me.get("subject") or me.get("name") or ""
     click.echo(f"{me.get('kind')} {who} org {me.get('org_id') or '-'}")
@@ -505,13 +477,8 @@ def session_create(ctx: click.Context, file: Path, output: str) -> None:
 @click.pass_context
 def session_ls(ctx: click.Context, output: str) -> None:
     """List sessions."""
-    client = _client(ctx)
-    try:
-        found = client.sessions()
-    except ApiError as exc:
-        _fail(exc, client.url)
-    if output == "json":
-        _json(found)
+    found = _fetch(ctx, lambda c: c.sessions())
+    if _shown(output, found):
         return
     _table(
         ("SESSION", "NAME", "PHASE", "JOB", "KEEPALIVE"),
@@ -550,13 +517,8 @@ def session_stop(ctx: click.Context, session_id: str, output: str) -> None:
 
 
 def _session_call(ctx: click.Context, output: str, call: Callable[[Client], JSONObject]) -> None:
-    client = _client(ctx)
-    try:
-        view = call(client)
-    except ApiError as exc:
-        _fail(exc, client.url)
-    if output == "json":
-        _json(view)
+    view = _fetch(ctx, call)
+    if _shown(output, view):
         return
     click.echo(f"{view['id']} {view['phase']}")
     for service in view.get("services") or []:
