@@ -23,6 +23,7 @@ rebuilds its state from the store.
 
 from __future__ import annotations
 
+from contextlib import suppress
 from typing import Any, cast
 
 import trio
@@ -335,13 +336,11 @@ class Root:
         """Per actor kind (registry kinds and the root's singletons): live actors and the
         messages queued in their mailboxes now (/metrics)."""
         out = self.registry.mailboxes()
-        for name in ("channels", "admission", "placement", "sampler", "webhooks", "scheduler"):
-            try:
+        for name in self.supervisor.children():
+            with suppress(KeyError):  # it ended meanwhile
                 ref = self.supervisor.child(name)
-            except KeyError:
-                continue
-            if isinstance(ref, ActorRef):
-                out[name] = (1, ref.statistics().depth)
+                if isinstance(ref, ActorRef):  # not the registry's own supervisor
+                    out[str(name)] = (1, ref.statistics().depth)
         return out
 
     @property

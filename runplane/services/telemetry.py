@@ -14,6 +14,7 @@ prometheus-client renders them (text 0.0.4, or OpenMetrics when the scraper asks
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -30,7 +31,8 @@ from runplane.actors import placement as pl
 from runplane.histogram import Histogram
 from runplane.jobs.phase import Phase
 from runplane.persistence import Store
-from runplane.runtime import ActorRef, Hub
+from runplane.placement import NodeLoad, NodeShape
+from runplane.runtime import ActorError, ActorRef, Hub
 from runplane.services.jobs import Jobs
 from runplane.services.streams import Streams
 from runplane.settings import Settings
@@ -93,12 +95,13 @@ async def gather(root: Root) -> Snapshot:
         )
     nodes = await _grouped(root, "SELECT status AS k, COUNT(*) AS n FROM nodes GROUP BY status")
     capacity = {"cpu_cores": (0.0, 0.0), "ram_gb": (0.0, 0.0), "gpus": (0.0, 0.0)}
-    stats: pl.PlacementStats | None = None
-    try:
+    # an overloaded or restarting placement: its figures are left out of this scrape
+    fleet: list[tuple[NodeShape, NodeLoad]] = []
+    with suppress(ActorError):
         fleet = await root.placement.try_ask(pl.FleetNow())
+    stats: pl.PlacementStats | None = None
+    with suppress(ActorError):
         stats = await root.placement.try_ask(pl.StatsNow())
-    except Exception:  # an overloaded or restarting placement: leave its figures out
-        fleet = []
     for shape, load in fleet:
         for key, cap, used in (
             ("cpu_cores", shape.cpu_cores, load.used_cpu),
