@@ -74,7 +74,7 @@ def openapi_path(rule: str) -> str:
     return _PARAM.sub(lambda m: "{" + m.group(1) + "}", rule)
 
 
-def error_statuses(method: str, rule: str, auth: Rule, route: RouteDoc, query: bool) -> list[int]:
+def error_statuses(rule: str, auth: Rule, route: RouteDoc, query: bool) -> list[int]:
     """The problem statuses an operation can answer: those its route names, plus 400 for
     a body or query parameters (malformed, unknown), 401/403 unless public, 400/404 for
     an id in the path, 413/422 for a body (over 1 MiB; a field's value), 503 everywhere
@@ -84,10 +84,8 @@ def error_statuses(method: str, rule: str, auth: Rule, route: RouteDoc, query: b
         found.add(400)
     if route.body is not None:
         found |= {413, 422}
-    if auth != PUBLIC:
+    if auth != PUBLIC:  # stream-ticket routes included: their rule is a read
         found |= {401, 403}
-    if auth.stream_ticket:
-        found.add(401)
     if "<" in rule:
         found |= {400, 404}  # a path parameter with a control character is a 400
     return sorted(found)
@@ -182,7 +180,6 @@ def _success(route: RouteDoc, schemas: _Schemas) -> dict[str, Any]:
 
 
 def _operation(
-    method: str,
     rule: str,
     endpoint: str,
     route: RouteDoc,
@@ -201,7 +198,7 @@ def _operation(
     responses: dict[str, Any] = {str(route.status): _success(route, schemas)}
     for status in route.also:
         responses[str(status)] = _success(replace(route, status=status), schemas)
-    for status in error_statuses(method, rule, auth, route, bool(query)):
+    for status in error_statuses(rule, auth, route, bool(query)):
         if str(status) in responses:
             continue
         responses[str(status)] = {
@@ -258,7 +255,7 @@ def build(app: Quart, server_url: str | None = None) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     ids: set[str] = set()
     for method, rule, endpoint, route, auth, query in sorted(found, key=lambda f: (f[1], f[0])):
-        op = _operation(method, rule, endpoint, route, auth, query, schemas)
+        op = _operation(rule, endpoint, route, auth, query, schemas)
         if op["operationId"] in ids:  # one view serving several paths
             op["operationId"] += "_" + re.sub(r"\W+", "_", rule).strip("_")
         ids.add(op["operationId"])
