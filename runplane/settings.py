@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     egress_allow: Annotated[tuple[str, ...], NoDecode] = ()
     stacks_dir: Path | None = None
     local_agent: bool = True
+    #: days a finished job's logs, metric points, stream points and artifacts are kept
+    #: (0: forever; an org's policy document may override it; docs/operations.md)
+    retention_days: int = Field(30, ge=0, le=36500)
     #: chunks each realtime stream's replay ring keeps (docs/streams.md)
     stream_ring: int = Field(1024, ge=16, le=1_000_000)
     #: the in-process agent's executor (``runplane agent --executor``)

@@ -32,11 +32,13 @@ from runplane import sealed_env, vault
 from runplane.actors import placement as pl
 from runplane.actors.admission import AdmissionActor, AdmissionMsg, PhaseChanged
 from runplane.actors.channels import ChannelMsg, ChannelTargets, get_targets
+from runplane.actors.janitor import Janitor, JanitorMsg, SweepNow, Swept
 from runplane.actors.job import JOBS, Assign, JobDeps, LoseAttempt, WaitReason
 from runplane.actors.node import NodeDeps
 from runplane.actors.sampler import NodeSampler
 from runplane.actors.scheduler import Scheduler, SchedulerDeps, SchedulerMsg
 from runplane.actors.webhooks import DispatchDeps, DispatchMsg, WebhookDispatcher
+from runplane.artifacts import ArtifactStore
 from runplane.jobs import counts
 from runplane.jobs.orders import cancel_order, connection_ids, run_order
 from runplane.jobs.phase import TERMINAL
@@ -51,6 +53,7 @@ from runplane.runtime import ActorRef, ChildSpec, Hub, Registry, Supervisor
 from runplane.sealing import Sealer
 from runplane.services.fleet import Fleet
 from runplane.services.git import Git
+from runplane.services.job_arrays import JobArrays
 from runplane.services.jobs import Jobs
 from runplane.services.pipelines import Pipelines
 from runplane.services.schedules import Schedules
@@ -78,9 +81,12 @@ class Root:
         *,
         heartbeat_sec: float = HEARTBEAT_SEC,
         node_sample_sec: float = SAMPLE_SEC,
+        artifacts: ArtifactStore | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
+        #: the artifact store the retention janitor deletes expired artifacts from
+        self.artifacts = artifacts
         self.heartbeat_sec = heartbeat_sec
         self.hub = Hub()
         #: teleop frames waiting for their agent's confirmation (runplane/streams/acks.py)
@@ -107,6 +113,10 @@ class Root:
                     mailbox_capacity=4096,
                 ),
                 ChildSpec("sampler", lambda: NodeSampler(store, self._fleet_now, node_sample_sec)),
+                ChildSpec(
+                    "janitor",
+                    lambda: Janitor(store, self.artifacts, settings.retention_days),
+                ),
                 ChildSpec(
                     "webhooks",
                     lambda: WebhookDispatcher(
@@ -147,8 +157,13 @@ class Root:
         return await self.placement.try_ask(pl.FleetNow())
 
     def _tell_reason(self, job_id: str, reason: str) -> bool:
-        # from placement's handler, for many jobs at once: never waits, never activates
-        return self.registry.tell_active(JOBS, job_id, WaitReason(reason))
+        # from placement's handler, for many jobs at once: never waits, never activates.
+        # A passivated queued job is told nothing (True: placement answers its reason to
+        # the views, and its next activation enqueues it again, which re-tells); one
+        # activating or with a full mailbox is tried again (False).
+        if self.registry.tell_active(JOBS, job_id, WaitReason(reason)):
+            return True
+        return not self.registry.present(JOBS, job_id)
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         # nobody is connected yet: every node is offline until its agent says hello (the
@@ -307,6 +322,11 @@ class Root:
         return self._jobs
 
     @property
+    def arrays(self) -> JobArrays:
+        """The job arrays service (once the tree runs)."""
+        return JobArrays(self.jobs)
+
+    @property
     def pipelines(self) -> Pipelines:
         """The pipelines service (once the tree runs)."""
         if self._pipelines is None:
@@ -346,6 +366,14 @@ class Root:
     @property
     def admission(self) -> ActorRef[AdmissionMsg]:
         return cast(ActorRef[AdmissionMsg], self.supervisor.child("admission"))
+
+    @property
+    def janitor(self) -> ActorRef[JanitorMsg]:
+        return cast(ActorRef[JanitorMsg], self.supervisor.child("janitor"))
+
+    async def sweep_now(self) -> Swept:
+        """Run a retention sweep now (operators and tests): what it deleted."""
+        return await self.janitor.ask(SweepNow(), timeout=None)
 
     @property
     def dispatcher(self) -> ActorRef[DispatchMsg]:

@@ -56,6 +56,15 @@ class Admit(Asks["Decision"]):
 
 
 @dataclass(frozen=True, slots=True)
+class AdmitMany(Asks["ManyDecision"]):
+    """Admit a job array: every job's slot reserved, or none (``job_ids`` pair with
+    ``requests``)."""
+
+    requests: tuple[Request, ...]
+    job_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Check(Asks["Decision"]):
     request: Request
 
@@ -98,7 +107,9 @@ class Ledger(Asks["LedgerCounts"]):
     """The ledger's counts as they are now (for tests and operators)."""
 
 
-AdmissionMsg = Admit | Check | Release | PhaseChanged | GetPolicy | PutPolicy | GetUsage | Ledger
+AdmissionMsg = (
+    Admit | AdmitMany | Check | Release | PhaseChanged | GetPolicy | PutPolicy | GetUsage | Ledger
+)
 
 
 # replies --------------------------------------------------------------------------------
@@ -130,6 +141,17 @@ class Decision:
     reason: str = ""
     #: why it is refused (None when allowed); the HTTP layer maps the kind to a status
     refusal: Refusal | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ManyDecision:
+    """A job array's admission: each job's decision (its clamp), all allowed; or refused
+    (nothing reserved) with why and how many of them would fit now."""
+
+    decisions: tuple[Decision, ...]
+    refusal: Refusal | None = None
+    reason: str = ""
+    fits: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +203,8 @@ class AdmissionActor(Actor[AdmissionMsg]):
                 if decision.allowed:
                     self._add(job_id, request.org_id, request.subject, False)
                 return decision
+            case AdmitMany(requests, job_ids):
+                return self._admit_many(requests, job_ids)
             case Check(request):
                 return self._decide(request)
             case Release(job_id):
@@ -249,6 +273,25 @@ class AdmissionActor(Actor[AdmissionMsg]):
             reason=reason,
             refusal=Refusal.QUOTA_EXCEEDED if reason else None,
         )
+
+    def _admit_many(self, requests: tuple[Request, ...], job_ids: tuple[str, ...]) -> ManyDecision:
+        decisions: list[Decision] = []
+        for request, job_id in zip(requests, job_ids, strict=True):
+            decision = self._decide(request)
+            if not decision.allowed:
+                for taken in job_ids[: len(decisions)]:
+                    self._remove(taken)
+                fits = len(decisions)
+                return ManyDecision(
+                    (),
+                    decision.refusal,
+                    f"{decision.reason}. Of this batch's {len(requests)} jobs, {fits} fit "
+                    "now: send fewer, or wait for live ones to finish",
+                    fits,
+                )
+            self._add(job_id, request.org_id, request.subject, False)
+            decisions.append(decision)
+        return ManyDecision(tuple(decisions))
 
     # -- the ledger ---------------------------------------------------------------------
 
@@ -320,6 +363,12 @@ def _over_quota(org_id: str, subject: str, c: Concurrency, caps: Caps) -> str:
 
 async def admit(ref: ActorRef[AdmissionMsg], request: Request, job_id: str) -> Decision:
     return await ref.try_ask(Admit(request, job_id))
+
+
+async def admit_many(
+    ref: ActorRef[AdmissionMsg], requests: tuple[Request, ...], job_ids: tuple[str, ...]
+) -> ManyDecision:
+    return await ref.try_ask(AdmitMany(requests, job_ids))
 
 
 async def check(ref: ActorRef[AdmissionMsg], request: Request) -> Decision:

@@ -444,7 +444,20 @@ class JobActor(Actor[JobMsg]):
             self.streams.close()
 
     def can_passivate(self) -> bool:
-        return self.state.phase.terminal
+        """Terminal jobs, and queued ones not waiting out a retry's backoff (its timer
+        lives here) and nobody follows: a queued job is its row plus placement's queue
+        entry, so 100,000 queued jobs are not 100,000 tasks. Placement's assignment, a
+        cancel or a follower activates it again from the row."""
+        phase = self.state.phase
+        if phase is Phase.QUEUED:  # a followed one stays, to store its wait reasons
+            return self.state.retry_at is None and not self.ring.subscribers
+        return phase.terminal
+
+    async def on_stop(self) -> None:
+        # a queued job's ring nobody follows goes with the actor; a followed one stays
+        # (the next activation numbers on from it: its last seq is the row's)
+        if self.state.phase is Phase.QUEUED and not self.ring.subscribers:
+            self.deps.hub.discard_ring(ring_name(self.id))
 
     # -- handling -----------------------------------------------------------------------
 

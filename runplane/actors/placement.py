@@ -192,6 +192,14 @@ class PlacementActor(Actor[PlacementMsg]):
     tell_scheduled: bool = False
     stats: PlacementStats = field(default_factory=PlacementStats)
     dirty: bool = False
+    #: jobs queued (or queued again) since the last plan
+    fresh: set[str] = field(default_factory=set)
+    #: something since the last plan may let a waiting job fit or changes the order (a
+    #: node up or down, a reservation released, a grant, a priority): plan the whole queue.
+    #: Otherwise only ``fresh`` jobs are planned: with no capacity freed, a job that
+    #: waited at the last plan still waits (loads only grew), so a submit costs one
+    #: job's decision, not the queue's.
+    changed: bool = True
     last_plan: float = 0.0
 
     async def on_start(self) -> None:
@@ -235,6 +243,9 @@ class PlacementActor(Actor[PlacementMsg]):
     def _enqueue(self, job: Enqueue) -> None:
         if job.job_id in self.placed:  # an old Enqueue of a job placed meanwhile
             return
+        # its actor (re)activated: it is told its reason at the next plan
+        self.told.pop(job.job_id, None)
+        self.fresh.add(job.job_id)
         try:
             self.queue[job.job_id] = demand_of(job.job_id, job.priority, job.spec, job.org_id)
         except DemandError as exc:  # validated at submit; a stored bad row waits
@@ -258,7 +269,7 @@ class PlacementActor(Actor[PlacementMsg]):
             granted = self._granted(shape)
             if granted is not shape:
                 self.fleet.upsert(granted, load)
-        self.dirty = True
+        self.dirty = self.changed = True
 
     def _expire_grants(self) -> None:
         now = now_ms()
@@ -273,7 +284,7 @@ class PlacementActor(Actor[PlacementMsg]):
             if node_id == shape.id:
                 load = load.plus(demand.cpu, demand.ram, demand.gpus)
         self.fleet.upsert(shape, load)
-        self.dirty = True
+        self.dirty = self.changed = True
 
     def _handle(self, msg: PlacementMsg) -> object:
         match msg:
@@ -295,24 +306,24 @@ class PlacementActor(Actor[PlacementMsg]):
                     self.placed[job_id] = (node_id, demand)
                     if node_id in self.fleet:
                         self.fleet.reserve(node_id, demand)
-                self.dirty = True
+                self.dirty = self.changed = True
             case Release(job_id):
                 self.queue.pop(job_id, None)
                 self._forget_reason(job_id)
                 held = self.placed.pop(job_id, None)
                 if held is not None and held[0] in self.fleet:
                     self.fleet.release(held[0], held[1])
-                    self.dirty = True
+                    self.dirty = self.changed = True
             case Reprioritize(job_id, priority):
                 demand = self.queue.get(job_id)
                 if demand is not None:
                     self.queue[job_id] = replace(demand, priority=priority)
-                    self.dirty = True
+                    self.dirty = self.changed = True
             case NodeUp(shape):
                 self._node_up(shape)
             case NodeDown(node_id):
                 self.fleet.remove(node_id)
-                self.dirty = True
+                self.dirty = self.changed = True
             case GrantsChanged(grants):
                 self._set_grants(grants)
                 self._regrant()
@@ -368,15 +379,21 @@ class PlacementActor(Actor[PlacementMsg]):
         self.dirty = False
         self.last_plan = clock.now()
         self.stats.queued, self.stats.nodes = len(self.queue), len(self.fleet)
-        if not self.queue:
+        fresh, self.fresh = self.fresh, set()
+        whole, self.changed = self.changed, False
+        if whole:
+            todo = list(self.queue.values())
+        else:
+            todo = [self.queue[j] for j in fresh if j in self.queue]
+        if not todo:
             return
         if not len(self.fleet):
-            self.reasons.update(dict.fromkeys(self.queue, NO_NODES))
-            for job_id in self.queue:
-                self._tell_reason(job_id, self.last_plan)
+            for job in todo:
+                self.reasons[job.job_id] = NO_NODES
+                self._tell_reason(job.job_id, self.last_plan)
             return
         started = clock.now()
-        result = plan(self.queue.values(), self.fleet)
+        result = plan(todo, self.fleet)
         self.stats.plans += 1
         self.stats.plan_seconds += clock.now() - started
         for job_id, unplaced in result.waiting.items():

@@ -216,6 +216,24 @@ def job_entry(store: Store, by: By, action: str, **extra: Any) -> Entry | None:
     return entry
 
 
+#: The audit row of a job array, written in its insert transaction: (SQL, parameters) for
+#: (array id, org id, what it keeps).
+ArrayEntry = Callable[[str, str, dict[str, Any]], tuple[str, tuple[Any, ...]]]
+
+
+def array_entry(store: Store, by: By, action: str) -> ArrayEntry | None:
+    """The audit row of ``by`` for a job array about to be created (one row per array,
+    naming its jobs); None without a database."""
+    if not store.supports_identity:
+        return None
+    principal, ip = by.principal, by.ip
+
+    def entry(array_id: str, org_id: str, after: dict[str, Any]) -> tuple[str, tuple[Any, ...]]:
+        return _INSERT, _params(org_id, principal, action, "job_array", array_id, after, ip)
+
+    return entry
+
+
 def _view(row: Row) -> dict[str, Any]:
     return {
         "id": row["id"],

@@ -144,6 +144,10 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/jobs/<job_id>/cancel"): scope("runs:cancel"),
     ("POST", "/v1/jobs/<job_id>/priority"): scope("runs:priority"),
     ("POST", "/v1/jobs/<job_id>/rerun"): scope("runs:submit"),
+    # job arrays (docs/jobs.md "Job arrays"): a batch submits, an array cancel cancels
+    ("POST", "/v1/jobs/batch"): scope("runs:submit"),
+    ("GET", "/v1/arrays/<array_id>"): READ,
+    ("POST", "/v1/arrays/<array_id>/cancel"): scope("runs:cancel"),
     ("GET", "/v1/jobs/<job_id>/logs"): Rule("read", shared=("logs",)),
     ("GET", "/v1/jobs/<job_id>/artifacts"): Rule("read", shared=("artifacts",)),
     # The only route that also accepts ?token= (browser EventSource cannot set headers).

@@ -114,6 +114,21 @@ class Client:
         answer: JSONObject = self.request("POST", "/v1/runs", json=body, headers=headers)
         return answer
 
+    def submit_batch(self, body: JSONObject, *, idempotency_key: str | None = None) -> JSONObject:
+        """Submit a job array (``{"jobs": [...]}`` or ``{"job": ..., "sweep": ...}``):
+        ``{array_id, count, jobs, rejected}``."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        answer: JSONObject = self.request("POST", "/v1/jobs/batch", json=body, headers=headers)
+        return answer
+
+    def array(self, array_id: str) -> JSONObject:
+        answer: JSONObject = self.request("GET", f"/v1/arrays/{array_id}")
+        return answer
+
+    def cancel_array(self, array_id: str) -> JSONObject:
+        answer: JSONObject = self.request("POST", f"/v1/arrays/{array_id}/cancel")
+        return answer
+
     def validate(self, body: JSONObject) -> JSONObject:
         answer: JSONObject = self.request("POST", "/v1/runs/validate", json=body)
         return answer
@@ -123,9 +138,16 @@ class Client:
         return answer
 
     def jobs(
-        self, *, phase: str | None = None, stack: str | None = None, limit: int = 50
+        self,
+        *,
+        phase: str | None = None,
+        stack: str | None = None,
+        array: str | None = None,
+        limit: int = 50,
     ) -> list[JSONObject]:
         params: dict[str, Any] = {"limit": limit}
+        if array:
+            params["array"] = array
         if phase:
             params["phase"] = phase
         if stack:

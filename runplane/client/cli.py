@@ -149,6 +149,13 @@ def cli(ctx: click.Context, url: str | None, token: str | None) -> None:
 )
 @click.option("--project", help="project name")
 @click.option("--priority", type=int, help="priority (default 100)")
+@click.option(
+    "--sweep",
+    "sweeps",
+    multiple=True,
+    metavar="KEY=V1,V2,...",
+    help="a config key's values: submits a job array, one job per combination",
+)
 @click.option("-f", "--follow", is_flag=True, help="follow its logs and exit with its status")
 @click.option("-o", "output_format", type=click.Choice(["text", "json"]), default="text")
 @click.pass_context
@@ -166,10 +173,12 @@ def submit(
     outputs: tuple[str, ...],
     project: str | None,
     priority: int | None,
+    sweeps: tuple[str, ...],
     follow: bool,
     output_format: str,
 ) -> None:
-    """Submit a run of STACK; a command after `--` replaces the stack's."""
+    """Submit a run of STACK; a command after `--` replaces the stack's. With `--sweep`, a
+    job array: one job per combination of the swept config values."""
     body: JSONObject = {"stack": stack}
     if command:
         body["command"] = [c for c in command if c != "--"] or None
@@ -194,7 +203,31 @@ def submit(
     if priority is not None:
         body["priority"] = priority
     body = {k: v for k, v in body.items() if v is not None}
+    if sweeps:
+        _submit_sweep(ctx, body, sweeps, follow, output_format)
+        return
     _started(ctx, _fetch(ctx, lambda c: c.submit(body)), follow, output_format)
+
+
+def _submit_sweep(
+    ctx: click.Context, body: JSONObject, sweeps: tuple[str, ...], follow: bool, output: str
+) -> None:
+    """A sweep: the array's id, then each job's id (or the JSON answer)."""
+    if follow:
+        raise click.UsageError(
+            "--follow takes one job; follow one of the array's jobs with `runplane logs -f "
+            "JOB`, or list them with `runplane ls --array ARRAY`"
+        )
+    grid = {
+        k: [_config_value(x) for x in v.split(",")] for k, v in _pairs(sweeps, "--sweep").items()
+    }
+    created = _fetch(ctx, lambda c: c.submit_batch({"job": body, "sweep": grid}))
+    if _shown(output, created):
+        return
+    click.echo(created["array_id"])
+    for job in created["jobs"]:
+        click.echo(job["job_id"])
+    err.print(f"{created['count']} jobs in array [bold]{created['array_id']}[/bold]")
 
 
 def _started(ctx: click.Context, job: JSONObject, follow: bool, output: str) -> None:
@@ -241,14 +274,20 @@ def _follow(
 @cli.command(name="ls")
 @click.option("--phase", help="only jobs in this phase")
 @click.option("--stack", help="only jobs of this stack")
+@click.option("--array", help="only the jobs of this job array (an arr_ id)")
 @click.option("--limit", type=int, default=50, show_default=True)
 @output_option
 @click.pass_context
 def list_jobs(
-    ctx: click.Context, phase: str | None, stack: str | None, limit: int, output: str
+    ctx: click.Context,
+    phase: str | None,
+    stack: str | None,
+    array: str | None,
+    limit: int,
+    output: str,
 ) -> None:
     """List jobs, newest first."""
-    jobs = _fetch(ctx, lambda c: c.jobs(phase=phase, stack=stack, limit=limit))
+    jobs = _fetch(ctx, lambda c: c.jobs(phase=phase, stack=stack, array=array, limit=limit))
     if _shown(output, jobs):
         return
     _table(
@@ -335,7 +374,12 @@ def logs(ctx: click.Context, job_id: str, follow: bool, output: str) -> None:
 @output_option
 @click.pass_context
 def cancel(ctx: click.Context, job_id: str, output: str) -> None:
-    """Cancel a job."""
+    """Cancel a job, or every live job of a job array (an arr_ id)."""
+    if job_id.startswith("arr_"):
+        done = _fetch(ctx, lambda c: c.cancel_array(job_id))
+        if not _shown(output, done):
+            click.echo(f"{done['array_id']}: {done['cancelled']} cancelled")
+        return
     result = _fetch(ctx, lambda c: c.cancel(job_id))
     if not _shown(output, result):
         click.echo(

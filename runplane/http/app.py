@@ -27,6 +27,7 @@ from runplane.http.routes import (
     admin,
     agents,
     analytics,
+    arrays,
     artifacts,
     audit,
     auth,
@@ -177,6 +178,7 @@ def create_app(
     app.register_blueprint(join_tokens.blueprint)
     app.register_blueprint(stacks.blueprint)
     app.register_blueprint(jobs.blueprint)
+    app.register_blueprint(arrays.blueprint)
     app.register_blueprint(events.blueprint)
     app.register_blueprint(streams.blueprint)
     app.register_blueprint(pipelines.blueprint)
@@ -213,11 +215,16 @@ def create_app(
         active = store or open_store(settings.database_url, settings.data_dir)
         if own_store:
             await active.open()
-        root = Root(
-            settings, active, catalog, heartbeat_sec=heartbeat_sec, node_sample_sec=node_sample_sec
-        )
         artifact_store = open_artifact_store(settings.data_dir)
         await artifact_store.open()
+        root = Root(
+            settings,
+            active,
+            catalog,
+            heartbeat_sec=heartbeat_sec,
+            node_sample_sec=node_sample_sec,
+            artifacts=artifact_store,
+        )
         try:
             await app.nursery.start(root.run)
             app.extensions["runplane"] = Services(

@@ -8,7 +8,7 @@ from typing import Any
 from quart import has_request_context, request
 
 from runplane.auth import audit
-from runplane.auth.audit import Entry
+from runplane.auth.audit import ArrayEntry, Entry
 from runplane.http.auth_hook import current_principal
 from runplane.http.context import services
 from runplane.jobs.rows import JobRow
@@ -44,3 +44,8 @@ async def record_job(action: str, row: JobRow, **extra: Any) -> None:
 def job_entry(action: str, **extra: Any) -> Entry | None:
     """The request's audit row for a job about to be created (its insert transaction)."""
     return audit.job_entry(_store(), _by(), action, **extra)
+
+
+def array_entry(action: str) -> ArrayEntry | None:
+    """The request's audit row for a job array about to be created."""
+    return audit.array_entry(_store(), _by(), action)

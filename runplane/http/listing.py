@@ -21,7 +21,16 @@ LIST_DEFAULT, LIST_MAX = 500, 5000
 
 #: The query parameters of the job list and of the run list (``@accepts_query``).
 PAGE_PARAMS = ("limit", "offset", "paginate", "cursor")
-JOB_LIST_PARAMS = ("phase", "stack", "project", "spec", "node", "pipeline", *PAGE_PARAMS)
+JOB_LIST_PARAMS = (
+    "phase",
+    "stack",
+    "project",
+    "spec",
+    "node",
+    "pipeline",
+    "array",
+    *PAGE_PARAMS,
+)
 RUN_LIST_PARAMS = ("phase", "stack", "project", *PAGE_PARAMS)
 
 Render = Callable[[list[JobRow]], Awaitable[list[dict[str, Any]]]]
@@ -29,7 +38,7 @@ Render = Callable[[list[JobRow]], Awaitable[list[dict[str, Any]]]]
 
 def job_filter(*, spec_and_node: bool) -> repo.JobFilter:
     """The caller's org narrowing plus ``phase`` (400 when unknown), ``stack``, ``project``
-    and, for jobs, ``spec`` and ``node``."""
+    and, for jobs, ``spec``, ``node``, ``pipeline`` and ``array``."""
     return repo.JobFilter(
         org_id=current_caller().read_org,
         phase=choice_arg("phase", PHASES),
@@ -38,6 +47,7 @@ def job_filter(*, spec_and_node: bool) -> repo.JobFilter:
         spec_hash=str_arg("spec") if spec_and_node else None,
         node_id=str_arg("node") if spec_and_node else None,
         pipeline_run_id=str_arg("pipeline") if spec_and_node else None,
+        array_id=str_arg("array") if spec_and_node else None,
     )
 
 

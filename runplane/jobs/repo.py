@@ -25,7 +25,7 @@ JOB_COLUMNS = (
     "spec, node_id, attempt, attempts, error, wait_reason, final_metrics, artifacts, "
     "event_seq, log_lines, log_dropped, created_at, started_at, finished_at, updated_at, run, "
     "rerun_of, exit_code, signal, gpus, streams, pipeline_run_id, stage, session_id, "
-    "retries, retry_at, tries, stage_retry"
+    "retries, retry_at, tries, stage_retry, array_id, array_index, purged_at"
 )
 
 
@@ -54,14 +54,24 @@ class NewJob:
     stage_retry: int = 0
     #: the session whose pod this job carries (``docs/sessions.md``)
     session_id: str | None = None
+    #: the job array (``POST /v1/jobs/batch``) it belongs to, and its index there
+    array_id: str | None = None
+    array_index: int | None = None
 
 
 def check_idempotent(job: NewJob, prior: dict[str, Any] | None, now: int) -> str | None:
     """The id of the job an Idempotency-Key replay returns, None when the key is free (or
     expired); a 409 Problem when the key was used with another body."""
+    return check_key(prior, job.idempotency_hash, now)
+
+
+def check_key(prior: dict[str, Any] | None, digest: str | None, now: int) -> str | None:
+    """The id a replay of a key returns (``prior``: the row that holds the key, with its
+    ``id``, ``idempotency_hash`` and ``created_at``), None when the key is free or expired;
+    a 409 Problem when it was used with another body (``digest`` differs)."""
     if prior is None or now - prior["created_at"] >= IDEMPOTENCY_WINDOW_MS:
         return None
-    if prior["idempotency_hash"] != job.idempotency_hash:
+    if prior["idempotency_hash"] != digest:
         raise Problem(
             409,
             "idempotency_conflict",
@@ -100,31 +110,49 @@ def insert_job(store: Store, job: NewJob) -> Any:
                 return replay
             if prior is not None:  # expired: the key may be reused
                 tx.execute("UPDATE jobs SET idempotency_key = NULL WHERE id = ?", (prior["id"],))
-        values = {
+        return write_jobs(tx, [job], now)[0]
+
+    return run
+
+
+_INSERT_EVENT = "INSERT INTO job_events (job_id, seq, kind, ts, data) VALUES (?,?,?,?,?)"
+
+
+def write_jobs(tx: Tx, jobs: Sequence[NewJob], now: int) -> list[JobRow]:
+    """Insert ``jobs`` with their first events (``queued``, then one system line per
+    admission note), count them as submitted and write each one's ``also`` statement, in
+    the caller's transaction; the new rows, as ``get_row`` would read them."""
+    values = [
+        {
             **new_row(job, now),
             "idempotency_key": job.idempotency_key,
             "idempotency_hash": job.idempotency_hash,
         }
-        tx.execute(
-            f"INSERT INTO jobs ({', '.join(INSERT_COLUMNS)}) "
-            f"VALUES ({','.join('?' * len(INSERT_COLUMNS))})",
-            [values[c] for c in INSERT_COLUMNS],
-        )
-        events = [phase_event(job.id, 1, Phase.QUEUED.value, now)]
+        for job in jobs
+    ]
+    tx.execute_many(
+        f"INSERT INTO jobs ({', '.join(INSERT_COLUMNS)}) "
+        f"VALUES ({','.join('?' * len(INSERT_COLUMNS))})",
+        [[v[c] for c in INSERT_COLUMNS] for v in values],
+    )
+    events = []
+    for job in jobs:
+        events.append(phase_event(job.id, 1, Phase.QUEUED.value, now))
         events += [
             system_line_event(job.id, seq, f"admission: {note}", now)
             for seq, note in enumerate(job.notes, start=2)
         ]
-        tx.execute_many(
-            "INSERT INTO job_events (job_id, seq, kind, ts, data) VALUES (?,?,?,?,?)", events
-        )
-        counts.count(tx, job.org_id, now, "submitted")
-        row = JobRow.of(values)  # JSON decoded from the text written: as get_row reads it
+    tx.execute_many(_INSERT_EVENT, events)
+    per_org: dict[str, int] = {}
+    for job in jobs:
+        per_org[job.org_id] = per_org.get(job.org_id, 0) + 1
+    for org_id, n in per_org.items():
+        counts.count_many(tx, org_id, now, "submitted", n)
+    rows = [JobRow.of(v) for v in values]  # JSON decoded from the text written
+    for job, row in zip(jobs, rows, strict=True):
         if job.also is not None:
             tx.execute(*job.also(row))
-        return row
-
-    return run
+    return rows
 
 
 INSERT_COLUMNS = (
@@ -151,6 +179,8 @@ INSERT_COLUMNS = (
     "stage",
     "stage_retry",
     "session_id",
+    "array_id",
+    "array_index",
 )
 
 
@@ -191,6 +221,8 @@ def new_row(job: NewJob, now: int) -> dict[str, Any]:
         "stage": job.stage,
         "stage_retry": job.stage_retry,
         "session_id": job.session_id,
+        "array_id": job.array_id,
+        "array_index": job.array_index,
         "retries": 0,
         "retry_at": None,
         "tries": None,
@@ -227,6 +259,7 @@ class JobFilter:
     spec_hash: str | None = None
     node_id: str | None = None
     pipeline_run_id: str | None = None
+    array_id: str | None = None
 
     def where(self) -> tuple[str, list[Any]]:
         clauses: list[str] = []
@@ -239,6 +272,7 @@ class JobFilter:
             ("spec_hash", self.spec_hash),
             ("node_id", self.node_id),
             ("pipeline_run_id", self.pipeline_run_id),
+            ("array_id", self.array_id),
         ):
             if value is not None:
                 clauses.append(f"{column} = ?")

@@ -79,6 +79,12 @@ class JobRow:
     retries: int = 0
     retry_at: int | None = None
     tries: tuple[dict[str, Any], ...] = ()
+    #: the job array it was submitted in (``POST /v1/jobs/batch``) and its index there
+    array_id: str | None = None
+    array_index: int | None = None
+    #: when the retention janitor deleted its logs, metric and stream points and
+    #: artifacts (unix ms); None while they are kept
+    purged_at: int | None = None
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> JobRow:
@@ -123,4 +129,7 @@ class JobRow:
             retries=row.get("retries") or 0,
             retry_at=row.get("retry_at"),
             tries=tuple(_decoded(row.get("tries")) or ()),
+            array_id=row.get("array_id"),
+            array_index=row.get("array_index"),
+            purged_at=row.get("purged_at"),
         )

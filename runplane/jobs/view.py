@@ -105,6 +105,14 @@ def job_view(row: JobRow, *, wait_reason: str | None = None) -> dict[str, Any]:
         "stage": row.stage,
         # addition: the session whose pod it carries (docs/sessions.md), else null
         "session_id": row.session_id,
+        # addition: the job array it was submitted in (docs/jobs.md "Job arrays") and
+        # its index there, else null
+        "array_id": row.array_id,
+        "array_index": row.array_index,
+        # addition (docs/operations.md "Retention"): when the retention policy deleted its
+        # log lines, metric and stream points and artifacts (its row and final metrics
+        # stay), else null
+        "expired_at": iso_ms_or_none(row.purged_at),
         # addition: its realtime streams with the chunks received (docs/streams.md)
         "streams": [
             {"name": name, "kind": s.get("kind", "data"), "count": s.get("count", 0)}

@@ -25,6 +25,8 @@ AXES = RESOURCE_AXES + CONCURRENCY_AXES
 INT32_MAX = 2**31 - 1
 #: Most projects or users one policy document may refine.
 MAX_ENTRIES = 1000
+#: The longest retention a policy document may set (100 years; 0 keeps forever).
+MAX_RETENTION_DAYS = 36500
 
 
 class PolicyCaps(BaseModel):
@@ -56,6 +58,10 @@ class PolicyDocBody(BaseModel):
     org: PolicyCaps = PolicyCaps()
     projects: dict[LayerKey, PolicyCaps] = Field(default_factory=dict, max_length=MAX_ENTRIES)
     users: dict[LayerKey, PolicyCaps] = Field(default_factory=dict, max_length=MAX_ENTRIES)
+    #: days a finished job's logs, metric points, stream points and artifacts are kept in
+    #: this org (0: forever); unset: the deployment's RUNPLANE_RETENTION_DAYS (an addition,
+    #: docs/operations.md "Retention")
+    retention_days: int | None = Field(None, ge=0, le=MAX_RETENTION_DAYS)
     updated_at: str | None = None
 
 
@@ -68,6 +74,8 @@ class PolicyDoc:
     projects: dict[str, dict[str, int]] = field(default_factory=dict)
     users: dict[str, dict[str, int]] = field(default_factory=dict)
     updated_at: int | None = None
+    #: the org's retention override (None: the deployment's)
+    retention_days: int | None = None
 
     @classmethod
     def from_body(cls, org_id: str, body: PolicyDocBody, now: int) -> PolicyDoc:
@@ -81,6 +89,7 @@ class PolicyDoc:
             projects=sparse(body.projects),
             users=sparse(body.users),
             updated_at=now,
+            retention_days=body.retention_days,
         )
 
     @classmethod
@@ -91,14 +100,18 @@ class PolicyDoc:
             projects={k: dict(v) for k, v in (data.get("projects") or {}).items()},
             users={k: dict(v) for k, v in (data.get("users") or {}).items()},
             updated_at=updated_at,
+            retention_days=data.get("retention_days"),
         )
 
     @property
     def empty(self) -> bool:
-        return not (self.org or self.projects or self.users)
+        return not (self.org or self.projects or self.users) and self.retention_days is None
 
     def stored(self) -> dict[str, Any]:
-        return {"org": self.org, "projects": self.projects, "users": self.users}
+        out: dict[str, Any] = {"org": self.org, "projects": self.projects, "users": self.users}
+        if self.retention_days is not None:
+            out["retention_days"] = self.retention_days
+        return out
 
     def view(self) -> dict[str, Any]:
         return {
@@ -106,6 +119,7 @@ class PolicyDoc:
             "org": dict(self.org),
             "projects": {k: dict(v) for k, v in self.projects.items()},
             "users": {k: dict(v) for k, v in self.users.items()},
+            "retention_days": self.retention_days,
             "updated_at": iso_ms(self.updated_at) if self.updated_at else None,
         }
 

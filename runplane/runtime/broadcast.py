@@ -302,7 +302,10 @@ class Ring(Generic[T]):
             raise ValueError("next_seq must be >= 1")
         self.name = name
         self.capacity = capacity
-        self._slots: list[Any] = [None] * capacity
+        # grown on publish up to ``capacity``: a ring of a quiet job or stream costs a
+        # few hundred bytes, not ``capacity`` slots
+        self._slots: list[Any] = []
+        self._base = next_seq
         self._last = next_seq - 1
         self._size = 0
         self._lot = ParkingLot()
@@ -335,13 +338,17 @@ class Ring(Generic[T]):
         if self._closed:
             raise trio.ClosedResourceError(f"ring {self.name!r} is closed")
         self._last += 1
-        self._slots[self._last % self.capacity] = item
+        index = (self._last - self._base) % self.capacity
+        if index == len(self._slots):
+            self._slots.append(item)
+        else:
+            self._slots[index] = item
         self._size = min(self._size + 1, self.capacity)
         self._lot.unpark_all()
         return self._last
 
     def _item(self, seq: int) -> T:
-        item: T = self._slots[seq % self.capacity]
+        item: T = self._slots[(seq - self._base) % self.capacity]
         return item
 
     def retained(self, after_seq: int = 0) -> list[tuple[int, T]]:

@@ -188,6 +188,10 @@ class Registry:
             return False
         return True
 
+    def present(self, kind: ActorKind[Any], id: str) -> bool:
+        """Whether ``(kind, id)`` is activating, active or passivating (not gone)."""
+        return (kind.name, id) in self._entries
+
     def active(self, kind: ActorKind[Any], id: str) -> bool:
         """Whether ``(kind, id)`` has a live (not passivating) activation."""
         entry = self._entries.get((kind.name, id))

@@ -4,8 +4,8 @@ Submission plans the body (``runplane/runs/resolve.py``: config layers folded, s
 config checked), passes the admission gate (``runplane/actors/admission.py``: limits
 clamped to the caller's ceilings, a quota slot reserved, or ``AdmissionRefused`` which the
 HTTP layer answers with 429), writes the job row (with
-its Idempotency-Key and ResolvedRun) durably, then activates the job actor, which hands
-the job to placement. Control messages
+its Idempotency-Key and ResolvedRun) durably, then hands the job to placement; its actor
+activates when placement assigns it (queued jobs are rows, not tasks). Control messages
 (cancel, priority) go to the job's actor through the registry; reads come from the store,
 which every transition reaches before it is announced.
 """
@@ -121,7 +121,6 @@ class Jobs:
         self.registry = registry
         self.placement = placement
         self.admission = admission
-        self._fresh: dict[str, JobRow] = {}
         #: resolves the refs of mounts that name a git connection (the git service's
         #: ``resolve_mounts``: spec, org), set by the root
         self.resolve_git: Callable[[dict[str, Any], str], Awaitable[None]] | None = None
@@ -132,8 +131,7 @@ class Jobs:
 
     def register(self, deps: JobDeps) -> None:
         async def activate(job_id: str) -> JobActor:
-            # a job just inserted is activated from the row in hand, not read back
-            row = self._fresh.get(job_id) or await repo.get_row(self.store, job_id, None)
+            row = await repo.get_row(self.store, job_id, None)
             if row is None:
                 raise LookupError(f"job {job_id} has no row")
             return JobActor(deps, row)
@@ -141,12 +139,15 @@ class Jobs:
         self.registry.register(JOBS, activate, idle_timeout=JOB_IDLE_SEC, mailbox_capacity=256)
 
     async def recover(self) -> int:
-        """At start-up: re-activate every live job, so its actor takes agent reports and
-        control messages at once (placement rebuilt its queue and reservations itself)."""
-        rows = await repo.live_columns(self.store, "id")
-        for row in rows:
+        """At start-up: re-activate every job on a node, so its actor takes agent reports
+        and control messages at once, and every job waiting out a retry's backoff (its
+        timer). Placement rebuilt its queue and reservations itself; a queued job's actor
+        activates when placement assigns it (or anyone asks it something)."""
+        rows = await repo.live_columns(self.store, "id, phase, retry_at")
+        woken = [r for r in rows if r["phase"] != Phase.QUEUED.value or r["retry_at"] is not None]
+        for row in woken:
             await self.registry.get(JOBS, row["id"])
-        return len(rows)
+        return len(woken)
 
     async def submit(
         self,
@@ -188,6 +189,26 @@ class Jobs:
         session_id: str | None,
         pod: list[dict[str, Any]] | None,
     ) -> Created:
+        spec, make_run = await self.plan(body, who, pod)
+        return await self._create(
+            spec,
+            who,
+            priority=body.priority,
+            project=body.project,
+            make_run=make_run,
+            idempotency_key=idempotency_key,
+            body_hash=request_hash(body),
+            audit=audit,
+            stage_of=stage_of,
+            session_id=session_id,
+        )
+
+    async def plan(
+        self, body: SubmitJobBody, who: Submitter, pod: list[dict[str, Any]] | None = None
+    ) -> tuple[dict[str, Any], Callable[[dict[str, Any]], dict[str, Any]]]:
+        """The spec ``body`` runs with before admission (config folded, stack and config
+        checked, secret references and git mounts resolved) and the function making its
+        stored ResolvedRun from the admitted spec; a Problem (400/422) when it cannot run."""
         fingerprint = body_hash(body)
         planned = runs.plan(body, self.catalog)
         raise_issues(planned.issues)
@@ -198,17 +219,31 @@ class Jobs:
         await vault.check_refs(self.store, spec, who.org_id)
         if self.resolve_git is not None and connection_ids(spec):
             await self.resolve_git(spec, who.org_id)
-        return await self._create(
-            spec,
-            who,
-            priority=body.priority,
-            project=body.project,
-            make_run=lambda s: runs.stored_run(s, planned.folded, planned.has_runspec),
-            idempotency_key=idempotency_key,
-            body_hash=request_hash(body),
-            audit=audit,
-            stage_of=stage_of,
-            session_id=session_id,
+        return spec, lambda s: runs.stored_run(s, planned.folded, planned.has_runspec)
+
+    def admitted(
+        self,
+        new: repo.NewJob,
+        decision: adm.Decision,
+        make_run: Callable[[dict[str, Any]], dict[str, Any]],
+        known_hash: str | None = None,
+    ) -> repo.NewJob:
+        """``new`` as admitted: limits clamped, placeable (else a 422 Problem), hashed
+        plain and stored sealed, with its ResolvedRun and the admission notes."""
+        resolved = finish(
+            new.spec,
+            priority=new.priority,
+            project=new.project,
+            limits=decision.clamp.limits,
+            known_hash=known_hash,
+        )
+        _check_placeable(resolved)
+        return replace(
+            new,
+            spec=sealed_env.sealed_spec(resolved.spec, self.sealer, new.org_id),
+            spec_hash=resolved.spec_hash,
+            run=make_run(resolved.spec),
+            notes=decision.clamp.notes,
         )
 
     async def dry_run(self, body: SubmitJobBody, who: Submitter) -> DryRun:
@@ -322,37 +357,20 @@ class Jobs:
         if decision.refusal is not None:
             raise AdmissionRefused(decision.refusal, decision.reason)
         try:
-            resolved = finish(
-                spec,
-                priority=priority,
-                project=project,
-                limits=decision.clamp.limits,
-                known_hash=known_hash,
-            )
-            _check_placeable(resolved)
-            new = replace(
-                new,
-                # hashed plain, stored sealed
-                spec=sealed_env.sealed_spec(resolved.spec, self.sealer, who.org_id),
-                spec_hash=resolved.spec_hash,
-                run=make_run(resolved.spec),
-                notes=decision.clamp.notes,
-            )
+            new = self.admitted(new, decision, make_run, known_hash)
             inserted = await self.store.transaction(repo.insert_job(self.store, new))
         except BaseException:
-            await self._release(new.id)
+            await self.release(new.id)
             raise
         if not isinstance(inserted, JobRow):  # a replay that raced us to the insert
-            await self._release(new.id)
+            await self.release(new.id)
             return await self._replay(inserted)
-        self._fresh[new.id] = inserted
-        try:
-            await self.registry.get(JOBS, new.id)  # activation enqueues it
-        finally:
-            del self._fresh[new.id]
+        # queued, not activated: its actor starts when placement assigns it (or anyone
+        # asks it something); an activation meanwhile enqueues it again, harmlessly
+        await self.placement.tell(pl.Enqueue.of(inserted))
         return Created(inserted, decision.clamp.notes)
 
-    async def _release(self, job_id: str) -> None:
+    async def release(self, job_id: str) -> None:
         with trio.CancelScope(shield=True):
             await self.admission.tell(adm.Release(job_id))
 

@@ -83,6 +83,7 @@ class World:
     pipeline_a: str = ""
     #: a session of org A (made by the route matrix's fixture)
     session_a: str = ""
+    array_a: str = ""
     #: a webhook endpoint of org A (made by the route matrix's fixture)
     webhook_a: str = ""
 

@@ -91,6 +91,47 @@ async def test_submit_follow_prints_the_output_and_exits_with_the_job_status(
     assert run.stdout.decode().strip().endswith("succeeded")
 
 
+async def test_a_sweep_runs_one_job_per_combination_on_the_agent(
+    server: LiveServer, start_agent: StartAgent
+) -> None:
+    """``runplane submit --sweep`` posts one job array; every job runs for real with its
+    own config, lists with ``ls --array`` and counts in ``GET /v1/arrays/{id}``."""
+    start_agent(server.url, "sweepnode")
+    async with server.client() as client:
+        await wait_for(lambda: online_nodes(client), 30, "the agent")
+    done = await cli(
+        server.url,
+        "submit",
+        "shell",
+        "--sweep",
+        "message=a,b",
+        "--sweep",
+        "repeat=1,2",
+        "--",
+        "sh",
+        "-c",
+        'for i in $(seq "$RUNPLANE_CONFIG_REPEAT"); do echo "$RUNPLANE_CONFIG_MESSAGE"; done',
+    )
+    assert done.returncode == 0, done.stderr
+    array_id, *job_ids = done.stdout.decode().split()
+    assert array_id.startswith("arr_") and len(job_ids) == 4
+    async with server.client() as client:
+        for job_id in job_ids:
+            ended = await wait_phase(client, job_id, "succeeded", "failed", "cancelled")
+            assert ended["phase"] == "succeeded", ended
+        outputs = []
+        for job_id in job_ids:
+            logs = (await client.get(f"/v1/jobs/{job_id}/logs?stream=stdout")).json()["logs"]
+            outputs.append([entry["line"] for entry in logs])
+        array = (await client.get(f"/v1/arrays/{array_id}")).json()
+    assert outputs == [["a"], ["a", "a"], ["b"], ["b", "b"]]
+    assert array["phases"] == {"succeeded": 4} and array["count"] == 4
+    listed = json.loads((await cli(server.url, "ls", "--array", array_id, "-o", "json")).stdout)
+    assert sorted(j["job_id"] for j in listed) == sorted(job_ids)
+    refused = await cli(server.url, "submit", "-f", "shell", "--sweep", "repeat=1,2")
+    assert refused.returncode == 2 and "runplane logs -f" in refused.stderr.decode()
+
+
 SLOW = "for i in 1 2 3 4 5 6 7 8; do echo line-$i; sleep 0.5; done"
 
 

@@ -237,7 +237,9 @@ async def test_priority_and_rerun(client: Any) -> None:
 
 async def test_a_queued_jobs_event_stream_says_why_it_waits(app: Any, client: Any) -> None:
     """Without a node, the SSE stream of a queued job carries the wait reason as a
-    ``phase`` event (the SSE event kinds stay log, metric and phase)."""
+    ``phase`` event (the SSE event kinds stay log, metric and phase). A queued job nobody
+    follows is a row, not an actor: the follower activates it, and placement tells the
+    active actor its reason, which it stores."""
     import trio
 
     from runplane.jobs import repo
@@ -245,14 +247,21 @@ async def test_a_queued_jobs_event_stream_says_why_it_waits(app: Any, client: An
     job = await (await submit(client, {"stack": "shell"})).get_json()
     assert job["attempt"] == 0 and job["attempts"] == 0
     store = app.extensions["runplane"].store
-    with trio.fail_after(20):  # placement tells the job actor, which stores the event
-        while not any(  # noqa: ASYNC110 (polls the store: no event to wait on)
-            '"reason"' in e.data for e in await repo.events_after(store, job["job_id"], 0)
-        ):
-            await trio.sleep(0.01)
-    await client.post(f"/v1/jobs/{job['job_id']}/cancel")  # so the stream ends
-    text = await (await client.get(f"/v1/jobs/{job['job_id']}/events")).get_data(as_text=True)
-    frames = [f.split("\n") for f in text.split("\n\n") if f]
+    texts: list[str] = []
+
+    async def follow() -> None:
+        response = await client.get(f"/v1/jobs/{job['job_id']}/events")
+        texts.append(await response.get_data(as_text=True))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(follow)
+        with trio.fail_after(20):  # placement tells the job actor, which stores the event
+            while not any(  # noqa: ASYNC110 (polls the store: no event to wait on)
+                '"reason"' in e.data for e in await repo.events_after(store, job["job_id"], 0)
+            ):
+                await trio.sleep(0.01)
+        await client.post(f"/v1/jobs/{job['job_id']}/cancel")  # so the stream ends
+    frames = [f.split("\n") for f in texts[0].split("\n\n") if f]
     assert [f[1] for f in frames] == ["event: phase"] * 3
     events = [json.loads(f[2].removeprefix("data: ")) for f in frames]
     assert [(e["phase"], e.get("reason")) for e in events] == [

@@ -54,7 +54,13 @@ async def test_the_figures_follow_a_submit_and_the_queue(client: Any) -> None:
         > before[("runplane_store_commit_seconds_count", ())]
     )
     assert after[("runplane_mailbox_depth", (("kind", "placement"),))] >= 0
-    assert after[("runplane_actors", (("kind", "job"),))] == 1  # the queued job's actor
+    # a queued job is a row and a queue entry, not an actor, until placement assigns it
+    assert after[("runplane_actors", (("kind", "job"),))] == 0
+    await client.post(
+        f"/v1/jobs/{(await response.get_json())['job_id']}/priority", json={"priority": 3}
+    )
+    again = await scrape(client)
+    assert again[("runplane_actors", (("kind", "job"),))] == 1  # a control message woke it
     assert after[("runplane_fleet_capacity", (("resource", "cpu_cores"),))] == 0
     assert after[("runplane_webhook_deliveries", (("status", "pending"),))] == 0
     assert after[("runplane_sse_followers", ())] == 0

@@ -33,6 +33,7 @@ async def test_get_policy_without_a_doc_is_the_platform_layer(client: Any) -> No
         "org": {},
         "projects": {},
         "users": {},
+        "retention_days": None,
         "updated_at": None,
     }
     assert set(view["effective"]["provenance"].values()) == {"platform"}

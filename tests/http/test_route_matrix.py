@@ -383,6 +383,7 @@ def _pipelines_narrowed(ctx: Ctx, listed: Any) -> None:
 
 
 JOB = "/v1/jobs/{w.job_a}"
+ARRAY = "/v1/arrays/{w.array_a}"
 
 
 def _with_stream(p: str, *, post: Any = None) -> Prepare:
@@ -545,6 +546,16 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/runs"): Case(
         "scope", body("/v1/runs", lambda c: RUN_BODY), ok=202, scope="runs:submit"
     ),
+    ("POST", "/v1/jobs/batch"): Case(
+        "scope",
+        body("/v1/jobs/batch", lambda c: {"jobs": [{"stack": "shell", "command": ["true"]}]}),
+        ok=202,
+        scope="runs:submit",
+    ),
+    ("GET", "/v1/arrays/<array_id>"): Case("read", path(ARRAY), org_bound=True),
+    ("POST", "/v1/arrays/<array_id>/cancel"): Case(
+        "scope", path(ARRAY + "/cancel"), scope="runs:cancel", org_bound=True
+    ),
     ("POST", "/v1/pipelines"): Case(
         "scope", body("/v1/pipelines", lambda c: PIPELINE_BODY), ok=202, scope="runs:submit"
     ),
@@ -686,6 +697,13 @@ async def served(make_settings: Callable[..., Any]) -> Any:
         )
         assert session.status_code == 202, await session.get_data()
         world.session_a = (await session.get_json())["id"]
+        array = await client.post(
+            "/v1/jobs/batch",
+            json={"job": {"stack": "sim-cartpole"}, "sweep": {"episodes": [1, 2]}},
+            headers=world.headers("member"),
+        )
+        assert array.status_code == 202, await array.get_data()
+        world.array_a = (await array.get_json())["array_id"]
         yield app, client, world
 
 
@@ -774,6 +792,8 @@ async def test_websocket_routes_reach_their_handler(served: Any) -> None:
         ("wrong_org", "/v1/runs/{w.job_a}", "/v1/runs/job_nope"),
         ("wrong_org", "/v1/pipelines/{w.pipeline_a}", "/v1/pipelines/plr_nope"),
         ("wrong_org", "/v1/sessions/{w.session_a}", "/v1/sessions/ses_nope"),
+        ("wrong_org", "/v1/arrays/{w.array_a}", "/v1/arrays/arr_nope"),
+        ("wrong_org", "POST /v1/arrays/{w.array_a}/cancel", "POST /v1/arrays/arr_nope/cancel"),
         ("wrong_org", "/v1/webhooks/{w.webhook_a}/deliveries", "/v1/webhooks/wh_nope/deliveries"),
         ("wrong_org", "DELETE /v1/webhooks/{w.webhook_a}", "DELETE /v1/webhooks/wh_nope"),
         ("wrong_org", "POST /v1/webhooks/{w.webhook_a}/test", "POST /v1/webhooks/wh_nope/test"),

@@ -98,6 +98,9 @@ class Job(View):
     retries: int | None = None
     tries: list[dict[str, Any]] = []
     retry_at: str | None = None
+    array_id: str | None = None
+    array_index: int | None = None
+    expired_at: str | None = None
 
 
 class CancelResult(Job):
@@ -183,6 +186,49 @@ class EmbedGrantView(View):
     allow: list[Literal["logs", "metrics", "streams", "artifacts"]]
     exp: int
     branding: dict[str, Any] = {}
+
+
+class BatchItem(View):
+    index: int
+    job_id: str
+    spec_hash: str
+    phase: Phase
+    clamp_notes: list[str] = []
+
+
+class BatchRejected(View):
+    index: int
+    status: int
+    code: str
+    detail: str
+    errors: list[RunProblem] = []
+
+
+class BatchSubmitted(View):
+    """A job array accepted: its jobs in array order, and (``atomic: false``) the items
+    left out."""
+
+    array_id: str
+    count: int
+    jobs: list[BatchItem]
+    rejected: list[BatchRejected] = []
+
+
+class JobArray(View):
+    array_id: str
+    org_id: str
+    project: str
+    submitted_by: str
+    count: int
+    sweep: dict[str, list[Any]] | None = None
+    created_at: str
+    phases: dict[str, int]
+
+
+class ArrayCancelResult(View):
+    array_id: str
+    cancelled: int
+    not_cancelled: int
 
 
 class JobSubmitted(Job):

@@ -43,7 +43,7 @@ from runplane.http.context import services
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 from runplane.ids import is_id, new_id
-from runplane.jobs import repo
+from runplane.jobs import repo, retention
 from runplane.problems import FieldProblem, Problem, not_found
 
 blueprint = Blueprint("artifacts", __name__)
@@ -306,6 +306,21 @@ async def put_artifact(key: str) -> tuple[dict[str, Any], int, dict[str, str]]:
     return body_json, 201, headers
 
 
+async def _missing(key: str, what: str = "artifact") -> Problem:
+    """The answer for an artifact that is not there: 410 when its job's artifacts were
+    deleted by the retention janitor (docs/operations.md "Retention"), else 404."""
+    job_id = key.split("/", 1)[0]
+    if is_id(job_id, "job_") and await retention.purged_at(services().store, job_id) is not None:
+        return Problem(
+            410,
+            "artifact_expired",
+            f"the {what} expired: the retention policy deleted job {job_id}'s artifacts "
+            "(RUNPLANE_RETENTION_DAYS, or the org's retention_days); its row and final "
+            "metrics are kept",
+        )
+    return not_found(what)
+
+
 @blueprint.get("/v1/artifacts/<anykey:key>")
 @doc("Download an artifact", status=200, content="bytes", errors=(401, 403, 410))
 async def get_artifact(key: str) -> Response:
@@ -318,7 +333,7 @@ async def get_artifact(key: str) -> Response:
     if request.method == "HEAD":
         info = await store.stat(key)
         if info is None:
-            raise not_found("artifact")
+            raise await _missing(key)
         response = Response(b"", status=200, content_type="application/octet-stream")
         response.headers["Content-Length"] = str(info.size)
         _download_headers(response, filename)
@@ -326,7 +341,7 @@ async def get_artifact(key: str) -> Response:
     try:
         reader = await store.open_reader(key)
     except ArtifactNotFound:
-        raise not_found("artifact") from None
+        raise await _missing(key) from None
     response = Response(_stream_reader(reader), status=200, content_type="application/octet-stream")
     response.headers["Content-Length"] = str(reader.info.size)
     _download_headers(response, filename)
