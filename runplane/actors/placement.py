@@ -54,10 +54,12 @@ class Enqueue:
     priority: int
     spec: Mapping[str, Any]  # decoded
     org_id: str | None = None
+    #: its demand when the sender has it already (a submit checked it): not made again
+    demand: JobDemand | None = None
 
     @classmethod
-    def of(cls, row: JobRow) -> Enqueue:
-        return cls(row.id, row.priority, row.spec, row.org_id)
+    def of(cls, row: JobRow, demand: JobDemand | None = None) -> Enqueue:
+        return cls(row.id, row.priority, row.spec, row.org_id, demand)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +249,9 @@ class PlacementActor(Actor[PlacementMsg]):
         self.told.pop(job.job_id, None)
         self.fresh.add(job.job_id)
         try:
-            self.queue[job.job_id] = demand_of(job.job_id, job.priority, job.spec, job.org_id)
+            self.queue[job.job_id] = job.demand or demand_of(
+                job.job_id, job.priority, job.spec, job.org_id
+            )
         except DemandError as exc:  # validated at submit; a stored bad row waits
             self.reasons[job.job_id] = f"cannot be placed: {exc}"
             self._tell_reason(job.job_id, clock.now())

@@ -30,7 +30,7 @@ _SQL = {
 _SQL_N = {
     column: (
         "INSERT INTO job_counts (org_id, minute, submitted, succeeded, failed, cancelled) "
-        "VALUES (?,?,?,?,?,?) ON CONFLICT (org_id, minute) DO UPDATE SET "
+        "VALUES (?,?,?,?,?,?), (?,?,?,?,?,?) ON CONFLICT (org_id, minute) DO UPDATE SET "
         f"{column} = job_counts.{column} + excluded.{column}"
     )
     for column in COUNTERS
@@ -38,11 +38,11 @@ _SQL_N = {
 
 
 def count_many(tx: Tx, org_id: str, at_ms: int, counter: str, n: int) -> None:
-    """Add ``n`` to ``counter`` for ``org_id`` (and every org) in the minute of ``at_ms``
-    (a job array's submits: two statements, not two per job)."""
+    """Add ``n`` to ``counter`` for ``org_id`` and every org in the minute of ``at_ms``, in
+    one statement (a submit, or a job array's: not two statements per job)."""
     minute = at_ms // MINUTE_MS
     values = tuple(n if c == counter else 0 for c in COUNTERS)
-    tx.execute_many(_SQL_N[counter], [(org_id, minute, *values), (ALL_ORGS, minute, *values)])
+    tx.execute(_SQL_N[counter], (org_id, minute, *values, ALL_ORGS, minute, *values))
 
 
 def count(tx: Tx, org_id: str, at_ms: int, counter: str) -> None:

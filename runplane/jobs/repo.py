@@ -148,7 +148,12 @@ def write_jobs(tx: Tx, jobs: Sequence[NewJob], now: int) -> list[JobRow]:
         per_org[job.org_id] = per_org.get(job.org_id, 0) + 1
     for org_id, n in per_org.items():
         counts.count_many(tx, org_id, now, "submitted", n)
-    rows = [JobRow.of(v) for v in values]  # JSON decoded from the text written
+    # as get_row reads them back: the JSON columns are the dicts just encoded (JSON-ready
+    # already), not decoded again
+    rows = [
+        JobRow.of({**v, "spec": job.spec, "run": job.run, "final_metrics": {}, "artifacts": []})
+        for job, v in zip(jobs, values, strict=True)
+    ]
     for job, row in zip(jobs, rows, strict=True):
         if job.also is not None:
             tx.execute(*job.also(row))

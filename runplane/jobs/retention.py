@@ -35,8 +35,8 @@ async def expired(
     of ``org_id`` only, or (None) of every org but those in ``exclude``."""
     ended = ", ".join("?" * len(TERMINAL))
     sql = (
-        "SELECT id, event_seq FROM jobs WHERE purged_at IS NULL AND finished_at < ? "
-        f"AND phase IN ({ended})"
+        "SELECT id, event_seq FROM jobs WHERE purged_at IS NULL AND finished_at IS NOT NULL "
+        f"AND finished_at < ? AND phase IN ({ended})"
     )
     params: list[object] = [cutoff_ms, *(p.value for p in TERMINAL)]
     if org_id is not None:

@@ -145,7 +145,7 @@ class LimitsBody(_Strict):
     pids: NonNeg | None = None
     timeout_sec: NonNeg | None = None
     no_internet: bool = False
-    egress_allow: list[str] = []
+    egress_allow: list[str] = Field(default_factory=list)
 
 
 class GpuRequires(_Strict):
@@ -172,13 +172,13 @@ class TrustRequires(_Strict):
 
 
 class RequiresBody(_Strict):
-    gpu: GpuRequires = GpuRequires()
-    cpu: CpuRequires = CpuRequires()
-    ram: RamRequires = RamRequires()
-    disk: DiskRequires = DiskRequires()
-    arch: list[str] = []
-    trust: TrustRequires = TrustRequires()
-    capabilities: list[str] = []
+    gpu: GpuRequires = Field(default_factory=GpuRequires)
+    cpu: CpuRequires = Field(default_factory=CpuRequires)
+    ram: RamRequires = Field(default_factory=RamRequires)
+    disk: DiskRequires = Field(default_factory=DiskRequires)
+    arch: list[str] = Field(default_factory=list)
+    trust: TrustRequires = Field(default_factory=TrustRequires)
+    capabilities: list[str] = Field(default_factory=list)
 
 
 #: Most retries a policy may ask for, and the longest backoff one retry may wait.
@@ -207,14 +207,14 @@ class SubmitJobBody(_Strict):
 
     stack: Name
     command: list[str] | None = None
-    env: dict[str, str] = {}
-    config: dict[str, Any] = {}
+    env: dict[str, str] = Field(default_factory=dict)
+    config: dict[str, Any] = Field(default_factory=dict)
     workspace: Mount | None = None
-    inputs: list[Mount] = []
-    outputs: list[OutputSpecBody] = []
-    requires: RequiresBody = RequiresBody()
-    limits: LimitsBody = LimitsBody()
-    weights: dict[str, float] = {}
+    inputs: list[Mount] = Field(default_factory=list)
+    outputs: list[OutputSpecBody] = Field(default_factory=list)
+    requires: RequiresBody = Field(default_factory=RequiresBody)
+    limits: LimitsBody = Field(default_factory=LimitsBody)
+    weights: dict[str, float] = Field(default_factory=dict)
     weights_preset: Literal["training", "interactive", "batch"] | None = None
     isolation: Literal["none", "gvisor", "kata"] = "none"
     priority: int = Field(100, ge=-(2**31), le=2**31 - 1)

@@ -384,6 +384,16 @@ class JobDemand:
         """Queue order: higher priority first, then oldest, then job id."""
         return (-self.priority, self.created_at, self.job_id)
 
+    def for_job(self, job_id: str, created_at: CreatedAt) -> JobDemand:
+        """The same demand for another job (the jobs of an array share their spec's):
+        a copy with its id and age, without deriving everything again."""
+        twin = object.__new__(JobDemand)
+        for name in JobDemand.__slots__:
+            object.__setattr__(twin, name, getattr(self, name))
+        object.__setattr__(twin, "job_id", job_id)
+        object.__setattr__(twin, "created_at", created_at)
+        return twin
+
     @classmethod
     def from_spec(
         cls,

@@ -22,10 +22,11 @@ from runplane.ids import new_id
 from runplane.jobs import arrays, repo
 from runplane.jobs.rows import JobRow
 from runplane.persistence import Tx, now_ms
+from runplane.placement import JobDemand
 from runplane.policy import LIMIT_KEYS
 from runplane.policy.refusal import AdmissionRefused
 from runplane.problems import FieldProblem, Problem, not_found
-from runplane.services.jobs import Jobs, Submitter
+from runplane.services.jobs import Demands, Jobs, Submitter
 
 MakeRun = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -152,11 +153,17 @@ class JobArrays:
         held = set(ids)
         try:
             admitted: list[repo.NewJob] = []
+            demands: dict[str, JobDemand] = {}
+            known: Demands = {}  # the items of an array mostly ask alike
             for new, p, decision in zip(new_jobs, planned, many.decisions, strict=True):
                 try:
-                    admitted.append(self.jobs.admitted(new, decision, p.make_run))
+                    job, demands[new.id] = self.jobs.admitted(
+                        new, decision, p.make_run, known=known
+                    )
                 except Problem as exc:
                     rejected.append(Rejected(p.item.index, exc))
+                    continue
+                admitted.append(job)
             if rejected and (batch.atomic or not admitted):
                 raise _batch_problem(rejected, items, len(items))
             for gone in set(ids) - {j.id for j in admitted}:
@@ -182,7 +189,7 @@ class JobArrays:
                 await self.jobs.release(job_id)
             return await self._replay(written)
         for row in written:  # queued; each actor starts when placement assigns it
-            await self.jobs.placement.tell(pl.Enqueue.of(row))
+            await self.jobs.placement.tell(pl.Enqueue.of(row, demands[row.id]))
         notes = {j.array_index or 0: j.notes for j in admitted if j.notes}
         rejected.sort(key=lambda r: r.index)
         return ArrayCreated(array_id, written, notes, rejected)

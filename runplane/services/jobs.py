@@ -37,12 +37,13 @@ from runplane.jobs.spec import (
     SubmitJobBody,
     body_hash,
     build,
+    canonical_json,
     finish,
     raise_issues,
     request_hash,
 )
 from runplane.persistence import Store
-from runplane.placement import DemandError
+from runplane.placement import DemandError, JobDemand
 from runplane.policy import LIMIT_KEYS
 from runplane.policy.refusal import AdmissionRefused
 from runplane.problems import FieldProblem, Problem, not_found
@@ -62,12 +63,35 @@ class Submitter:
     subject: str = ""
 
 
-def _check_placeable(resolved: ResolvedJob) -> None:
+#: Demands already made, by what they depend on (``_demand_key``), for a job array's items.
+Demands = dict[tuple[Any, ...], JobDemand]
+
+
+def _demand_key(resolved: ResolvedJob, org_id: str | None) -> tuple[Any, ...]:
+    spec = resolved.spec
+    asks = [spec.get(k) for k in ("limits", "requires", "weights", "weights_preset", "isolation")]
+    return (resolved.priority, org_id, canonical_json(asks))
+
+
+def _check_placeable(
+    resolved: ResolvedJob,
+    job_id: str = "check",
+    org_id: str | None = None,
+    known: Demands | None = None,
+) -> JobDemand:
+    """The job's placement demand; a 422 Problem when placement cannot read its spec.
+    With ``known``, a demand made for the same asks is reused (a copy for this job)."""
+    key = _demand_key(resolved, org_id) if known is not None else ()
+    if known is not None and key in known:
+        return known[key].for_job(job_id, job_id)  # ids sort by creation time
     try:
-        demand_of("check", resolved.priority, resolved.spec)
+        demand = demand_of(job_id, resolved.priority, resolved.spec, org_id)
     except DemandError as exc:
         errors = [FieldProblem(pr.key, pr.code, pr.message) for pr in exc.problems]
         raise Problem(422, "invalid_placement", str(exc), errors) from None
+    if known is not None:
+        known[key] = demand
+    return demand
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,9 +251,11 @@ class Jobs:
         decision: adm.Decision,
         make_run: Callable[[dict[str, Any]], dict[str, Any]],
         known_hash: str | None = None,
-    ) -> repo.NewJob:
+        known: Demands | None = None,
+    ) -> tuple[repo.NewJob, JobDemand]:
         """``new`` as admitted: limits clamped, placeable (else a 422 Problem), hashed
-        plain and stored sealed, with its ResolvedRun and the admission notes."""
+        plain and stored sealed, with its ResolvedRun and the admission notes; and its
+        placement demand (placement takes it as is)."""
         resolved = finish(
             new.spec,
             priority=new.priority,
@@ -237,14 +263,15 @@ class Jobs:
             limits=decision.clamp.limits,
             known_hash=known_hash,
         )
-        _check_placeable(resolved)
-        return replace(
+        demand = _check_placeable(resolved, new.id, new.org_id, known)
+        admitted = replace(
             new,
             spec=sealed_env.sealed_spec(resolved.spec, self.sealer, new.org_id),
             spec_hash=resolved.spec_hash,
             run=make_run(resolved.spec),
             notes=decision.clamp.notes,
         )
+        return admitted, demand
 
     async def dry_run(self, body: SubmitJobBody, who: Submitter) -> DryRun:
         """Plan, clamp and check ``body`` as a submit would, without reserving or enqueuing.
@@ -357,7 +384,7 @@ class Jobs:
         if decision.refusal is not None:
             raise AdmissionRefused(decision.refusal, decision.reason)
         try:
-            new = self.admitted(new, decision, make_run, known_hash)
+            new, demand = self.admitted(new, decision, make_run, known_hash)
             inserted = await self.store.transaction(repo.insert_job(self.store, new))
         except BaseException:
             await self.release(new.id)
@@ -367,7 +394,7 @@ class Jobs:
             return await self._replay(inserted)
         # queued, not activated: its actor starts when placement assigns it (or anyone
         # asks it something); an activation meanwhile enqueues it again, harmlessly
-        await self.placement.tell(pl.Enqueue.of(inserted))
+        await self.placement.tell(pl.Enqueue.of(inserted, demand))
         return Created(inserted, decision.clamp.notes)
 
     async def release(self, job_id: str) -> None:

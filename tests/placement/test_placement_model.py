@@ -308,3 +308,16 @@ def test_node_and_load_from_the_api_node_view() -> None:
     assert node.gpu_count == 2
     assert (node.max_concurrency, node.dlperf, node.reliability) == (4, 91.5, 0.97)
     assert NodeLoad.from_view(view) == NodeLoad(8, 32, 1, 2)
+
+
+def test_for_job_is_the_same_demand_for_another_job() -> None:
+    """A job array's items share one derived demand: the copy equals a fresh one."""
+    from runplane.jobs.demand import demand_of
+
+    spec = {"limits": {"cpu_cores": 2, "gpu_count": 1}, "requires": {"arch": ["x86_64"]}}
+    first = demand_of("job_a", 7, spec, "org_x")
+    twin = first.for_job("job_b", "job_b")
+    fresh = demand_of("job_b", 7, spec, "org_x")
+    assert twin == fresh and twin is not first
+    assert twin.fit_signature == fresh.fit_signature and twin.sort_key == fresh.sort_key
+    assert first.job_id == "job_a"  # the original is unchanged

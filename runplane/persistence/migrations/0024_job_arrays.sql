@@ -15,4 +15,5 @@ CREATE TABLE job_arrays (
 CREATE UNIQUE INDEX job_arrays_idempotency ON job_arrays (org_id, idempotency_key);
 ALTER TABLE jobs ADD COLUMN array_id TEXT;
 ALTER TABLE jobs ADD COLUMN array_index INTEGER;
-CREATE INDEX jobs_array ON jobs (array_id, id);
+-- partial: a job outside an array costs the index nothing
+CREATE INDEX jobs_array ON jobs (array_id, id) WHERE array_id IS NOT NULL;
