@@ -78,6 +78,8 @@ class Settings(BaseSettings):
     #: days a finished job's logs, metric points, stream points and artifacts are kept
     #: (0: forever; an org's policy document may override it; docs/operations.md)
     retention_days: int = Field(30, ge=0, le=36500)
+    #: seconds between the retention janitor's sweeps
+    retention_sweep_sec: float = Field(300.0, ge=1.0, le=86400.0)
     #: chunks each realtime stream's replay ring keeps (docs/streams.md)
     stream_ring: int = Field(1024, ge=16, le=1_000_000)
     #: the in-process agent's executor (``runplane agent --executor``)

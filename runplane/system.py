@@ -115,7 +115,12 @@ class Root:
                 ChildSpec("sampler", lambda: NodeSampler(store, self._fleet_now, node_sample_sec)),
                 ChildSpec(
                     "janitor",
-                    lambda: Janitor(store, self.artifacts, settings.retention_days),
+                    lambda: Janitor(
+                        store,
+                        self.artifacts,
+                        settings.retention_days,
+                        period=settings.retention_sweep_sec,
+                    ),
                 ),
                 ChildSpec(
                     "webhooks",

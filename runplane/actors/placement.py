@@ -12,7 +12,7 @@ most once per ``REASON_EVERY`` seconds per job, and stores it as a ``phase`` eve
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -25,7 +25,8 @@ from runplane.nodes import repo as nodes_repo
 from runplane.nodes.grants import Grant
 from runplane.nodes.shape import shape_of
 from runplane.persistence import Store, from_json, now_ms
-from runplane.placement import DemandError, FleetIndex, JobDemand, NodeLoad, NodeShape, plan
+from runplane.placement import DemandError, FleetIndex, JobDemand, NodeLoad, NodeShape
+from runplane.placement.queue import JobQueue, Signature, plan_groups
 from runplane.runtime import Actor, Asks, clock
 
 log = logging.getLogger("runplane.placement")
@@ -179,7 +180,7 @@ class PlacementActor(Actor[PlacementMsg]):
     #: hand a job to its actor
     assign: Callable[[str, str], Awaitable[Handover]]
     fleet: FleetIndex = field(default_factory=FleetIndex)
-    queue: dict[str, JobDemand] = field(default_factory=dict)
+    queue: JobQueue = field(default_factory=JobQueue)
     placed: dict[str, tuple[str, JobDemand]] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
     #: tell a job's actor its new wait reason without waiting; False when it was not sent
@@ -196,6 +197,8 @@ class PlacementActor(Actor[PlacementMsg]):
     dirty: bool = False
     #: jobs queued (or queued again) since the last plan
     fresh: set[str] = field(default_factory=set)
+    #: per fit signature, the reason its group's jobs wait (as last planned)
+    verdicts: dict[Signature, str] = field(default_factory=dict)
     #: something since the last plan may let a waiting job fit or changes the order (a
     #: node up or down, a reservation released, a grant, a priority): plan the whole queue.
     #: Otherwise only ``fresh`` jobs are planned: with no capacity freed, a job that
@@ -249,9 +252,7 @@ class PlacementActor(Actor[PlacementMsg]):
         self.told.pop(job.job_id, None)
         self.fresh.add(job.job_id)
         try:
-            self.queue[job.job_id] = job.demand or demand_of(
-                job.job_id, job.priority, job.spec, job.org_id
-            )
+            self.queue.add(job.demand or demand_of(job.job_id, job.priority, job.spec, job.org_id))
         except DemandError as exc:  # validated at submit; a stored bad row waits
             self.reasons[job.job_id] = f"cannot be placed: {exc}"
             self._tell_reason(job.job_id, clock.now())
@@ -295,10 +296,10 @@ class PlacementActor(Actor[PlacementMsg]):
             case Enqueue():
                 self._enqueue(msg)
             case Dequeue(job_id):
-                self.queue.pop(job_id, None)
+                self.queue.pop(job_id)
                 self._forget_reason(job_id)
             case _HeldOn(job_id, node_id):
-                demand = self.queue.pop(job_id, None)
+                demand = self.queue.pop(job_id)
                 self._forget_reason(job_id)
                 held = self.placed.get(job_id)
                 if held is not None and held[0] == node_id:
@@ -312,7 +313,7 @@ class PlacementActor(Actor[PlacementMsg]):
                         self.fleet.reserve(node_id, demand)
                 self.dirty = self.changed = True
             case Release(job_id):
-                self.queue.pop(job_id, None)
+                self.queue.pop(job_id)
                 self._forget_reason(job_id)
                 held = self.placed.pop(job_id, None)
                 if held is not None and held[0] in self.fleet:
@@ -321,7 +322,7 @@ class PlacementActor(Actor[PlacementMsg]):
             case Reprioritize(job_id, priority):
                 demand = self.queue.get(job_id)
                 if demand is not None:
-                    self.queue[job_id] = replace(demand, priority=priority)
+                    self.queue.add(replace(demand, priority=priority))
                     self.dirty = self.changed = True
             case NodeUp(shape):
                 self._node_up(shape)
@@ -340,7 +341,7 @@ class PlacementActor(Actor[PlacementMsg]):
             case StatsNow():
                 return replace(self.stats, queued=len(self.queue), nodes=len(self.fleet))
             case Queued():
-                return dict(self.queue)
+                return self.queue.as_dict()
             case _TellReasons():
                 self.tell_scheduled = False
                 now = clock.now()
@@ -386,30 +387,48 @@ class PlacementActor(Actor[PlacementMsg]):
         fresh, self.fresh = self.fresh, set()
         whole, self.changed = self.changed, False
         if whole:
-            todo = list(self.queue.values())
+            todo = self.queue
         else:
-            todo = [self.queue[j] for j in fresh if j in self.queue]
-        if not todo:
+            todo = JobQueue(d for j in fresh if (d := self.queue.get(j)) is not None)
+        if not len(todo):
             return
         if not len(self.fleet):
-            for job in todo:
-                self.reasons[job.job_id] = NO_NODES
-                self._tell_reason(job.job_id, self.last_plan)
+            for signature in list(todo.signatures()):
+                self._verdict(signature, NO_NODES, fresh)
             return
         started = clock.now()
-        result = plan(todo, self.fleet)
+        result = plan_groups(todo, self.fleet)
         self.stats.plans += 1
         self.stats.plan_seconds += clock.now() - started
-        for job_id, unplaced in result.waiting.items():
-            self.reasons[job_id] = unplaced.reason
-            self._tell_reason(job_id, started)
         for assignment in result.assignments:
             demand = self.queue.pop(assignment.job_id)
+            assert demand is not None
             self._forget_reason(assignment.job_id)
             self.fleet.reserve(assignment.node_id, demand)
             self.placed[assignment.job_id] = (assignment.node_id, demand)
             self.stats.assigned += 1
             self.context.start_soon(self._hand_over, assignment.job_id, assignment.node_id)
+        for signature, unplaced in result.waiting.items():
+            self._verdict(signature, unplaced.reason, fresh)
+        for signature in [s for s in self.verdicts if not self.queue.group_size(s)]:
+            del self.verdicts[signature]  # every job of the group left the queue
+
+    def _verdict(self, signature: Signature, reason: str, fresh: set[str]) -> None:
+        """The group of jobs with ``signature`` waits for ``reason``: a changed reason is
+        every job's (told to each), an unchanged one only the new jobs' (the rest have it
+        already). A plan thus costs per group, not per queued job, unless reasons change."""
+        if self.verdicts.get(signature) != reason:
+            self.verdicts[signature] = reason
+            targets: Iterable[str] = list(self.queue.group(signature))
+        else:
+            targets = [
+                j
+                for j in fresh
+                if (d := self.queue.get(j)) is not None and d.fit_signature == signature
+            ]
+        for job_id in targets:
+            self.reasons[job_id] = reason
+            self._tell_reason(job_id, self.last_plan)
 
     async def _hand_over(self, job_id: str, node_id: str) -> None:
         try:

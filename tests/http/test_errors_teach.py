@@ -23,7 +23,7 @@ SUBMIT_FIELDS = (
     "weights_preset, isolation, priority, seed, mode, project, retry"
 )
 LIMIT_FIELDS = "cpu_cores, ram_gb, gpu_count, pids, timeout_sec, no_internet, egress_allow"
-JOB_PARAMS = "phase, stack, project, spec, node, pipeline, limit, offset, paginate, cursor"
+JOB_PARAMS = "phase, stack, project, spec, node, pipeline, array, limit, offset, paginate, cursor"
 RUN_PARAMS = "phase, stack, project, limit, offset, paginate, cursor"
 PREVIEW_PARAMS = "org, subject, user, project, stack"
 PREFLIGHT_PARAMS = "stack, project, isolation, cpu_cores, ram_gb, gpu_count, timeout_sec"

@@ -25,6 +25,7 @@ from runplane.placement import (
     reference_stream_takes,
 )
 from runplane.placement.index import STREAM_BUDGET
+from runplane.placement.queue import JobQueue, plan_groups
 
 A = Gpu("A", "nvidia", 24, "12.2")
 B = Gpu("B", "nvidia", 80, "12.10")
@@ -344,3 +345,30 @@ def test_plan_matches_brute_force(
         assert outcome.static == want.waiting[job_id].static
     # The plan worked on a copy.
     assert sorted(indexed, key=lambda p: p[0].id) == before
+
+
+@FEWER
+@given(
+    fleet=st.lists(nodes(), max_size=25),
+    queue=st.lists(st.integers(0, 10**6), max_size=16).flatmap(
+        lambda ids: st.tuples(*[jobs(job_id=f"j{i}") for i in range(len(ids))])
+    ),
+)
+def test_the_grouped_queue_plans_as_the_flat_plan(
+    fleet: list[tuple[NodeShape, NodeLoad]], queue: tuple[JobDemand, ...]
+) -> None:
+    """``plan_groups`` (a heap over fit-signature groups, a group dropped at its first
+    failure) makes the same decisions as ``plan`` over the same jobs, and every waiting
+    job's group carries the reason ``plan`` gives it."""
+    indexed = FleetIndex(unique(fleet).values())
+    grouped = JobQueue(queue)
+    got = plan_groups(grouped, indexed)
+    want = plan(queue, indexed)
+    assert got.assignments == want.assignments
+    assigned = {a.job_id for a in got.assignments}
+    waiting = {j.job_id: got.waiting[j.fit_signature] for j in queue if j.job_id not in assigned}
+    assert waiting.keys() == want.waiting.keys()
+    for job_id, outcome in waiting.items():
+        assert outcome.reason == want.waiting[job_id].reason
+    # the queue is left as it was (the planner's caller pops what it assigns)
+    assert len(grouped) == len(queue)

@@ -1,0 +1,125 @@
+"""The queue of waiting jobs, grouped by fit signature, each group in queue order.
+
+Jobs with equal :attr:`JobDemand.fit_signature` get equal verdicts from every filter, and
+loads only grow during a plan: once one job of a group fails, every later one fails too.
+:func:`plan_groups` therefore walks the groups' heads in queue order (a heap merge) and
+drops a group at its first failure. A plan costs a decision per group plus one per
+assignment, not one per queued job: 100,000 queued jobs of a few shapes plan as fast as
+a hundred. It makes the same decisions as :func:`runplane.placement.plan.plan` over the
+same jobs (a test holds them equal).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from .explain import Unplaced
+from .index import FleetIndex
+from .model import JobDemand
+from .plan import Assignment, place
+from .sortedlist import SortedList
+
+Signature = tuple[object, ...]
+
+
+class JobQueue:
+    """Waiting jobs by id, and by fit signature in queue order (higher priority first,
+    then oldest, then id)."""
+
+    __slots__ = ("_groups", "_jobs")
+
+    def __init__(self, jobs: Iterable[JobDemand] = ()) -> None:
+        self._jobs: dict[str, JobDemand] = {}
+        self._groups: dict[Signature, SortedList] = {}
+        for job in jobs:
+            self.add(job)
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._jobs
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._jobs)
+
+    def get(self, job_id: str) -> JobDemand | None:
+        return self._jobs.get(job_id)
+
+    def values(self) -> Iterable[JobDemand]:
+        return self._jobs.values()
+
+    def as_dict(self) -> dict[str, JobDemand]:
+        return dict(self._jobs)
+
+    def add(self, job: JobDemand) -> None:
+        """Queue ``job`` (replacing a job of the same id)."""
+        self.pop(job.job_id)
+        self._jobs[job.job_id] = job
+        group = self._groups.get(job.fit_signature)
+        if group is None:
+            group = self._groups[job.fit_signature] = SortedList()
+        group.add(job.sort_key)
+
+    def pop(self, job_id: str) -> JobDemand | None:
+        job = self._jobs.pop(job_id, None)
+        if job is not None:
+            group = self._groups[job.fit_signature]
+            group.remove(job.sort_key)
+            if not len(group):
+                del self._groups[job.fit_signature]
+        return job
+
+    def signatures(self) -> Iterable[Signature]:
+        return self._groups.keys()
+
+    def group(self, signature: Signature) -> Iterator[str]:
+        """The ids of the group's jobs, in queue order (do not change the queue meanwhile)."""
+        for key in self._groups.get(signature, ()):
+            yield key[2]
+
+    def group_size(self, signature: Signature) -> int:
+        group = self._groups.get(signature)
+        return len(group) if group is not None else 0
+
+
+@dataclass(slots=True)
+class GroupPlan:
+    """``assignments`` in decision order; ``waiting``: per fit signature, why the group's
+    jobs that were not assigned wait."""
+
+    assignments: list[Assignment] = field(default_factory=list)
+    waiting: dict[Signature, Unplaced] = field(default_factory=dict)
+
+
+def plan_groups(queue: JobQueue, fleet: FleetIndex, *, explain: bool = True) -> GroupPlan:
+    """Place ``queue`` in queue order on a working copy of ``fleet`` (``fleet`` itself is
+    not changed), greedy with backfill, as :func:`runplane.placement.plan.plan` does."""
+    work = fleet.copy()
+    result = GroupPlan()
+    heads: list[tuple[tuple[object, ...], Signature]] = []
+    walkers: dict[Signature, Iterator[tuple[object, ...]]] = {}
+    for signature in queue.signatures():
+        walker = iter(queue._groups[signature])
+        first = next(walker, None)
+        if first is not None:
+            walkers[signature] = walker
+            heads.append((first, signature))
+    heapq.heapify(heads)
+    while heads:
+        key, signature = heapq.heappop(heads)
+        job = queue._jobs[str(key[2])]
+        outcome = place(job, work, explain=explain)
+        if isinstance(outcome, Unplaced):
+            result.waiting[signature] = outcome  # the rest of the group waits too
+            continue
+        work.reserve(outcome.node_id, job)
+        result.assignments.append(
+            Assignment(job.job_id, outcome.node_id, outcome.score, job.cpu, job.ram, job.gpus)
+        )
+        following = next(walkers[signature], None)
+        if following is not None:
+            heapq.heappush(heads, (following, signature))
+    return result
