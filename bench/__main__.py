@@ -3,12 +3,12 @@
     python -m bench all [--quick]             # every scenario, one JSON line each
     python -m bench SCENARIO [--quick] [...]   # one scenario (its own flags pass through)
 
-Scenarios: submit, lifecycle, placement, fanout, agents, store, local_lifecycle,
-admission, teleop_rtt, stream_fanout, pipeline, sessions, analytics, webhooks, retries,
-schedules.
+Scenarios: submit, batch_submit, scale, lifecycle, placement, fanout, agents, store,
+local_lifecycle, admission, teleop_rtt, stream_fanout, pipeline, sessions, analytics,
+webhooks, retries, schedules.
 Each runs in its own process, starts its own server on loopback with a fresh data dir,
 and prints ONE JSON object; ``all`` prints them as they finish, then a last ``summary``
-line with the headline figures. ``--quick`` keeps all of them under 7 minutes on the
+line with the headline figures. ``--quick`` keeps all of them under 9 minutes on the
 2-core development machine; without it they run at the issue's full sizes.
 """
 
@@ -24,6 +24,8 @@ from bench import common
 
 SCENARIOS: dict[str, str] = {
     "submit": "bench.submit",
+    "batch_submit": "bench.batch_submit",
+    "scale": "bench.scale",
     "lifecycle": "bench.lifecycle",
     "placement": "bench.placement_run",
     "fanout": "bench.fanout",
@@ -45,6 +47,8 @@ LIMIT_QUICK, LIMIT_FULL = 180, 1200
 
 HEADLINES: dict[str, tuple[str, ...]] = {
     "submit": ("jobs_per_s", "latency_ms", "ceiling_rps", "ratio"),
+    "batch_submit": ("jobs_per_s", "latency_ms", "server_cpu_us_per_job", "sweep_1000"),
+    "scale": ("ratios", "rss_per_queued_job_bytes", "retention", "targets"),
     "lifecycle": ("completed_per_s", "submit_to_running_ms", "paced_submit_to_running_ms"),
     "placement": ("decision_p50_us", "growth_100_to_10000"),
     "fanout": ("delivered_lines_per_s", "latency_ms", "every_line_in_order"),

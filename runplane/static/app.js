@@ -121,17 +121,23 @@ async function jobsPage() {
     ...["", "queued", "running", "succeeded", "failed", "timeout", "cancelled"].map(
       (p) => el("option", { value: p }, p || "any phase")));
   const stack = el("input", { id: "stack-filter", placeholder: "stack", "aria-label": "stack" });
+  // a job array (a sweep from the submit page): its jobs only, its phase counts, a cancel
+  const array = params.get("array");
+  const arrayBox = el("div", { id: "array-box", hidden: "" });
   const body = el("tbody");
   const table = el("div", { class: "table-wrap" }, el("table", {},
     el("thead", {}, el("tr", {}, el("th", {}, "job"), el("th", {}, "stack"), el("th", {}, "phase"),
       el("th", { class: "hide-narrow" }, "waiting because"), el("th", { class: "hide-narrow" }, "created"))),
     body));
-  view.replaceChildren(el("h1", {}, "Jobs"), el("div", { class: "filters" }, phase, stack), table);
+  view.replaceChildren(el("h1", {}, array ? `Jobs of array ${array}` : "Jobs"), arrayBox,
+    el("div", { class: "filters" }, phase, stack), table);
   async function refresh() {
-    const query = new URLSearchParams({ limit: "100" });
+    const query = new URLSearchParams({ limit: array ? "1000" : "100" });
     if (phase.value) query.set("phase", phase.value);
     if (stack.value.trim()) query.set("stack", stack.value.trim());
+    if (array) query.set("array", array);
     try {
+      if (array) await arrayStatus(array, arrayBox);
       const jobs = await api(`/v1/jobs?${query}`);
       showError(notice);
       body.replaceChildren(...jobs.map((j) => el("tr", { "data-job": j.job_id },
@@ -146,6 +152,24 @@ async function jobsPage() {
   stack.addEventListener("change", refresh);
   await refresh();
   setInterval(() => keepingFocus(refresh), 2000); // live phases
+}
+
+// An array's counts per phase and a button cancelling every live job of it.
+async function arrayStatus(arrayId, box) {
+  const info = await api(`/v1/arrays/${arrayId}`);
+  const counts = Object.entries(info.phases).map(([p, n]) => `${n} ${p}`).join(", ");
+  const live = ["queued", "assigned", "pulling", "running"].some((p) => info.phases[p]);
+  const cancel = el("button", { type: "button", id: "array-cancel" }, "Cancel the live jobs");
+  cancel.hidden = !live;
+  cancel.addEventListener("click", async () => {
+    try {
+      const done = await api(`/v1/arrays/${arrayId}/cancel`, { method: "POST" });
+      showError(`${done.cancelled} jobs cancelled`);
+    } catch (error) { showError(error.message); }
+  });
+  box.hidden = false;
+  box.replaceChildren(el("p", { id: "array-counts", role: "status" },
+    `${info.count} jobs${info.sweep ? ` (a sweep of ${Object.keys(info.sweep).join(" x ")})` : ""}: ${counts}`), cancel);
 }
 
 // -- the run view ---------------------------------------------------------------------
@@ -504,6 +528,20 @@ function configValue(input) {
   return type === "int" ? parseInt(raw, 10) : type === "number" ? parseFloat(raw) : raw;
 }
 
+// "key=v1,v2; key2=v3" as a sweep {key: [v1, v2], key2: [v3]} (numbers and booleans typed);
+// null when blank.
+function sweepOf(text) {
+  const grid = {};
+  for (const part of text.split(";").map((p) => p.trim()).filter(Boolean)) {
+    const [key, values] = part.split("=", 2);
+    if (!key || values === undefined) throw new Error(`sweep: "${part}" is not key=v1,v2`);
+    grid[key.trim()] = values.split(",").map((v) => v.trim()).map((v) => {
+      try { return JSON.parse(v); } catch { return v; }
+    });
+  }
+  return Object.keys(grid).length ? grid : null;
+}
+
 // The submit page: a stack from the catalog's launch view, one of its launch tasks (its
 // command, fixed config and the settings it shows) and a preset (config values filled in),
 // the config fields typed from the stack; /v1/runs/validate lists problems before /v1/runs.
@@ -517,6 +555,8 @@ async function submitPage() {
   const taskNote = el("p", { class: "muted", id: "task-note" });
   const presets = el("fieldset", { id: "submit-presets" });
   const command = el("input", { id: "submit-command", placeholder: "blank: the stack's or the task's" });
+  // a sweep: "key=v1,v2; key2=v3,v4" submits one job per combination (a job array)
+  const sweep = el("input", { id: "submit-sweep", placeholder: "optional: episodes=10,20; epsilon=0,0.5" });
   const config = el("div", { id: "submit-config" });
   const problems = el("ul", { id: "submit-problems", role: "status", "aria-live": "polite" });
   const chosenStack = () => stacks.find((s) => s.name === stack.value) || {};
@@ -573,6 +613,7 @@ async function submitPage() {
   const form = el("form", { id: "submit-form", novalidate: "" },
     el("label", { for: "submit-stack" }, "stack ", stack), taskLabel, taskNote, presets,
     el("label", { for: "submit-command" }, "command ", command), config,
+    el("label", { for: "submit-sweep" }, "sweep ", sweep),
     el("button", { type: "submit" }, "Validate and submit"), problems);
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
@@ -580,6 +621,13 @@ async function submitPage() {
       const check = await post("/v1/runs/validate");
       problems.replaceChildren(...[...check.errors, ...check.warnings].map((p) => el("li", {}, `${p.key}: ${p.message}`)));
       if (!check.ok) { problems.querySelector("li")?.focus?.(); return; }
+      const grid = sweepOf(sweep.value);
+      if (grid) {
+        const made = await api("/v1/jobs/batch", { method: "POST",
+          body: JSON.stringify({ job: body(), sweep: grid }), headers: { "Content-Type": "application/json" } });
+        location.href = `/?array=${made.array_id}`;
+        return;
+      }
       const job = await post("/v1/runs");
       location.href = `/jobs/${job.job_id}`;
     } catch (error) { showError(error.message); }

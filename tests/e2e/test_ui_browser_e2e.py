@@ -193,6 +193,17 @@ def browse_pages(base: str, node: str, pipeline_id: str, session_id: str) -> dic
         page.wait_for_url("**/jobs/job_*")
         page.wait_for_selector("#logs >> text=from-the-form", timeout=60_000)
         seen["submitted"] = page.url
+        # a sweep from the form: one job array, its jobs listed with their counts
+        page.goto(base + "/submit")
+        page.select_option("#submit-stack", "shell")
+        page.fill("#submit-command", 'echo "$RUNPLANE_CONFIG_MESSAGE"')
+        page.fill("#submit-sweep", "message=left,right")
+        page.click("#submit-form button[type=submit]")
+        page.wait_for_url("**/?array=arr_*")
+        page.wait_for_selector("#array-counts >> text=2 succeeded", timeout=60_000)
+        seen["array_counts"] = page.locator("#array-counts").inner_text()
+        seen["array_rows"] = page.locator("tr[data-job]").count()
+        seen["unnamed"] += page.evaluate(UNNAMED)
     return seen
 
 
@@ -242,6 +253,8 @@ async def test_the_nodes_pipelines_sessions_and_submit_pages(
     assert preset_job["spec"]["config"]["max_steps"] == 100
     assert f"attempt 1 on node {nodes[0]['id']}" in seen["timeline"]
     assert "/jobs/job_" in seen["submitted"]
+    assert seen["array_counts"].startswith("2 jobs (a sweep of message)")
+    assert seen["array_rows"] == 2
     assert seen["unnamed"] == []
 
 
