@@ -137,7 +137,9 @@ async def _dispatch(
     registry = services().root.registry
     match msg:
         case p.Heartbeat(running=running):
-            await node.tell(Beat(tuple((r.job_id, r.attempt) for r in running)))
+            # no scheduling point of its own: the next receive is one (2,000 agents beat
+            # 400 times a second; docs/benchmarks.md "agents")
+            await node.tell_now(Beat(tuple((r.job_id, r.attempt) for r in running)))
         case p.JobPhase(job_id=job_id, attempt=attempt, phase=phase, gpus=gpus):
             await _to_job(registry, job_id, AgentPhase(node_id, attempt, phase, tuple(gpus)))
         case p.JobLogs(job_id=job_id, attempt=attempt, lines=lines):
