@@ -3,7 +3,7 @@
     python -m bench all [--quick]             # every scenario, one JSON line each
     python -m bench SCENARIO [--quick] [...]   # one scenario (its own flags pass through)
 
-Scenarios: submit, batch_submit, scale, lifecycle, placement, fanout, agents, store,
+Scenarios: submit, lean_submit, batch_submit, scale, lifecycle, placement, fanout, agents, store,
 local_lifecycle, admission, teleop_rtt, stream_fanout, pipeline, sessions, analytics,
 webhooks, retries, schedules.
 Each runs in its own process, starts its own server on loopback with a fresh data dir,
@@ -24,6 +24,7 @@ from bench import common
 
 SCENARIOS: dict[str, str] = {
     "submit": "bench.submit",
+    "lean_submit": "bench.lean_submit",
     "batch_submit": "bench.batch_submit",
     "scale": "bench.scale",
     "lifecycle": "bench.lifecycle",
@@ -47,6 +48,7 @@ LIMIT_QUICK, LIMIT_FULL = 180, 1200
 
 HEADLINES: dict[str, tuple[str, ...]] = {
     "submit": ("jobs_per_s", "latency_ms", "ceiling_rps", "ratio"),
+    "lean_submit": ("jobs_per_s", "ratio", "submit_cpu_us"),
     "batch_submit": ("jobs_per_s", "latency_ms", "server_cpu_us_per_job", "sweep_1000"),
     "scale": ("ratios", "rss_per_queued_job_bytes", "retention", "targets"),
     "lifecycle": ("completed_per_s", "submit_to_running_ms", "paced_submit_to_running_ms"),
