@@ -21,8 +21,10 @@ DAY_MS = 24 * 3600 * 1000
 
 
 @pytest.fixture
-async def app30(make_settings: Callable[..., Settings]) -> Any:
-    application = create_app(make_settings(retention_days="30"))
+async def app30(make_settings: Callable[..., Settings], durable_store_url: str | None) -> Any:
+    """Retention of 30 days, on each durable backend."""
+    env = {"database_url": durable_store_url} if durable_store_url is not None else {}
+    application = create_app(make_settings(retention_days="30", **env))
     async with application.test_app():
         yield application
 
