@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runplane.actors import admission as adm
-from runplane.actors import placement as pl
 from runplane.actors.job import JOBS, Cancel, CancelOutcome
 from runplane.auth.audit import ArrayEntry
 from runplane.ids import new_id
@@ -188,8 +187,8 @@ class JobArrays:
             for job_id in held:
                 await self.jobs.release(job_id)
             return await self._replay(written)
-        for row in written:  # queued; each actor starts when placement assigns it
-            await self.jobs.placement.tell(pl.Enqueue.of(row, demands[row.id]))
+        for row in written:
+            await self.jobs.enqueue(row, demands[row.id])
         notes = {j.array_index or 0: j.notes for j in admitted if j.notes}
         rejected.sort(key=lambda r: r.index)
         return ArrayCreated(array_id, written, notes, rejected)

@@ -392,10 +392,16 @@ class Jobs:
         if not isinstance(inserted, JobRow):  # a replay that raced us to the insert
             await self.release(new.id)
             return await self._replay(inserted)
-        # queued, not activated: its actor starts when placement assigns it (or anyone
-        # asks it something); an activation meanwhile enqueues it again, harmlessly
-        await self.placement.tell(pl.Enqueue.of(inserted, demand))
+        await self.enqueue(inserted, demand)
         return Created(inserted, decision.clamp.notes)
+
+    async def enqueue(self, row: JobRow, demand: JobDemand) -> None:
+        """Hand a job just written to placement, shielded: a request cancelled between its
+        insert and this hand-off must not leave a stored job out of the queue. Queued, not
+        activated: its actor starts when placement assigns it (or anyone asks it
+        something); an activation meanwhile enqueues it again, harmlessly."""
+        with trio.CancelScope(shield=True):
+            await self.placement.tell(pl.Enqueue.of(row, demand))
 
     async def release(self, job_id: str) -> None:
         with trio.CancelScope(shield=True):
