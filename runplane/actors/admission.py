@@ -146,12 +146,11 @@ class Decision:
 @dataclass(frozen=True, slots=True)
 class ManyDecision:
     """A job array's admission: each job's decision (its clamp), all allowed; or refused
-    (nothing reserved) with why and how many of them would fit now."""
+    (nothing reserved) with why, saying how many of them would fit now."""
 
     decisions: tuple[Decision, ...]
     refusal: Refusal | None = None
     reason: str = ""
-    fits: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +286,6 @@ class AdmissionActor(Actor[AdmissionMsg]):
                     decision.refusal,
                     f"{decision.reason}. Of this batch's {len(requests)} jobs, {fits} fit "
                     "now: send fewer, or wait for live ones to finish",
-                    fits,
                 )
             self._add(job_id, request.org_id, request.subject, False)
             decisions.append(decision)

@@ -68,7 +68,6 @@ class Janitor(Actor[JanitorMsg]):
         self.artifacts = artifacts
         self.days = days
         self.period = period
-        self.last: Swept | None = None
 
     async def on_start(self) -> None:
         self.context.tell_after(self.period, Sweep())
@@ -77,7 +76,6 @@ class Janitor(Actor[JanitorMsg]):
         if isinstance(msg, Sweep):
             self.context.tell_after(self.period, Sweep())
         swept = await self.sweep()
-        self.last = swept
         if swept.jobs:
             log.info(
                 "retention sweep",

@@ -20,16 +20,6 @@ COUNTERS = ("submitted", "succeeded", "failed", "cancelled")
 _SQL = {
     column: (
         "INSERT INTO job_counts (org_id, minute, submitted, succeeded, failed, cancelled) "
-        "VALUES (?,?,?,?,?,?) ON CONFLICT (org_id, minute) DO UPDATE SET "
-        f"{column} = job_counts.{column} + 1"
-    )
-    for column in COUNTERS
-}
-
-
-_SQL_N = {
-    column: (
-        "INSERT INTO job_counts (org_id, minute, submitted, succeeded, failed, cancelled) "
         "VALUES (?,?,?,?,?,?), (?,?,?,?,?,?) ON CONFLICT (org_id, minute) DO UPDATE SET "
         f"{column} = job_counts.{column} + excluded.{column}"
     )
@@ -42,14 +32,12 @@ def count_many(tx: Tx, org_id: str, at_ms: int, counter: str, n: int) -> None:
     one statement (a submit, or a job array's: not two statements per job)."""
     minute = at_ms // MINUTE_MS
     values = tuple(n if c == counter else 0 for c in COUNTERS)
-    tx.execute(_SQL_N[counter], (org_id, minute, *values, ALL_ORGS, minute, *values))
+    tx.execute(_SQL[counter], (org_id, minute, *values, ALL_ORGS, minute, *values))
 
 
 def count(tx: Tx, org_id: str, at_ms: int, counter: str) -> None:
     """Add one to ``counter`` for ``org_id`` (and every org) in the minute of ``at_ms``."""
-    minute = at_ms // MINUTE_MS
-    values = tuple(1 if c == counter else 0 for c in COUNTERS)
-    tx.execute_many(_SQL[counter], [(org_id, minute, *values), (ALL_ORGS, minute, *values)])
+    count_many(tx, org_id, at_ms, counter, 1)
 
 
 _BACKFILL = (
