@@ -92,10 +92,6 @@ def batch_hash(batch: BatchBody) -> str:
 # -- the job_arrays table -------------------------------------------------------------------
 
 ARRAY_COLUMNS = "id, org_id, project, submitted_by, count, sweep, created_at"
-_PRIOR_SQL = (
-    "SELECT id, idempotency_hash, created_at FROM job_arrays "
-    "WHERE org_id = ? AND idempotency_key = ?"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,14 +122,6 @@ def insert_array(tx: Tx, array: NewArray, now: int) -> None:
             now,
         ),
     )
-
-
-def prior_in_tx(tx: Tx, org_id: str, key: str) -> dict[str, Any] | None:
-    return tx.fetchone(_PRIOR_SQL, (org_id, key))
-
-
-async def prior(store: Store, org_id: str, key: str) -> dict[str, Any] | None:
-    return await store.fetchone(_PRIOR_SQL, (org_id, key))
 
 
 async def get_array(store: Store, array_id: str, org_id: str | None) -> dict[str, Any] | None:

@@ -8,7 +8,7 @@ import base64
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from runplane.jobs import counts
 from runplane.jobs.events import StoredEvent, phase_event, system_line_event
@@ -59,12 +59,6 @@ class NewJob:
     array_index: int | None = None
 
 
-def check_idempotent(job: NewJob, prior: dict[str, Any] | None, now: int) -> str | None:
-    """The id of the job an Idempotency-Key replay returns, None when the key is free (or
-    expired); a 409 Problem when the key was used with another body."""
-    return check_key(prior, job.idempotency_hash, now)
-
-
 def check_key(prior: dict[str, Any] | None, digest: str | None, now: int) -> str | None:
     """The id a replay of a key returns (``prior``: the row that holds the key, with its
     ``id``, ``idempotency_hash`` and ``created_at``), None when the key is free or expired;
@@ -81,18 +75,40 @@ def check_key(prior: dict[str, Any] | None, digest: str | None, now: int) -> str
     return str(prior["id"])
 
 
-_PRIOR_SQL = (
-    "SELECT id, idempotency_hash, created_at FROM jobs WHERE org_id = ? AND idempotency_key = ?"
-)
+#: The tables whose rows hold an Idempotency-Key (``id``, ``org_id``, ``idempotency_key``,
+#: ``idempotency_hash``, ``created_at``): a job's, and a job array's.
+KeyedTable = Literal["jobs", "job_arrays"]
 
 
-async def idempotent_prior(store: Store, job: NewJob) -> str | None:
-    """Before admission: the job a replay of ``job``'s Idempotency-Key returns (a retry must
-    get its first job back even when the org is at its quota); ``insert_job`` re-checks."""
-    if job.idempotency_key is None:
+def _prior_sql(table: KeyedTable) -> str:
+    return (
+        f"SELECT id, idempotency_hash, created_at FROM {table} "
+        "WHERE org_id = ? AND idempotency_key = ?"
+    )
+
+
+async def prior_key(
+    store: Store, table: KeyedTable, org_id: str, key: str | None, digest: str | None
+) -> str | None:
+    """Before admission: the id a replay of ``key`` returns (a retry must get its first
+    job or array back even when the org is at its quota; None without a key);
+    ``claim_key`` re-checks in the insert's transaction."""
+    if key is None:
         return None
-    prior = await store.fetchone(_PRIOR_SQL, (job.org_id, job.idempotency_key))
-    return check_idempotent(job, prior, now_ms())
+    prior = await store.fetchone(_prior_sql(table), (org_id, key))
+    return check_key(prior, digest, now_ms())
+
+
+def claim_key(
+    tx: Tx, table: KeyedTable, org_id: str, key: str, digest: str | None, now: int
+) -> str | None:
+    """In the insert's transaction: the id a replay of ``key`` returns, or None when the
+    key is free (an expired holder gives it up, so the new row may take it)."""
+    prior = tx.fetchone(_prior_sql(table), (org_id, key))
+    replay = check_key(prior, digest, now)
+    if replay is None and prior is not None:
+        tx.execute(f"UPDATE {table} SET idempotency_key = NULL WHERE id = ?", (prior["id"],))
+    return replay
 
 
 def insert_job(store: Store, job: NewJob) -> Any:
@@ -104,12 +120,11 @@ def insert_job(store: Store, job: NewJob) -> Any:
     def run(tx: Tx) -> JobRow | str:
         now = now_ms()
         if job.idempotency_key is not None:
-            prior = tx.fetchone(_PRIOR_SQL, (job.org_id, job.idempotency_key))
-            replay = check_idempotent(job, prior, now)
+            replay = claim_key(
+                tx, "jobs", job.org_id, job.idempotency_key, job.idempotency_hash, now
+            )
             if replay is not None:
                 return replay
-            if prior is not None:  # expired: the key may be reused
-                tx.execute("UPDATE jobs SET idempotency_key = NULL WHERE id = ?", (prior["id"],))
         return write_jobs(tx, [job], now)[0]
 
     return run

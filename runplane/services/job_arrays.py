@@ -107,11 +107,9 @@ class JobArrays:
         audit: ArrayEntry | None = None,
     ) -> ArrayCreated:
         digest = arrays.batch_hash(batch) if idempotency_key else None
-        if idempotency_key is not None:
-            prior = await arrays.prior(self.store, who.org_id, idempotency_key)
-            replay = repo.check_key(prior, digest, now_ms())
-            if replay is not None:
-                return await self._replay(replay)
+        replay = await repo.prior_key(self.store, "job_arrays", who.org_id, idempotency_key, digest)
+        if replay is not None:
+            return await self._replay(replay)
         items = arrays.expand(batch)
         planned: list[_Planned] = []
         rejected: list[Rejected] = []
@@ -199,14 +197,16 @@ class JobArrays:
         def run(tx: Tx) -> list[JobRow] | str:
             now = now_ms()
             if array.idempotency_key is not None:
-                prior = arrays.prior_in_tx(tx, array.org_id, array.idempotency_key)
-                replay = repo.check_key(prior, array.idempotency_hash, now)
+                replay = repo.claim_key(
+                    tx,
+                    "job_arrays",
+                    array.org_id,
+                    array.idempotency_key,
+                    array.idempotency_hash,
+                    now,
+                )
                 if replay is not None:
                     return replay
-                if prior is not None:  # expired: the key may be reused
-                    tx.execute(
-                        "UPDATE job_arrays SET idempotency_key = NULL WHERE id = ?", (prior["id"],)
-                    )
             arrays.insert_array(tx, array, now)
             rows = repo.write_jobs(tx, jobs, now)
             if audit is not None:

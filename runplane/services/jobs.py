@@ -374,7 +374,9 @@ class Jobs:
             stage_retry=stage_retry,
             session_id=session_id,
         )
-        prior = await repo.idempotent_prior(self.store, new)
+        prior = await repo.prior_key(
+            self.store, "jobs", who.org_id, idempotency_key, new.idempotency_hash
+        )
         if prior is not None:
             return await self._replay(prior)
         request = adm.Request(
