@@ -25,9 +25,7 @@ from runplane.placement import JobDemand
 from runplane.policy import LIMIT_KEYS
 from runplane.policy.refusal import AdmissionRefused
 from runplane.problems import FieldProblem, Problem, not_found
-from runplane.services.jobs import Demands, Jobs, Submitter
-
-MakeRun = Callable[[dict[str, Any]], dict[str, Any]]
+from runplane.services.jobs import Demands, Jobs, MakeRun, Submitter
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,6 +63,8 @@ class Submitter:
     subject: str = ""
 
 
+#: Makes a job's stored ResolvedRun from its admitted spec.
+MakeRun = Callable[[dict[str, Any]], dict[str, Any]]
 #: Demands already made, by what they depend on (``_demand_key``), for a job array's items.
 Demands = dict[tuple[Any, ...], JobDemand]
 
@@ -229,7 +231,7 @@ class Jobs:
 
     async def plan(
         self, body: SubmitJobBody, who: Submitter, pod: list[dict[str, Any]] | None = None
-    ) -> tuple[dict[str, Any], Callable[[dict[str, Any]], dict[str, Any]]]:
+    ) -> tuple[dict[str, Any], MakeRun]:
         """The spec ``body`` runs with before admission (config folded, stack and config
         checked, secret references and git mounts resolved) and the function making its
         stored ResolvedRun from the admitted spec; a Problem (400/422) when it cannot run."""
@@ -249,7 +251,7 @@ class Jobs:
         self,
         new: repo.NewJob,
         decision: adm.Decision,
-        make_run: Callable[[dict[str, Any]], dict[str, Any]],
+        make_run: MakeRun,
         known_hash: str | None = None,
         known: Demands | None = None,
     ) -> tuple[repo.NewJob, JobDemand]:
@@ -347,7 +349,7 @@ class Jobs:
         *,
         priority: int,
         project: str,
-        make_run: Callable[[dict[str, Any]], dict[str, Any]],
+        make_run: MakeRun,
         known_hash: str | None = None,
         idempotency_key: str | None = None,
         body_hash: str | None = None,
