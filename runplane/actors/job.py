@@ -562,7 +562,9 @@ class JobActor(Actor[JobMsg]):
             "exit_code": exit_code,
             "signal": signal,
             "started_at": before.started_at,
-            "finished_at": now_ms(),
+            # the transition's own clock reading (its retry_at is this plus the backoff),
+            # not a later one: the backoff is measured from when the try was seen to end
+            "finished_at": (after.retry_at or now_ms()) - (event.retry_in_ms or 0),
             "final_metrics": dict(self.final_metrics),
             "artifacts": list(self._finish_artifacts or ()),
         }
