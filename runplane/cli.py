@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import trio
 
@@ -39,7 +40,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
     agent = sub.add_parser("agent", help="run a node agent that takes jobs from a runplane server")
     agent.add_argument(
-        "--server", required=True, metavar="URL", help="server URL, e.g. http://127.0.0.1:8080"
+        "--server",
+        required=True,
+        metavar="URL[,URL...]",
+        help="server URL, e.g. http://127.0.0.1:8080; with HA replicas, a comma list of them "
+        "(tried in turn after a failed or lost connection)",
     )
     agent.add_argument(
         "--join-token",
@@ -173,14 +178,12 @@ async def serve(settings: Settings, host: str, port: int) -> None:
     from runplane import fdlimit
     from runplane.agent.client import Agent
     from runplane.http.app import create_app
-    from runplane.http.serving import Config  # hypercorn's Config + serving fixes
 
     fdlimit.raise_open_file_limit(log)  # soft to hard: every connection holds one (logged)
-    config = Config()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
-    config.graceful_timeout = GRACEFUL_TIMEOUT
-    config.accesslog = None
-    config.errorlog = logging.getLogger("hypercorn.error")
+    if settings.ha:
+        await serve_replica(settings, host, port)
+        return
+    config = _config(host, port)
     app = create_app(settings)
     stop = trio.Event()  # a signal arrived
     server_stop = trio.Event()  # the local agent is down: stop serving
@@ -231,6 +234,67 @@ async def serve(settings: Settings, host: str, port: int) -> None:
                     await agent_done.wait()
             server_stop.set()
     log.info("stopped")
+
+
+def _config(host: str, port: int) -> Any:
+    from runplane.http.serving import Config  # hypercorn's Config + serving fixes
+
+    config = Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.graceful_timeout = GRACEFUL_TIMEOUT
+    config.accesslog = None
+    config.errorlog = logging.getLogger("hypercorn.error")
+    return config
+
+
+async def serve_replica(settings: Settings, host: str, port: int) -> None:
+    """``RUNPLANE_HA=1``: serve as one replica (runplane/http/replica.py). Ends at
+    SIGINT/SIGTERM (a leader gives its lease back), or at once with exit code 3 when this
+    replica loses the lease: nothing of an old leader runs on (its supervisor restarts it,
+    as a follower)."""
+    from hypercorn.trio import serve as hypercorn_serve
+
+    from runplane.http.replica import EXIT_LOST_LEASE, Replica
+
+    replica = Replica(settings)
+    await replica.open()
+    stop = trio.Event()
+    server_stop = trio.Event()
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+
+        async def watch_signals() -> None:
+            async for signum in signals:
+                log.info("shutdown requested", extra={"signal": signal.Signals(signum).name})
+                stop.set()
+                return
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch_signals)
+            binds = await nursery.start(
+                partial(
+                    hypercorn_serve,
+                    cast(Any, replica.gate),  # an ASGI 3 app: hypercorn's types name its own
+                    _config(host, port),
+                    shutdown_trigger=server_stop.wait,
+                )
+            )
+            log.info("listening", extra={"urls": binds, "version": __version__})
+            await nursery.start(replica.run, binds[0])
+            async with trio.open_nursery() as either:
+                for event in (stop, replica.lost):
+                    either.start_soon(_set_then_cancel, event, either.cancel_scope)
+            if replica.lost.is_set():
+                logging.shutdown()  # flush the log, then end: no shutdown path runs
+                os._exit(EXIT_LOST_LEASE)
+            await replica.stop()
+            server_stop.set()
+            nursery.cancel_scope.cancel()
+    log.info("stopped")
+
+
+async def _set_then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
 
 
 def _loopback(url: str) -> str:

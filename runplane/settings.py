@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -84,9 +84,22 @@ class Settings(BaseSettings):
     stream_ring: int = Field(1024, ge=16, le=1_000_000)
     #: the in-process agent's executor (``runplane agent --executor``)
     local_agent_executor: Literal["process", "sandbox"] = "process"
+    #: replicas on one PostgreSQL, one leader at a time (docs/operations.md "High
+    #: availability"); needs a postgresql:// database and no in-process agent
+    ha: bool = False
+    #: seconds a leader's lease lasts without renewal (renewed every third of it)
+    ha_lease_sec: float = Field(3.0, ge=1.0, le=60.0)
+    #: the URL the other replicas reach this one at (default: the bound address)
+    ha_advertise_url: str | None = None
 
     @field_validator(
-        "database_url", "public_url", "admin_token", "metrics_token", "secret_key", mode="before"
+        "database_url",
+        "public_url",
+        "admin_token",
+        "metrics_token",
+        "secret_key",
+        "ha_advertise_url",
+        mode="before",
     )
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
@@ -101,7 +114,25 @@ class Settings(BaseSettings):
             return value
         raise ValueError("accepted: unset (embedded SQLite), 'memory', or 'postgresql://...'")
 
-    @field_validator("public_url")
+    @field_validator("ha")
+    @classmethod
+    def _ha(cls, value: bool, info: ValidationInfo) -> bool:
+        if not value:
+            return value
+        url = info.data.get("database_url") or ""
+        if not url.startswith(("postgresql://", "postgres://")):
+            raise ValueError(
+                "accepted: 1 only with RUNPLANE_DATABASE_URL=postgresql://... (the replicas "
+                "share that database)"
+            )
+        if info.data.get("local_agent", True):
+            raise ValueError(
+                "accepted: 1 only with RUNPLANE_LOCAL_AGENT=0 (an in-process agent would "
+                "die with its replica): run `runplane agent --server URL,URL` on each node"
+            )
+        return value
+
+    @field_validator("public_url", "ha_advertise_url")
     @classmethod
     def _public_url(cls, value: str | None) -> str | None:
         if value is None:

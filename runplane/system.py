@@ -70,6 +70,10 @@ STATUS_PHASES = TERMINAL_PHASES | {"running"}
 #: Seconds between agent heartbeats, and how many may be missed before a node is lost.
 HEARTBEAT_SEC = 5.0
 MISSED_HEARTBEATS = 3
+#: With RUNPLANE_HA=1, how much longer a node rebuilt at a takeover has to reconnect: an
+#: agent still connected to a paused old leader notices by its ping's timeout (at most
+#: 2 beats of interval + 3 of timeout, 25 s) and then reconnects (docs/operations.md).
+HA_RECONNECT_SEC = 30.0
 
 
 class Root:
@@ -273,6 +277,7 @@ class Root:
             NodeDeps(
                 store=self.store,
                 grace=self.heartbeat_sec * MISSED_HEARTBEATS,
+                rebuild_grace=HA_RECONNECT_SEC if self.settings.ha else 0.0,
                 node_up=node_up,
                 node_down=node_down,
                 lose_attempt=lose_attempt,

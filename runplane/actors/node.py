@@ -175,6 +175,10 @@ class NodeDeps:
     record_beat: Callable[[str, int], Awaitable[None]]
     #: the target version of a release channel (None: no target set)
     channel_target: Callable[[str], Awaitable[str | None]] = lambda _: _no_target()
+    #: extra seconds a node rebuilt without its session (at start-up, at an HA takeover)
+    #: has to say hello before the grace clock runs: its agent may still be talking to
+    #: the old leader, and notices only by a ping's timeout (docs/operations.md)
+    rebuild_grace: float = 0.0
 
 
 async def _no_target() -> str | None:
@@ -206,7 +210,7 @@ class NodeActor(Actor[NodeMsg]):
         actor restarted while its agent is connected resumes the session it was given and
         re-announces the node's capacity to placement (an upsert: no double count)."""
         self.attempts = await self.deps.expected(self.node_id)
-        self.last_seen = clock.now()
+        self.last_seen = clock.now() + (self.deps.rebuild_grace if self.outbox is None else 0.0)
         if self.outbox is not None:
             row = await nodes_repo.get(self.deps.store, self.node_id)
             self.draining = row is not None and row.status == DRAINING

@@ -325,8 +325,14 @@ class Agent:
             raise ValueError(
                 f"unknown executor {executor!r}; choose one of: {', '.join(EXECUTORS)}"
             )
-        self.server_url = server_url
-        self.url = connect_url(server_url)
+        #: the servers to try, in turn (``--server URL[,URL...]``: the replicas of an HA
+        #: deploy, any of which leads or proxies to the leader)
+        self.servers = [u.strip() for u in server_url.split(",") if u.strip()]
+        if not self.servers:
+            raise ValueError("server URL must look like http://host:port, got nothing")
+        for url in self.servers:
+            connect_url(url)  # each is checked now: a typo fails at start, not at its turn
+        self._server = 0
         self.data_dir = Path(data_dir)
         self.join_token = join_token or None
         self.name = name
@@ -388,6 +394,17 @@ class Agent:
         self._failed_updates: set[str] = set()
 
     # -- public
+
+    @property
+    def server_url(self) -> str:
+        """The server this agent talks to now (it moves on to the next of ``servers``
+        after a failed or lost connection)."""
+        return self.servers[self._server]
+
+    @property
+    def url(self) -> str:
+        """The WebSocket URL of ``server_url``."""
+        return connect_url(self.server_url)
 
     @property
     def work_root(self) -> Path:
@@ -769,6 +786,7 @@ class Agent:
                     log.warning("cannot connect", extra={"error": self._last_error})
             if self._stop.is_set():
                 break
+            self._server = (self._server + 1) % len(self.servers)
             delay = backoff.next_delay()
             log.info(
                 "reconnecting",

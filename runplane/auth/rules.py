@@ -76,6 +76,8 @@ RULES: dict[tuple[str, str], Rule] = {
     # --- health and discovery -----------------------------------------------------------
     ("GET", "/healthz"): PUBLIC,
     ("GET", "/v1/healthz"): PUBLIC,
+    # a replica's role and the leader it knows (operations: which replica leads)
+    ("GET", "/v1/ha"): PUBLIC,
     # the OpenAPI document (docs/api.md "OpenAPI"): generated from the routes, no data
     ("GET", "/openapi.json"): PUBLIC,
     ("GET", "/v1/openapi.json"): PUBLIC,

@@ -8,7 +8,7 @@ actors through ``services()`` and only send messages and await replies.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any, cast
 
 from quart import request
@@ -159,14 +159,18 @@ def create_app(
     store: Store | None = None,
     heartbeat_sec: float = HEARTBEAT_SEC,
     node_sample_sec: float = SAMPLE_SEC,
+    ha_status: Callable[[], dict[str, Any]] | None = None,
 ) -> QuartTrio:
     """Build the app. ``store`` may be given (tests share one); otherwise the lifespan opens
     the store named by the settings and closes it on shutdown. ``heartbeat_sec`` is what
-    agents are told; a node is lost after three missed beats (tests shorten it)."""
+    agents are told; a node is lost after three missed beats (tests shorten it).
+    ``ha_status`` is a replica's view of the leader lease (``RUNPLANE_HA=1``), for
+    ``GET /v1/ha``."""
     settings = ensure_secret_key(settings)
     app = QuartTrio("runplane")
     app.config["MAX_CONTENT_LENGTH"] = MAX_JSON_BODY
     app.config["PROPAGATE_EXCEPTIONS"] = False
+    app.extensions["runplane.ha"] = ha_status
     app.register_error_handler(Problem, _on_problem)
     app.register_error_handler(AdmissionRefused, _on_refused)
     app.register_error_handler(MailboxFull, _on_overload)

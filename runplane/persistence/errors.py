@@ -31,3 +31,13 @@ class TransactionAbortedError(RuntimeError):
     (PostgreSQL then refuses everything until rollback), or ran COMMIT/ROLLBACK
     itself. The write is rolled back; the rest of its batch still commits.
     """
+
+
+class FencedError(RuntimeError):
+    """This replica no longer leads (``RUNPLANE_HA=1``): its fencing epoch is not the
+    lease's, so its writes are refused and nothing of them was committed.
+
+    Raised (as the cause of a :class:`WriteBatchError`) to every write of a batch whose
+    COMMIT met another leader's epoch, and by a replica that never led. See
+    docs/operations.md "High availability".
+    """

@@ -25,6 +25,7 @@ import psycopg
 import psycopg_pool
 from psycopg.rows import dict_row
 
+from runplane.persistence.errors import FencedError
 from runplane.persistence.migrate import Migration
 from runplane.persistence.store import Dialect, SqlStore
 from runplane.persistence.writer import SAVEPOINT, Statement
@@ -35,6 +36,25 @@ T = TypeVar("T")
 MIGRATION_LOCK_KEY = int.from_bytes(b"runplane", "big")
 
 _OK = (psycopg.pq.ExecStatus.COMMAND_OK, psycopg.pq.ExecStatus.TUPLES_OK)
+
+#: The fencing check run with every COMMIT of a replica under ``RUNPLANE_HA=1``: it fails
+#: (division by zero) unless the lease row still holds this replica's epoch, and its share
+#: lock makes a takeover (an UPDATE of that row, runplane/ha/lease.py) wait for the commit
+#: in flight, so no write of an old leader commits after a new one took the lease.
+FENCE_SQL = "SELECT 1 / (epoch = %s)::int AS ok FROM ha_lease WHERE name = 'leader' FOR SHARE"
+
+
+class Fence:
+    """A replica's fencing token: ``epoch`` is set while it leads, None otherwise (its
+    writes are then refused). ``on_fenced`` is called (from the writer thread) when a
+    commit met another leader's epoch."""
+
+    def __init__(self, *, idle_timeout_ms: int) -> None:
+        self.epoch: int | None = None
+        #: PostgreSQL ends a writer transaction left idle longer than this (a paused
+        #: replica's), so its row locks never hold a new leader up
+        self.idle_timeout_ms = idle_timeout_ms
+        self.on_fenced: Callable[[], object] = lambda: None
 
 
 def _done(cursor: psycopg.Cursor[Any]) -> bool:
@@ -139,11 +159,19 @@ class PostgresDialect(Dialect):
     begin_sql = "BEGIN"
     pipelined = True
 
-    def __init__(self, url: str, *, read_pool_size: int = 8, connect_timeout: int = 10) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        read_pool_size: int = 8,
+        connect_timeout: int = 10,
+        fence: Fence | None = None,
+    ) -> None:
         self.url = url
         self.read_concurrency = read_pool_size
         self._connect_timeout = connect_timeout
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
+        self.fence = fence
 
     def sql(self, query: str) -> str:
         return qmark_to_pyformat(query)
@@ -162,7 +190,36 @@ class PostgresDialect(Dialect):
             prepare_threshold=None,
         )
         conn.execute("SET synchronous_commit = on")
+        if self.fence is not None:
+            conn.execute(
+                "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+                (str(self.fence.idle_timeout_ms),),
+            )
         return conn
+
+    def commit(self, conn: psycopg.Connection[Any]) -> None:
+        fence = self.fence
+        if fence is None:
+            conn.execute("COMMIT")
+            return
+        epoch = fence.epoch
+        if epoch is None:
+            raise FencedError("this replica does not lead: its writes are refused")
+
+        def send() -> None:  # one round trip: no pause between the check and the COMMIT
+            conn.execute(FENCE_SQL, (epoch,))
+            conn.execute("COMMIT")
+
+        error = _pipeline(conn, send)
+        if isinstance(error, psycopg.errors.DivisionByZero):
+            fence.epoch = None
+            fence.on_fenced()
+            raise FencedError(
+                f"another replica leads now (this one's epoch {epoch} is over): "
+                "the write is refused"
+            ) from error
+        if error is not None:
+            raise error
 
     def writer_usable(self, conn: psycopg.Connection[Any]) -> bool:
         return not (conn.closed or conn.broken)
@@ -321,9 +378,10 @@ class PostgresStore(SqlStore):
         read_pool_size: int = 8,
         migrations: Sequence[Migration] | None = None,
         max_batch: int = 512,
+        fence: Fence | None = None,
     ) -> None:
         super().__init__(
-            PostgresDialect(url, read_pool_size=read_pool_size),
+            PostgresDialect(url, read_pool_size=read_pool_size, fence=fence),
             migrations=migrations,
             max_batch=max_batch,
         )

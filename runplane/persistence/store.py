@@ -241,6 +241,11 @@ class Dialect(ABC):
         """
         raise NotImplementedError
 
+    def commit(self, conn: Any) -> None:
+        """COMMIT the writer's open transaction (PostgreSQL with HA first checks the
+        fencing epoch in the same round trip: ``PostgresDialect.commit``)."""
+        conn.execute("COMMIT")
+
     @abstractmethod
     def transaction_aborted(self, conn: Any) -> bool:
         """True if the writer's transaction is no longer open and usable.

@@ -292,7 +292,7 @@ class GroupCommitWriter:
             self._fail_batch(batch, aborted, "the batch transaction was aborted")
             return
         try:
-            conn.execute("COMMIT")
+            dialect.commit(conn)
         except Exception as exc:
             self._fail_batch(batch, exc, "commit failed")
             return

@@ -405,6 +405,7 @@ CASES: dict[tuple[str, str], Case] = {
     # public
     ("GET", "/healthz"): Case("public", path("/healthz")),
     ("GET", "/v1/healthz"): Case("public", path("/v1/healthz")),
+    ("GET", "/v1/ha"): Case("public", path("/v1/ha")),
     ("GET", "/openapi.json"): Case("public", path("/openapi.json")),
     ("GET", "/v1/openapi.json"): Case("public", path("/v1/openapi.json")),
     # the MCP facade: a read to reach it; each tool call is then decided by its route

@@ -544,3 +544,24 @@ class UploadResult(View):
 class ArtifactStored(View):
     key: str | None = None
     size: int | None = None
+
+
+# -- high availability ------------------------------------------------------------------
+
+
+class HaLeader(View):
+    replica: str
+    address: str
+    epoch: int
+    since: int
+    lease_ends_in_ms: int
+
+
+class HaStatus(View):
+    """``GET /v1/ha``: this replica's view of the leader lease (docs/operations.md)."""
+
+    ha: bool
+    replica: str | None
+    role: Literal["leader", "follower", "starting", "lost"]
+    epoch: int | None
+    leader: HaLeader | None = None

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from quart import Blueprint, Response
+from typing import Any
+
+from quart import Blueprint, Response, current_app
 
 from runplane.http.openapi import doc
+from runplane.http.openapi import views as v
 from runplane.http.query import ignores_query
 
 blueprint = Blueprint("health", __name__)
@@ -18,3 +21,15 @@ async def healthz() -> Response:
     """Always ``ok``. Query parameters are ignored, not refused: load balancers and probes
     may add their own (cache busters), and a liveness probe must not fail on them."""
     return Response("ok", content_type="text/plain; charset=utf-8")
+
+
+@blueprint.get("/v1/ha")
+@doc("High availability: this replica's role and the leader it knows", v.HaStatus)
+async def ha_status() -> dict[str, Any]:
+    """An addition (docs/operations.md "High availability"). Under ``RUNPLANE_HA=1`` each
+    replica answers for itself (a follower without asking the leader); a single server is
+    always the leader of its one-replica deploy."""
+    status = current_app.extensions.get("runplane.ha")
+    if status is None:
+        return {"ha": False, "replica": None, "role": "leader", "epoch": None, "leader": None}
+    return dict(status())
