@@ -42,6 +42,7 @@ SCENARIOS: dict[str, str] = {
     "webhooks": "bench.webhooks",
     "retries": "bench.retries",
     "schedules": "bench.schedules",
+    "ha": "bench.ha",
 }
 #: seconds one scenario may take before ``all`` gives up on it
 LIMIT_QUICK, LIMIT_FULL = 180, 1200
@@ -68,6 +69,7 @@ HEADLINES: dict[str, tuple[str, ...]] = {
     "webhooks": ("firing_delay_ms", "deliveries"),
     "retries": ("lateness_ms", "replacement_ms", "early"),
     "schedules": ("firing_delay_ms", "fired_twice"),
+    "ha": ("takeover_ms", "lost", "doubled", "targets"),
     "sessions": (
         "beyond_pod_start_ms",
         "launch_to_ready_ms",

@@ -16,6 +16,7 @@ code 3 and its supervisor starts it again, as a follower (docs/operations.md).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -51,6 +52,8 @@ class Elector:
         self.lost = trio.Event()
         self.lost_reason = ""
         self._lock = trio.Lock()  # one call on the lease connection at a time
+        #: while leading: the trio time before which the lease surely still runs
+        self._ends = -math.inf
 
     @property
     def epoch(self) -> int | None:
@@ -96,7 +99,7 @@ class Elector:
     async def hold(self) -> None:
         """Renew every ``ttl / 3`` s while leading; return once the lease is lost."""
         interval = self.ttl / 3
-        ends = trio.current_time() + self.ttl
+        ends = self._ends = trio.current_time() + self.ttl
         while True:
             sent = trio.current_time()
             try:
@@ -105,7 +108,7 @@ class Elector:
                 if timer.cancelled_caught:
                     self.lose("no renewal before the lease ended (the database is slow or away)")
                     return
-                ends = sent + self.ttl
+                ends = self._ends = sent + self.ttl
                 if self.known is not None:
                     now = expires_at - self.lease.ttl_ms
                     self.known = replace(self.known, expires_at=expires_at, now=now)
@@ -118,6 +121,12 @@ class Elector:
                     self.lose(f"no renewal before the lease ended: {exc}")
                     return
             await trio.sleep(max(0.0, min(interval, ends - trio.current_time())))
+
+    def surely_leading(self) -> bool:
+        """True while this replica leads and its lease surely still runs. A leader that was
+        paused past its lease (SIGSTOP, a stalled VM) reads False at once when it runs
+        again, before its renewal says so: nothing is sent to agents then."""
+        return self.role == "leader" and trio.current_time() < self._ends
 
     def lose(self, reason: str) -> None:
         self.role = "lost"

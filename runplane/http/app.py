@@ -160,17 +160,20 @@ def create_app(
     heartbeat_sec: float = HEARTBEAT_SEC,
     node_sample_sec: float = SAMPLE_SEC,
     ha_status: Callable[[], dict[str, Any]] | None = None,
+    ha_leading: Callable[[], bool] | None = None,
 ) -> QuartTrio:
     """Build the app. ``store`` may be given (tests share one); otherwise the lifespan opens
     the store named by the settings and closes it on shutdown. ``heartbeat_sec`` is what
     agents are told; a node is lost after three missed beats (tests shorten it).
     ``ha_status`` is a replica's view of the leader lease (``RUNPLANE_HA=1``), for
-    ``GET /v1/ha``."""
+    ``GET /v1/ha``; ``ha_leading`` says whether its lease surely still runs (the agents'
+    route sends nothing when it does not)."""
     settings = ensure_secret_key(settings)
     app = QuartTrio("runplane")
     app.config["MAX_CONTENT_LENGTH"] = MAX_JSON_BODY
     app.config["PROPAGATE_EXCEPTIONS"] = False
     app.extensions["runplane.ha"] = ha_status
+    app.extensions["runplane.ha.leading"] = ha_leading
     app.register_error_handler(Problem, _on_problem)
     app.register_error_handler(AdmissionRefused, _on_refused)
     app.register_error_handler(MailboxFull, _on_overload)

@@ -63,7 +63,13 @@ class Replica:
         self.id = replica_id()
         self.fence = Fence(idle_timeout_ms=int(settings.ha_lease_sec * 1000))
         self.store = PostgresStore(settings.database_url, fence=self.fence)
-        self.app = create_app(settings, store=self.store, ha_status=self.status, **app_options)
+        self.app = create_app(
+            settings,
+            store=self.store,
+            ha_status=self.status,
+            ha_leading=self.surely_leading,
+            **app_options,
+        )
         self.gate = Gate(self.app, status=self.status, leader=self._leader)
         self.elector: Elector | None = None
         self._stop_app = trio.Event()
@@ -79,6 +85,9 @@ class Replica:
         if self.elector is None:
             return {"ha": True, "replica": self.id, "role": "starting", "epoch": None}
         return self.elector.status()
+
+    def surely_leading(self) -> bool:
+        return self.elector is not None and self.elector.surely_leading()
 
     def _leader(self) -> tuple[int, str] | None:
         row = self.elector.known if self.elector is not None else None
@@ -112,7 +121,7 @@ class Replica:
         self.elector = elector = Elector(
             lease,
             ttl=settings.ha_lease_sec,
-            poll=min(0.5, settings.ha_lease_sec / 4),
+            poll=min(0.25, settings.ha_lease_sec / 4),
             on_leader=on_leader,
         )
         log.info("replica", extra={"replica": self.id, "address": self._address})

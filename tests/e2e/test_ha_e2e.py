@@ -6,7 +6,8 @@ real agents given every replica's URL.
   Idempotency-Key, retried on a refusal or a cut connection as a client must) and running
   jobs: a follower takes over within 5 s each time; every acknowledged submit is in the
   store and succeeds; no job starts twice (each job appends its id to a shared file) or
-  needs a second attempt; an SSE follower that reconnects with Last-Event-ID sees every
+  needs a second attempt; each run's end reaches a webhook receiver once, or once more at
+  most; an SSE follower that reconnects with Last-Event-ID sees every
   log line of a job running across both takeovers, once, in order.
 * A partition: the leader is paused (SIGSTOP) past its lease; a follower takes over; a
   submit sent to the paused one meanwhile is never acknowledged nor stored; resumed, the
@@ -30,7 +31,8 @@ import pytest
 import trio
 
 from bench.ha_cluster import Cluster, Replica
-from tests.e2e.conftest import StartAgent, wait_for
+from tests.e2e.conftest import ADMIN, StartAgent, wait_for
+from tests.webhook_receiver import Receiver
 
 TERMINAL = {"succeeded", "failed", "timeout", "cancelled"}
 #: a takeover must finish within this (the issue's bound), measured from the kill
@@ -39,7 +41,8 @@ TAKEOVER_BOUND_SEC = 5.0
 
 @pytest.fixture
 def cluster(pg_database: str, tmp_path: Path) -> Iterator[Cluster]:
-    cluster = Cluster(pg_database, tmp_path, replicas=3)
+    env = {"RUNPLANE_ADMIN_TOKEN": ADMIN, "RUNPLANE_EGRESS_ALLOW": "127.0.0.1"}
+    cluster = Cluster(pg_database, tmp_path, replicas=3, env=env)
     try:
         yield cluster
     finally:
@@ -148,9 +151,21 @@ async def wait_leader(cluster: Cluster, other_than: Replica | None = None) -> Re
 
 
 async def test_killing_the_leader_under_load_loses_and_doubles_nothing(
-    cluster: Cluster, failover: Failover, start_agent: StartAgent, shared: Path
+    cluster: Cluster,
+    failover: Failover,
+    start_agent: StartAgent,
+    shared: Path,
+    nursery: trio.Nursery,
 ) -> None:
     leader = await trio.to_thread.run_sync(cluster.start_all)
+    receiver = await Receiver.start(nursery)
+    hook = await failover.request(
+        "POST",
+        "/v1/webhooks",
+        json={"url": receiver.url(), "org_id": "org_default"},
+        headers={"Authorization": f"Bearer {ADMIN}"},
+    )
+    assert hook.status_code == 201, hook.text
     servers = ",".join(cluster.urls)
     for name in ("ha-a", "ha-b"):
         start_agent(servers, name, "--max-concurrency", "4")
@@ -241,6 +256,17 @@ async def test_killing_the_leader_under_load_loses_and_doubles_nothing(
     assert [line for _, line in seen] == [f"line {i}" for i in range(1, lines + 1)]
     ids = [event_id for event_id, _ in seen]
     assert ids == sorted(set(ids))
+
+    # each run's end was delivered once, or once more at most (a takeover between a
+    # delivery and its record sends it again)
+    async def all_delivered() -> bool:
+        ended = {json.loads(r.body)["run"]["id"] for r in receiver.received}
+        return ended >= set(acknowledged)
+
+    await wait_for(all_delivered, 60, "a webhook delivery for every run's end")
+    deliveries = [json.loads(r.body)["run"]["id"] for r in receiver.received]
+    sent = {j: deliveries.count(j) for j in acknowledged}
+    assert all(1 <= n <= 2 for n in sent.values()), sent
     # the restarted replicas followed: nobody else claims to lead
     statuses = [r.status() for r in cluster.replicas]
     assert sorted(s["role"] for s in statuses if s) == ["follower", "follower", "leader"]
@@ -287,3 +313,36 @@ async def test_a_paused_leader_past_its_lease_writes_nothing_and_exits(
         assert any(job["job_id"] == before for job in items)
         after = await client.post("/v1/jobs", json={"stack": "shell", "command": ["true"]})
         assert after.status_code == 202, after.text
+
+
+async def test_a_leader_cut_from_the_database_steps_down(
+    cluster: Cluster, failover: Failover, pg_database: str
+) -> None:
+    leader = await trio.to_thread.run_sync(cluster.start_all)
+    status = leader.status()
+    assert status is not None and status["role"] == "leader"
+    before = await failover.submit({"stack": "shell", "command": ["true"]})
+    cut_at = time.monotonic()
+
+    def cut() -> int:
+        # the database ends the leader's session (a network cut, a DBA's kill): its lease
+        # connection, and with it the session's advisory lock
+        import psycopg
+
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                (f"runplane-lease {status['replica']}",),
+            ).fetchall()
+        return len(rows)
+
+    assert await trio.to_thread.run_sync(cut) == 1
+    await wait_leader(cluster, other_than=leader)
+    assert time.monotonic() - cut_at < TAKEOVER_BOUND_SEC
+    assert leader.proc is not None
+    code = await trio.to_thread.run_sync(lambda: leader.proc.wait(30))  # type: ignore[union-attr]
+    assert code == 3, cluster.tails()
+    # the new leader has what the old one acknowledged, and takes writes
+    assert (await failover.job(before))["job_id"] == before
+    await failover.submit({"stack": "shell", "command": ["true"]})

@@ -14,7 +14,7 @@ import logging
 
 import trio
 from pydantic import ValidationError
-from quart import Blueprint, websocket
+from quart import Blueprint, current_app, websocket
 
 from runplane.actors.job import (
     JOBS,
@@ -91,6 +91,7 @@ async def connect() -> None:
         await _refuse(exc.code, exc.reason)
         return
     node_id = identity.node_id
+    leading = current_app.extensions.get("runplane.ha.leading")
     send, receive = trio.open_memory_channel[str](OUTBOX_CAPACITY)
     node = await fleet.attach(identity, hello, send)
     await websocket.send(
@@ -105,6 +106,14 @@ async def connect() -> None:
             async def write() -> None:
                 async with receive:
                     async for text in receive:
+                        if leading is not None and not leading():
+                            # HA: this replica's lease may have ended (it was paused past
+                            # it): nothing more goes to the agent, which reconnects to the
+                            # new leader (docs/operations.md "High availability")
+                            log.warning(
+                                "not sent: the lease may have ended", extra={"node_id": node_id}
+                            )
+                            break
                         await websocket.send(text)
                 # the node actor closed our outbox: this session is stale or the node is lost
                 nursery.cancel_scope.cancel()
