@@ -149,6 +149,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             load.thread.join(30)
             acknowledged = set(load.acknowledged)
             lost, unfinished, requeued = _outcome(url, acknowledged)
+            reasons = requeue_reasons(url, requeued)
             counts = started_counts(agent_log)
             doubled = sorted(j for j, n in counts.items() if n > 1)
         finally:
@@ -173,6 +174,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "lost": len(lost),
             "doubled": len(doubled),
             "second_attempts": len(requeued),
+            "second_attempt_reasons": reasons,
             "unfinished": len(unfinished),
             "targets": {
                 "takeover under 5 s (every kill)": max(seconds) < 5000,
@@ -200,6 +202,21 @@ def _outcome(url: str, acknowledged: set[str]) -> tuple[list[str], list[str], li
     lost = sorted(j for j in acknowledged if j not in stored)
     requeued = sorted(j for j in acknowledged if j in stored and stored[j][1] > 0)
     return lost, [j for j in unfinished if j in stored], requeued
+
+
+def requeue_reasons(url: str, jobs: list[str]) -> list[str]:
+    """The system log lines saying why each job that needed a second attempt was requeued."""
+    import psycopg
+
+    if not jobs:
+        return []
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT data FROM job_events WHERE kind = 'log' AND job_id = ANY(%s) ORDER BY ts",
+            (jobs,),
+        ).fetchall()
+    lines = [json.loads(r[0]).get("line", "") for r in rows]
+    return [line for line in lines if "requeued" in line or "never started" in line]
 
 
 if __name__ == "__main__":
