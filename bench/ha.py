@@ -1,6 +1,6 @@
 """ha: takeover time of ``RUNPLANE_HA=1`` replicas, and what a takeover loses.
 
-    python -m bench.ha [--quick] [--kills N] [--replicas R]
+    python -m bench.ha [--quick] [--kills N] [--cuts M] [--replicas R]
 
 Three ``runplane serve`` replicas on loopback share one fresh PostgreSQL database
 (``RUNPLANE_TEST_PG_URL``, else a ``scripts/pgtest`` server), with one real agent given
@@ -10,7 +10,9 @@ next replica as a client behind a load balancer would; a job counts as acknowled
 202. N times (20; 5 with --quick), after 1.5 s of load, the leader is SIGKILLed, and the
 **takeover time** is measured from the kill until a follower answers ``GET /v1/ha`` with
 ``role: leader`` (every live replica agreeing on the new epoch); the killed replica is then
-started again (a follower now), as its process supervisor would.
+started again (a follower now), as its process supervisor would. Then M times (5; 2 with
+--quick) the leader's database session is ended (``pg_terminate_backend``, as a network cut
+would): the takeover time likewise, and the old leader must exit with code 3.
 
 At the end: **lost** = acknowledged jobs not in the database (must be 0), **doubled** =
 jobs the agent started more than once (its ``job started`` log lines; must be 0), and jobs
@@ -34,7 +36,7 @@ from typing import Any
 import httpx
 
 from bench import common
-from bench.ha_cluster import Cluster
+from bench.ha_cluster import Cluster, Replica
 from bench.store import fresh_database, postgres_server
 
 TERMINAL = ("succeeded", "failed", "timeout", "cancelled")
@@ -91,6 +93,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--kills", type=int, default=None)
     parser.add_argument("--replicas", type=int, default=3)
+    parser.add_argument("--cuts", type=int, default=None)
     args = parser.parse_args(argv)
     kills = args.kills or (5 if args.quick else 20)
     started = time.monotonic()
@@ -136,12 +139,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             load = Load(cluster.urls)
             load.thread.start()
             takeovers: list[float] = []
+            exit_codes: list[int] = []
             for _ in range(kills):
                 time.sleep(1.5)
                 killed_at = time.monotonic()
                 cluster.kill(leader, signal.SIGKILL)
                 new = cluster.wait_leader(other_than=leader, timeout=30.0)
                 takeovers.append(time.monotonic() - killed_at)
+                cluster.start(leader)
+                leader = new
+            cuts: list[float] = []
+            for _ in range(args.cuts if args.cuts is not None else (2 if args.quick else 5)):
+                time.sleep(1.5)
+                cut_at = time.monotonic()
+                _cut(url, leader)
+                new = cluster.wait_leader(other_than=leader, timeout=30.0)
+                cuts.append(time.monotonic() - cut_at)
+                assert leader.proc is not None
+                exit_codes.append(leader.proc.wait(30))
                 cluster.start(leader)
                 leader = new
             time.sleep(1.5)
@@ -169,6 +184,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "min": round(min(seconds), 1),
                 "all": [round(ms) for ms in seconds],
             },
+            "cut_takeover_ms": {
+                "p50": round(common.pct([t * 1000 for t in cuts], 0.5) or 0.0, 1),
+                "max": round(max(cuts, default=0.0) * 1000, 1),
+                "all": [round(t * 1000) for t in cuts],
+                "old_leader_exit_codes": exit_codes,
+            },
             "submits_acknowledged": len(acknowledged),
             "submits_retried": load.retried,
             "lost": len(lost),
@@ -178,6 +199,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "unfinished": len(unfinished),
             "targets": {
                 "takeover under 5 s (every kill)": max(seconds) < 5000,
+                "takeover under 5 s (every cut)": max(cuts, default=0.0) < 5.0,
+                "a cut-off leader exits 3": all(code == 3 for code in exit_codes),
                 "no acknowledged submit lost": not lost,
                 "no job run twice": not doubled,
             },
@@ -202,6 +225,19 @@ def _outcome(url: str, acknowledged: set[str]) -> tuple[list[str], list[str], li
     lost = sorted(j for j in acknowledged if j not in stored)
     requeued = sorted(j for j in acknowledged if j in stored and stored[j][1] > 0)
     return lost, [j for j in unfinished if j in stored], requeued
+
+
+def _cut(url: str, leader: Replica) -> None:
+    """End the leader's database session, as a network cut or a DBA's kill would."""
+    import psycopg
+
+    status = leader.status()
+    assert status is not None and status["role"] == "leader", status
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (f"runplane-lease {status['replica']}",),
+        )
 
 
 def requeue_reasons(url: str, jobs: list[str]) -> list[str]:

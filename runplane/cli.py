@@ -7,7 +7,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, cast
@@ -189,15 +189,8 @@ async def serve(settings: Settings, host: str, port: int) -> None:
     server_stop = trio.Event()  # the local agent is down: stop serving
     # The receiver is installed before the socket is bound, so no signal finds us unprepared.
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-
-        async def watch_signals() -> None:
-            async for signum in signals:
-                log.info("shutdown requested", extra={"signal": signal.Signals(signum).name})
-                stop.set()
-                return
-
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(watch_signals)
+            nursery.start_soon(_watch_signals, signals, stop)
             binds = await nursery.start(
                 partial(hypercorn_serve, app, config, shutdown_trigger=server_stop.wait)
             )
@@ -261,15 +254,8 @@ async def serve_replica(settings: Settings, host: str, port: int) -> None:
     stop = trio.Event()
     server_stop = trio.Event()
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-
-        async def watch_signals() -> None:
-            async for signum in signals:
-                log.info("shutdown requested", extra={"signal": signal.Signals(signum).name})
-                stop.set()
-                return
-
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(watch_signals)
+            nursery.start_soon(_watch_signals, signals, stop)
             binds = await nursery.start(
                 partial(
                     hypercorn_serve,
@@ -290,6 +276,14 @@ async def serve_replica(settings: Settings, host: str, port: int) -> None:
             server_stop.set()
             nursery.cancel_scope.cancel()
     log.info("stopped")
+
+
+async def _watch_signals(signals: AsyncIterator[int], stop: trio.Event) -> None:
+    """Set ``stop`` at the first SIGINT or SIGTERM."""
+    async for signum in signals:
+        log.info("shutdown requested", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+        return
 
 
 async def _set_then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:

@@ -56,6 +56,7 @@ from runplane.http.routes import (
 )
 from runplane.nodes.metrics import SAMPLE_SEC
 from runplane.persistence import Store, open_store
+from runplane.persistence.errors import FencedError, WriteBatchError
 from runplane.policy.refusal import AdmissionRefused
 from runplane.problems import Problem
 from runplane.runtime import AskTimeout, MailboxFull
@@ -119,6 +120,20 @@ async def _on_overload(exc: MailboxFull | AskTimeout) -> Any:
     )
 
 
+async def _on_write_failed(exc: WriteBatchError) -> Any:
+    """A write that did not commit. Fenced (``RUNPLANE_HA=1``: another replica took the
+    lease): 503, nothing was done, the client retries and reaches the new leader."""
+    if isinstance(exc.cause, FencedError):
+        return problem_response(
+            503,
+            "not_leader",
+            "this replica no longer leads, so nothing was written; retry (the new leader answers)",
+            request_id=_request_id(),
+            headers={"Retry-After": str(OVERLOAD_RETRY_AFTER_SEC)},
+        )
+    return await _on_unexpected(exc)
+
+
 async def _on_http_exception(exc: HTTPException) -> Any:
     status = exc.code or 500
     headers: dict[str, str] = {}
@@ -178,6 +193,7 @@ def create_app(
     app.register_error_handler(AdmissionRefused, _on_refused)
     app.register_error_handler(MailboxFull, _on_overload)
     app.register_error_handler(AskTimeout, _on_overload)
+    app.register_error_handler(WriteBatchError, _on_write_failed)
     app.register_error_handler(HTTPException, _on_http_exception)
     app.register_error_handler(Exception, _on_unexpected)
     app.register_blueprint(health.blueprint)
