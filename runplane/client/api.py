@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from types import TracebackType
 from typing import Any, Self
@@ -27,6 +28,19 @@ from .config import ClientConfig
 from .sse import parse
 
 TERMINAL = frozenset({"succeeded", "failed", "timeout", "cancelled"})
+#: methods sent again after a 502/503 or a cut connection (as are requests with an
+#: Idempotency-Key), and for how long in all
+_REPEATABLE = frozenset({"GET", "HEAD", "PUT", "DELETE"})
+RETRY_FOR_SEC = 15.0
+
+
+def _retry_after(response: httpx.Response) -> float:
+    try:
+        return min(2.0, max(0.1, float(response.headers.get("Retry-After", "1"))))
+    except ValueError:
+        return 1.0
+
+
 JSONObject = dict[str, Any]
 
 
@@ -99,25 +113,52 @@ class Client:
     # -- plumbing --------------------------------------------------------------------------
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        """The JSON answer of ``method path``; :class:`ApiError` for a problem."""
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
-            raise ApiError(0, f"cannot reach {self.url}: {exc}") from None
-        return _answer(response)
+        """The JSON answer of ``method path``; :class:`ApiError` for a problem.
+
+        A request that is safe to repeat (GET, HEAD, PUT, DELETE, or one carrying an
+        Idempotency-Key) is sent again when the server answers 502 or 503 with Retry-After
+        (overloaded, or an HA takeover under way: ``no_leader``, ``leader_lost``;
+        docs/operations.md), after that delay (at most 2 s), or when the connection is cut
+        half way; for up to ``RETRY_FOR_SEC`` seconds in all."""
+        headers = kwargs.get("headers") or {}
+        repeatable = method.upper() in _REPEATABLE or "Idempotency-Key" in headers
+        deadline = time.monotonic() + RETRY_FOR_SEC
+        while True:
+            try:
+                response = self._http.request(method, path, **kwargs)
+            except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+                if repeatable and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    continue
+                raise ApiError(0, f"cannot reach {self.url}: {exc}") from None
+            except httpx.TransportError as exc:
+                raise ApiError(0, f"cannot reach {self.url}: {exc}") from None
+            if (
+                repeatable
+                and response.status_code in (502, 503)
+                and "Retry-After"
+                in response.headers  # a passing condition, not a switched-off area
+                and time.monotonic() < deadline
+            ):
+                time.sleep(_retry_after(response))
+                continue
+            return _answer(response)
 
     # -- jobs ------------------------------------------------------------------------------
 
     def submit(self, body: JSONObject, *, idempotency_key: str | None = None) -> JSONObject:
-        """Submit a run (a SubmitJobBody, or a RunSpecBody with layers): the Job view."""
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        """Submit a run (a SubmitJobBody, or a RunSpecBody with layers): the Job view.
+        Without an ``idempotency_key`` one is made for this call, so a retry after a cut
+        connection or a takeover never makes two jobs."""
+        headers = {"Idempotency-Key": idempotency_key or uuid.uuid4().hex}
         answer: JSONObject = self.request("POST", "/v1/runs", json=body, headers=headers)
         return answer
 
     def submit_batch(self, body: JSONObject, *, idempotency_key: str | None = None) -> JSONObject:
         """Submit a job array (``{"jobs": [...]}`` or ``{"job": ..., "sweep": ...}``):
-        ``{array_id, count, jobs, rejected}``."""
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        ``{array_id, count, jobs, rejected}`` (an Idempotency-Key is made when none is
+        given, as for ``submit``)."""
+        headers = {"Idempotency-Key": idempotency_key or uuid.uuid4().hex}
         answer: JSONObject = self.request("POST", "/v1/jobs/batch", json=body, headers=headers)
         return answer
 

@@ -9,7 +9,9 @@ follower (and on a leader still rebuilding), the gate answers three things itsel
 * everything else is proxied to the leader's advertised address: HTTP requests streamed
   both ways (uploads, downloads and SSE included), the agents' WebSocket relayed message
   by message. With no leader known, or the leader unreachable, the answer is ``503``
-  ``no_leader`` with ``Retry-After: 1``: nothing was done, the client retries.
+  ``no_leader`` with ``Retry-After: 1``: nothing was done, the client retries. A leader
+  that goes away after it was sent the request, before answering, gives ``502``
+  ``leader_lost``: the request may have been carried out.
 
 When the lease moves to a new epoch every proxied exchange with the old leader is cut, so
 SSE followers reconnect (with ``Last-Event-ID``) and agents say hello again, to the new one.
@@ -96,7 +98,6 @@ class Gate:
         )
         #: open proxied exchanges: their cancel scopes, by the leader epoch they reach
         self._open: dict[trio.CancelScope, int] = {}
-        self.proxied = 0  # exchanges handed to a leader (tests, /v1/ha)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -157,13 +158,16 @@ class Gate:
             try:
                 try:
                     response = await self._client.send(request, stream=True)
-                except httpx.TransportError as exc:
+                except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                     log.warning(
                         "leader unreachable", extra={"address": address, "error": repr(exc)}
                     )
                     await _no_leader(scope, send, "the leader did not answer; retry")
                     return
-                self.proxied += 1
+                except httpx.TransportError as exc:
+                    log.warning("leader lost", extra={"address": address, "error": repr(exc)})
+                    await _leader_lost(send)
+                    return
                 try:
                     await send(
                         {
@@ -197,7 +201,7 @@ class Gate:
             finally:
                 del self._open[cancel_scope]
         if not started and cancel_scope.cancelled_caught:
-            await _no_leader(scope, send, "the leader changed while this request was forwarded")
+            await _leader_lost(send)
 
     # -- WebSocket (the agents' /v1/nodes/connect)
 
@@ -219,7 +223,6 @@ class Gate:
                     disconnect_timeout=2.0,
                     max_message_size=WS_MAX_MESSAGE,
                 ) as upstream:
-                    self.proxied += 1
                     await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(
@@ -339,6 +342,18 @@ async def _no_leader(scope: Scope, send: Send, detail: str) -> None:
         await _deny(scope, send, 503, body)
         return
     await _answer(send, 503, body, b"application/problem+json", retry_after=b"1")
+
+
+async def _leader_lost(send: Send) -> None:
+    """The request went to the leader, which went away before answering: it may have been
+    carried out. 502, so the client retries knowing that (a submit with the same
+    Idempotency-Key is not made twice)."""
+    detail = (
+        "the leader went away before answering, so the request may have been carried out; "
+        "retry (with the same Idempotency-Key a submit is not made twice)"
+    )
+    body = json.dumps(problem_body(502, "leader_lost", detail), separators=(",", ":")).encode()
+    await _answer(send, 502, body, b"application/problem+json", retry_after=b"1")
 
 
 async def _deny(scope: Scope, send: Send, status: int, body: bytes) -> None:
