@@ -133,13 +133,9 @@ class Client:
                 raise ApiError(0, f"cannot reach {self.url}: {exc}") from None
             except httpx.TransportError as exc:
                 raise ApiError(0, f"cannot reach {self.url}: {exc}") from None
-            if (
-                repeatable
-                and response.status_code in (502, 503)
-                and "Retry-After"
-                in response.headers  # a passing condition, not a switched-off area
-                and time.monotonic() < deadline
-            ):
+            # a passing condition says when to come back; a switched-off area does not
+            passing = response.status_code in (502, 503) and "Retry-After" in response.headers
+            if repeatable and passing and time.monotonic() < deadline:
                 time.sleep(_retry_after(response))
                 continue
             return _answer(response)

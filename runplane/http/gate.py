@@ -112,7 +112,9 @@ class Gate:
         else:
             target = self.leader()
             if target is None:
-                await _no_leader(scope, send, "no replica leads right now (a takeover is on)")
+                await _problem(
+                    scope, send, 503, "no_leader", "no replica leads right now (a takeover is on)"
+                )
             elif kind == "http":
                 await self._proxy_http(scope, receive, send, *target)
             elif kind == "websocket":
@@ -162,11 +164,13 @@ class Gate:
                     log.warning(
                         "leader unreachable", extra={"address": address, "error": repr(exc)}
                     )
-                    await _no_leader(scope, send, "the leader did not answer; retry")
+                    await _problem(
+                        scope, send, 503, "no_leader", "the leader did not answer; retry"
+                    )
                     return
                 except httpx.TransportError as exc:
                     log.warning("leader lost", extra={"address": address, "error": repr(exc)})
-                    await _leader_lost(send)
+                    await _problem(scope, send, 502, "leader_lost", LEADER_LOST)
                     return
                 try:
                     await send(
@@ -201,7 +205,7 @@ class Gate:
             finally:
                 del self._open[cancel_scope]
         if not started and cancel_scope.cancelled_caught:
-            await _leader_lost(send)
+            await _problem(scope, send, 502, "leader_lost", LEADER_LOST)
 
     # -- WebSocket (the agents' /v1/nodes/connect)
 
@@ -231,12 +235,12 @@ class Gate:
                         await _leader_to_client(upstream, send)
                         nursery.cancel_scope.cancel()
             except trio_websocket.ConnectionRejected as exc:
-                await _deny(scope, send, exc.status_code, exc.body or b"")
+                await _deny(send, exc.status_code, exc.body or b"")
             except (trio_websocket.HandshakeError, OSError) as exc:
                 log.warning("leader unreachable", extra={"address": address, "error": repr(exc)})
                 # an HTTP 503 (never a close before accept: hypercorn answers that 403,
                 # which an agent takes for a refusal and stops)
-                await _no_leader(scope, send, "the leader did not answer; retry")
+                await _problem(scope, send, 503, "no_leader", "the leader did not answer; retry")
             finally:
                 del self._open[cancel_scope]
         if cancel_scope.cancelled_caught:
@@ -327,43 +331,42 @@ async def _close_quietly(send: Send, code: int, reason: str) -> None:
         log.debug("websocket close not sent", exc_info=True)
 
 
+#: the 502 of a request whose leader went away before answering
+LEADER_LOST = (
+    "the leader went away before answering, so the request may have been carried out; "
+    "retry (with the same Idempotency-Key a submit is not made twice)"
+)
+_PROBLEM = b"application/problem+json"
+_RETRY = (b"retry-after", b"1")
+
+
 async def _answer(
-    send: Send, status: int, body: bytes, content_type: bytes, **extra: bytes
+    send: Send, status: int, body: bytes, content_type: bytes, *extra: tuple[bytes, bytes]
 ) -> None:
     headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
-    headers.extend((k.replace("_", "-").encode(), v) for k, v in extra.items())
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.start", "status": status, "headers": [*headers, *extra]})
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-async def _no_leader(scope: Scope, send: Send, detail: str) -> None:
-    body = json.dumps(problem_body(503, "no_leader", detail), separators=(",", ":")).encode()
+async def _problem(scope: Scope, send: Send, status: int, code: str, detail: str) -> None:
+    """A problem answer with ``Retry-After: 1``: nothing was done here (``no_leader``,
+    503), or the leader went away with the request (``leader_lost``, 502). A WebSocket
+    handshake gets it as its HTTP refusal."""
+    body = json.dumps(problem_body(status, code, detail), separators=(",", ":")).encode()
     if scope["type"] == "websocket":
-        await _deny(scope, send, 503, body)
-        return
-    await _answer(send, 503, body, b"application/problem+json", retry_after=b"1")
+        await _deny(send, status, body)
+    else:
+        await _answer(send, status, body, _PROBLEM, _RETRY)
 
 
-async def _leader_lost(send: Send) -> None:
-    """The request went to the leader, which went away before answering: it may have been
-    carried out. 502, so the client retries knowing that (a submit with the same
-    Idempotency-Key is not made twice)."""
-    detail = (
-        "the leader went away before answering, so the request may have been carried out; "
-        "retry (with the same Idempotency-Key a submit is not made twice)"
-    )
-    body = json.dumps(problem_body(502, "leader_lost", detail), separators=(",", ":")).encode()
-    await _answer(send, 502, body, b"application/problem+json", retry_after=b"1")
-
-
-async def _deny(scope: Scope, send: Send, status: int, body: bytes) -> None:
+async def _deny(send: Send, status: int, body: bytes) -> None:
     """Refuse a WebSocket handshake with an HTTP answer (the ASGI denial response, which
     hypercorn serves)."""
     await send(
         {
             "type": "websocket.http.response.start",
             "status": status,
-            "headers": [(b"content-type", b"application/problem+json"), (b"retry-after", b"1")],
+            "headers": [(b"content-type", _PROBLEM), _RETRY],
         }
     )
     await send({"type": "websocket.http.response.body", "body": body, "more_body": False})

@@ -74,7 +74,6 @@ class Replica:
         self.elector: Elector | None = None
         self._stop_app = trio.Event()
         self._app_stopped = trio.Event()
-        self._address = ""
 
     @property
     def lost(self) -> trio.Event:
@@ -102,9 +101,9 @@ class Replica:
         """Campaign, then lead until the lease is lost or ``stop`` is called."""
         settings = self.settings
         assert settings.database_url is not None
-        self._address = settings.ha_advertise_url or advertised(bound)
+        address = settings.ha_advertise_url or advertised(bound)
         lease = LeaseClient(
-            settings.database_url, self.id, self._address, int(settings.ha_lease_sec * 1000)
+            settings.database_url, self.id, address, int(settings.ha_lease_sec * 1000)
         )
 
         def on_leader(row: LeaseRow | None) -> None:
@@ -124,7 +123,7 @@ class Replica:
             poll=min(0.25, settings.ha_lease_sec / 4),
             on_leader=on_leader,
         )
-        log.info("replica", extra={"replica": self.id, "address": self._address})
+        log.info("replica", extra={"replica": self.id, "address": address})
         task_status.started()
         epoch = await elector.campaign()
         began = time.perf_counter()
