@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,15 +42,32 @@ def client(app: QuartTrio) -> Any:
     return app.test_client()
 
 
+@asynccontextmanager
+async def _served(settings: Settings) -> AsyncIterator[QuartTrio]:
+    application = create_app(settings)
+    async with application.test_app():
+        yield application
+
+
+def _on(durable_store_url: str | None, **env: str) -> dict[str, str]:
+    return {**env, "database_url": durable_store_url} if durable_store_url is not None else env
+
+
+@pytest.fixture
+async def durable_app(
+    make_settings: Callable[..., Settings], durable_store_url: str | None
+) -> AsyncIterator[QuartTrio]:
+    """The open app on each durable backend (SQLite, and PostgreSQL when one is
+    configured)."""
+    async with _served(make_settings(**_on(durable_store_url))) as application:
+        yield application
+
+
 @pytest.fixture
 async def required_app(
     make_settings: Callable[..., Settings], durable_store_url: str | None
 ) -> AsyncIterator[QuartTrio]:
     """The app with ``RUNPLANE_AUTH=required`` on each durable backend (SQLite, and
     PostgreSQL when one is configured)."""
-    env = {"auth": "required"}
-    if durable_store_url is not None:
-        env["database_url"] = durable_store_url
-    application = create_app(make_settings(**env))
-    async with application.test_app():
+    async with _served(make_settings(**_on(durable_store_url, auth="required"))) as application:
         yield application

@@ -4,32 +4,19 @@ written in one transaction, all-or-nothing, listed and cancelled as a whole."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 from quart_trio import QuartTrio
 
-from runplane.http.app import create_app
 from runplane.jobs import repo
-from runplane.settings import Settings
 from tests.auth.support import ADMIN_H
 
 
 @pytest.fixture
-async def app(
-    make_settings: Callable[..., Settings], durable_store_url: str | None
-) -> AsyncIterator[QuartTrio]:
-    """The open app on each durable backend (SQLite, and PostgreSQL when configured)."""
-    env = {"database_url": durable_store_url} if durable_store_url is not None else {}
-    application = create_app(make_settings(**env))
-    async with application.test_app():
-        yield application
-
-
-@pytest.fixture
-def client(app: QuartTrio) -> Any:
-    return app.test_client()
+def app(durable_app: QuartTrio) -> QuartTrio:
+    """On each durable backend; the ``client`` fixture serves it."""
+    return durable_app
 
 
 async def batch(client: Any, body: dict[str, Any], **headers: str) -> Any:
