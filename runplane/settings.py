@@ -235,7 +235,9 @@ def _one_line(exc: ValidationError) -> str:
     else:
         hint = str(err["msg"]).removeprefix("Value error, ")
         if err["type"] in {"greater_than_equal", "less_than_equal"}:
-            hint = "accepted: an integer " + hint.removeprefix("Input should be ")
+            info = Settings.model_fields.get(field)
+            kind = "a number" if info is not None and info.annotation is float else "an integer"
+            hint = f"accepted: {kind} " + hint.removeprefix("Input should be ")
     return f"{_env_name(field)}={shown} is not valid: {hint}"
 
 

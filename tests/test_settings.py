@@ -47,6 +47,9 @@ def test_every_setting_is_read(tmp_path: Path) -> None:
         "RUNPLANE_EGRESS_ALLOW": "10.0.0.0/8,hooks.internal",
         "RUNPLANE_STACKS_DIR": str(tmp_path),
         "RUNPLANE_LOCAL_AGENT": "0",
+        "RUNPLANE_HA": "1",
+        "RUNPLANE_HA_LEASE_SEC": "5",
+        "RUNPLANE_HA_ADVERTISE_URL": "http://10.0.0.11:8080/",
     }
     s = load_settings(env)
     assert s.data_dir == tmp_path / "d"
@@ -63,6 +66,7 @@ def test_every_setting_is_read(tmp_path: Path) -> None:
     assert s.egress_allow == ("10.0.0.0/8", "hooks.internal")
     assert s.stacks_dir == tmp_path
     assert s.local_agent is False
+    assert (s.ha, s.ha_lease_sec, s.ha_advertise_url) == (True, 5.0, "http://10.0.0.11:8080")
 
 
 @pytest.mark.parametrize(
@@ -100,6 +104,21 @@ def test_every_setting_is_read(tmp_path: Path) -> None:
         (
             {"RUNPLANE_PUBLIC_URL": "ftp://x"},
             "RUNPLANE_PUBLIC_URL='ftp://x' is not valid: accepted: an origin such as 'https://runplane.example.com'",
+        ),
+        (
+            {"RUNPLANE_HA": "1"},
+            "RUNPLANE_HA='1' is not valid: accepted: 1 only with "
+            "RUNPLANE_DATABASE_URL=postgresql://... (the replicas share that database)",
+        ),
+        (
+            {"RUNPLANE_HA": "1", "RUNPLANE_DATABASE_URL": "postgresql://u@h/db"},
+            "RUNPLANE_HA='1' is not valid: accepted: 1 only with RUNPLANE_LOCAL_AGENT=0 (an "
+            "in-process agent would die with its replica): run `runplane agent --server "
+            "URL,URL` on each node",
+        ),
+        (
+            {"RUNPLANE_HA_LEASE_SEC": "0.5"},
+            "RUNPLANE_HA_LEASE_SEC='0.5' is not valid: accepted: a number greater than or equal to 1",
         ),
         (
             {"RUNPLANE_STACKS_DIR": "/no/such/dir"},
