@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import socket
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -271,6 +272,29 @@ def test_connect_url(given: str, expected: str) -> None:
 def test_connect_url_refuses_non_http_urls(bad: str) -> None:
     with pytest.raises(ValueError, match="server URL must look like"):
         connect_url(bad)
+
+
+def test_a_server_list_is_checked_whole_at_start(tmp_path: Path) -> None:
+    agent = Agent(" http://a:1, https://b ,", tmp_path / "agent", facts=FACTS)
+    assert agent.servers == ["http://a:1", "https://b"]
+    assert (agent.server_url, agent.url) == ("http://a:1", "ws://a:1/v1/nodes/connect")
+    with pytest.raises(ValueError, match="server URL must look like"):
+        Agent("http://a:1,ftp://b", tmp_path / "agent", facts=FACTS)  # not at its turn
+
+
+async def test_the_agent_moves_on_to_the_next_server_when_one_does_not_answer(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """``--server URL,URL``: an HA deploy's replicas; the first here is down."""
+    server = await FakeServer.start(nursery)
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    agent = make_agent(tmp_path, server)
+    agent.servers = [dead, server.url]
+    assert await nursery.start(agent.run) == "node_test"
+    assert agent.server_url == server.url
+    agent.request_stop()
 
 
 # --------------------------------------------------------------------------- enrollment
