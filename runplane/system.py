@@ -70,10 +70,14 @@ STATUS_PHASES = TERMINAL_PHASES | {"running"}
 #: Seconds between agent heartbeats, and how many may be missed before a node is lost.
 HEARTBEAT_SEC = 5.0
 MISSED_HEARTBEATS = 3
-#: With RUNPLANE_HA=1, how much longer a node rebuilt at a takeover has to reconnect: an
-#: agent still connected to a paused old leader notices by its ping's timeout (at most
-#: 2 beats of interval + 3 of timeout, 25 s) and then reconnects (docs/operations.md).
-HA_RECONNECT_SEC = 30.0
+#: How much longer than its grace a node rebuilt without its session (at start-up, at an HA
+#: takeover) has to say hello: after a server restart its agent may be waiting out its
+#: reconnect backoff (at most 30 s, runplane/agent/backoff.py), and at a takeover an agent
+#: still connected to a paused old leader notices only by its ping's timeout (at most 2
+#: beats of interval + 3 of timeout, 25 s). Without it a restart longer than a few seconds
+#: would requeue, and so run twice, the jobs still running on every backing-off node
+#: (docs/jobs.md "Restart", docs/operations.md).
+RECONNECT_GRACE_SEC = 30.0
 
 
 class Root:
@@ -84,11 +88,13 @@ class Root:
         catalog: Catalog,
         *,
         heartbeat_sec: float = HEARTBEAT_SEC,
+        reconnect_grace_sec: float = RECONNECT_GRACE_SEC,
         node_sample_sec: float = SAMPLE_SEC,
         artifacts: ArtifactStore | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
+        self.reconnect_grace_sec = reconnect_grace_sec
         #: the artifact store the retention janitor deletes expired artifacts from
         self.artifacts = artifacts
         self.heartbeat_sec = heartbeat_sec
@@ -277,7 +283,7 @@ class Root:
             NodeDeps(
                 store=self.store,
                 grace=self.heartbeat_sec * MISSED_HEARTBEATS,
-                rebuild_grace=HA_RECONNECT_SEC if self.settings.ha else 0.0,
+                rebuild_grace=self.reconnect_grace_sec,
                 node_up=node_up,
                 node_down=node_down,
                 lose_attempt=lose_attempt,

@@ -48,10 +48,14 @@ async def store(
 
 @asynccontextmanager
 async def running_root(
-    store: Store, tmp_path: Path, **env: str
+    store: Store, tmp_path: Path, *, timing: dict[str, float] | None = None, **env: str
 ) -> AsyncIterator[tuple[Root, trio.Nursery]]:
-    """The actor tree on ``store``, and a nursery for the test's agents (cancelled first)."""
-    async with _tree(store, tmp_path, **env) as root, trio.open_nursery() as agents:
+    """The actor tree on ``store``, and a nursery for the test's agents (cancelled first);
+    ``timing`` are Root's keyword arguments (``heartbeat_sec``, ``reconnect_grace_sec``)."""
+    async with (
+        _tree(store, tmp_path, timing or {}, **env) as root,
+        trio.open_nursery() as agents,
+    ):
         try:
             yield root, agents
         finally:
@@ -59,7 +63,9 @@ async def running_root(
 
 
 @asynccontextmanager
-async def _tree(store: Store, tmp_path: Path, **env: str) -> AsyncIterator[Root]:
+async def _tree(
+    store: Store, tmp_path: Path, timing: dict[str, float], **env: str
+) -> AsyncIterator[Root]:
     settings = load_settings(
         {
             "RUNPLANE_DATA_DIR": str(tmp_path / "data"),
@@ -67,7 +73,7 @@ async def _tree(store: Store, tmp_path: Path, **env: str) -> AsyncIterator[Root]
             **{f"RUNPLANE_{k.upper()}": v for k, v in env.items()},
         }
     )
-    root = Root(settings, store, load_catalog())
+    root = Root(settings, store, load_catalog(), **timing)
     async with trio.open_nursery() as nursery:
         await nursery.start(root.run)
         try:
