@@ -283,7 +283,7 @@ class Root:
             NodeDeps(
                 store=self.store,
                 grace=self.heartbeat_sec * MISSED_HEARTBEATS,
-                rebuild_grace=self.reconnect_grace_sec,
+                reconnect_grace=self.reconnect_grace_sec,
                 node_up=node_up,
                 node_down=node_down,
                 lose_attempt=lose_attempt,

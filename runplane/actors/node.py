@@ -176,9 +176,10 @@ class NodeDeps:
     #: the target version of a release channel (None: no target set)
     channel_target: Callable[[str], Awaitable[str | None]] = lambda _: _no_target()
     #: extra seconds a node rebuilt without its session (at start-up, at an HA takeover)
-    #: has to say hello before the grace clock runs: its agent may still be talking to
-    #: the old leader, and notices only by a ping's timeout (docs/operations.md)
-    rebuild_grace: float = 0.0
+    #: has to say hello before the grace clock runs: its agent may be waiting out its
+    #: reconnect backoff, or still talking to a paused old leader
+    #: (``runplane.system.RECONNECT_GRACE_SEC``, docs/jobs.md "Restart")
+    reconnect_grace: float = 0.0
 
 
 async def _no_target() -> str | None:
@@ -210,7 +211,7 @@ class NodeActor(Actor[NodeMsg]):
         actor restarted while its agent is connected resumes the session it was given and
         re-announces the node's capacity to placement (an upsert: no double count)."""
         self.attempts = await self.deps.expected(self.node_id)
-        self.last_seen = clock.now() + (self.deps.rebuild_grace if self.outbox is None else 0.0)
+        self.last_seen = clock.now() + (self.deps.reconnect_grace if self.outbox is None else 0.0)
         if self.outbox is not None:
             row = await nodes_repo.get(self.deps.store, self.node_id)
             self.draining = row is not None and row.status == DRAINING
