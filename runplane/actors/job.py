@@ -85,6 +85,9 @@ class AgentLogs:
     attempt: int
     #: (stream, line), or (stream, line, service) for a line of a pod's service
     lines: tuple[tuple[str, ...], ...]
+    #: the agent's number of this report in the attempt (None: an agent that does not
+    #: number them); one already stored is a resent duplicate
+    n: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,7 @@ class AgentMetric:
     attempt: int
     step: int | None
     values: dict[str, float]
+    n: int | None = None  # as AgentLogs.n
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,6 +408,8 @@ class JobActor(Actor[JobMsg]):
         self.seq = row.event_seq
         self.log_lines = row.log_lines
         self.log_dropped = row.log_dropped
+        #: the last numbered agent report of this attempt taken (stored with what it wrote)
+        self.report_n = row.report_n
         self.final_metrics = dict(row.final_metrics)  # grows with metrics: not the row's
         #: the wait reason last stored (a queued job's), so a repeat stores nothing
         self.wait_reason = row.wait_reason if row.phase is Phase.QUEUED else None
@@ -478,17 +484,20 @@ class JobActor(Actor[JobMsg]):
                     return await self._apply(event) is not None
                 finally:
                     self._gpus = None
-            case AgentLogs(node_id, attempt, lines):
+            case AgentLogs(node_id, attempt, lines, n):
                 if not self._from_current_node(node_id, attempt):
                     return False
                 if self.state.phase.terminal and not self._after_cancel():
                     return False
-                await self._logs(lines)  # after a cancel: the process's last words
+                if self._stored(n):
+                    return True
+                await self._logs(lines, n)  # after a cancel: the process's last words
                 return True
-            case AgentMetric(node_id, attempt, step, values):
+            case AgentMetric(node_id, attempt, step, values, n):
                 if not self._from_current_node(node_id, attempt) or self.state.phase.terminal:
                     return False
-                await self._metric(step, values)
+                if not self._stored(n):
+                    await self._metric(step, values, n)
                 return True
             case AgentFinished(
                 node_id, attempt, outcome, error, final_metrics, artifacts, exit_code, signal
@@ -645,6 +654,8 @@ class JobActor(Actor[JobMsg]):
             return None
         events: list[StoredEvent] = []
         extra: dict[str, Any] = {}
+        if after.attempt != before.attempt:  # reports are numbered per attempt
+            self.report_n = extra["report_n"] = 0
         if after.phase.terminal:
             extra["final_metrics"] = to_json(self.final_metrics)
             if self._finish_artifacts is not None:
@@ -816,7 +827,24 @@ class JobActor(Actor[JobMsg]):
         self.seq += 1
         events.append(system_line_event(self.id, self.seq, line, now_ms()))
 
-    async def _logs(self, lines: tuple[tuple[str, ...], ...]) -> None:
+    def _stored(self, n: int | None) -> bool:
+        """True for a numbered report already taken: the agent resent it after a lost
+        connection (the server before may have stored it or not: docs/agent.md)."""
+        if n is None:
+            return False
+        if n <= self.report_n:
+            log.debug("resent report already stored", extra={"job_id": self.id, "n": n})
+            return True
+        return False
+
+    def _numbered(self, n: int | None) -> dict[str, Any]:
+        """The ``report_n`` column to store with a report's write (none when unnumbered)."""
+        if n is None:
+            return {}
+        self.report_n = n
+        return {"report_n": n}
+
+    async def _logs(self, lines: tuple[tuple[str, ...], ...], n: int | None = None) -> None:
         room = max(0, LOG_CAP - self.log_lines)
         kept, dropped = lines[:room], len(lines) - min(room, len(lines))
         events: list[StoredEvent] = []
@@ -828,6 +856,7 @@ class JobActor(Actor[JobMsg]):
         first_drop = dropped and not self.log_dropped
         self.log_lines += len(kept)
         self.log_dropped += dropped
+        numbered = self._numbered(n)
         if first_drop:
             self._system_line(
                 events,
@@ -843,6 +872,7 @@ class JobActor(Actor[JobMsg]):
                 self.seq,
                 log_lines=self.log_lines,
                 log_dropped=self.log_dropped,
+                **numbered,
             )
         )
         self._publish(events)
@@ -861,13 +891,18 @@ class JobActor(Actor[JobMsg]):
         self._publish([event])
         return True
 
-    async def _metric(self, step: int | None, values: dict[str, float]) -> None:
+    async def _metric(self, step: int | None, values: dict[str, float], n: int | None) -> None:
         self.seq += 1
         self.final_metrics.update(values)
         event = metric_event(self.id, self.seq, step, values, now_ms())
         await self.deps.store.transaction(
             repo.save_state(
-                self.id, self.state, [event], self.seq, final_metrics=to_json(self.final_metrics)
+                self.id,
+                self.state,
+                [event],
+                self.seq,
+                final_metrics=to_json(self.final_metrics),
+                **self._numbered(n),
             )
         )
         self._publish([event])

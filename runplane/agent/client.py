@@ -98,6 +98,7 @@ from runplane.agent.protocol import (
     JobReleased,
     PodServiceSpec,
     Refused,
+    Resume,
     Run,
     RunningJob,
     RunSpec,
@@ -124,6 +125,9 @@ DISCONNECT_TIMEOUT_SEC = 2.0
 PING_TIMEOUT_MIN_SEC = 10.0
 #: A ``job_finished`` not acknowledged this long after it was sent is sent again.
 ACK_RESEND_SEC = 30.0
+#: After the welcome, how long reports wait for the server's ``resume`` (sent right after
+#: it) before going out unnumbered: a server older than ``resume`` never sends it.
+RESUME_WAIT_SEC = 1.0
 #: After the jobs of a stopping agent ended, how long it waits for their finish to be acked.
 STOP_FLUSH_SEC = 5.0
 #: How long a draining agent lets its running jobs finish before it hands them back.
@@ -270,6 +274,8 @@ class _Session:
     closing: bool = False
     failure: BaseException | None = None
     draining_sent: bool = False
+    #: the server said ``resume`` (reports resent, numbering on)
+    resumed: trio.Event = field(default_factory=trio.Event)
 
 
 _RETRYABLE = (
@@ -933,6 +939,7 @@ class Agent:
     async def _serve(self, ws: trio_websocket.WebSocketConnection, welcome: Welcome) -> None:
         session = _Session(ws, max(0.05, min(welcome.heartbeat_sec, 300.0)))
         self._session = session
+        self._outbox.numbering = False  # until this server says resume
         self._outbox.requeue_unacked()
         if self._update_report is not None:  # the last word on a self-update, said again
             self._outbox.put_control(self._update_report)
@@ -1006,10 +1013,15 @@ class Agent:
                 self._on_teleop(msg)
             elif isinstance(msg, Update):
                 self._on_update(msg)
+            elif isinstance(msg, Resume):
+                self._on_resume(msg, session)
             else:
                 log.warning("ignored a second welcome")
 
     async def _send_loop(self, session: _Session) -> None:
+        # a server that resends nothing (it predates ``resume``) is not waited for longer
+        with trio.move_on_after(RESUME_WAIT_SEC):
+            await session.resumed.wait()
         while True:
             head = self._outbox.head()
             if head is None:
@@ -1058,6 +1070,15 @@ class Agent:
         return [RunningJob(job_id=j, attempt=a) for j, a in self._held_keys()]
 
     # -- server messages
+
+    def _on_resume(self, msg: Resume, session: _Session) -> None:
+        marks = {(m.job_id, m.attempt): m.n for m in msg.marks}
+        count = self._outbox.resume(marks)
+        self._outbox.numbering = True
+        session.resumed.set()
+        if count:
+            log.info("resending reports the server did not store", extra={"count": count})
+        self._changed.notify()
 
     def _on_run(self, msg: Run) -> None:
         key = job_key(msg)

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, cast
 
 from runplane.agent.protocol import (
     Cancel,
@@ -43,6 +43,11 @@ MAX_BUFFERED_BYTES = 8 * 1024 * 1024
 MAX_FRAME_TEXT = 512 * 1024
 #: At most this many answers (``teleop_ack``) wait to be sent; beyond, the oldest go.
 MAX_CONTROL = 1_000
+#: How long a sent log or metric report is kept, to be resent after a reconnect when the
+#: server did not store it (it was killed first). A live server stores a report within
+#: milliseconds; the window also covers an HA leader paused past its lease. Per job, the
+#: kept reports are bounded like the queue (``max_units``, ``max_bytes``).
+RESEND_WINDOW_SEC = 60.0
 
 JobKey: TypeAlias = tuple[str, int]
 Queued: TypeAlias = JobPhase | JobLogs | JobMetric | JobStream | JobFinished | JobReleased
@@ -129,6 +134,19 @@ class _Unacked:
 
 
 @dataclass(slots=True)
+class _Kept:
+    """A job attempt's numbered reports: the next number, and the ones sent lately (kept
+    for a resend), oldest first."""
+
+    next_n: int = 1
+    sent: deque[tuple[float, JobLogs | JobMetric, int, int]] = field(default_factory=deque)
+    units: int = 0
+    nbytes: int = 0
+    #: the highest number no longer kept (too old, or beyond the bounds)
+    forgotten: int = 0
+
+
+@dataclass(slots=True)
 class _Inflight:
     key: JobKey
     entry: _Entry | None  # None: an answer from the control queue
@@ -187,6 +205,9 @@ class Outbox:
         self._unacked: dict[JobKey, _Unacked] = {}
         self._control: deque[Control] = deque(maxlen=MAX_CONTROL)
         self._inflight: _Inflight | None = None
+        #: number log and metric reports (the server of this session said ``resume``)
+        self.numbering = False
+        self._kept: dict[JobKey, _Kept] = {}
         self._seq = 0
         self.dropped_lines = 0
         self.dropped_metrics = 0
@@ -207,15 +228,10 @@ class Outbox:
             chunks = list(_split_lines(msg.lines, self.frame_text))
             for chunk in chunks:
                 part = msg if len(chunks) == 1 else msg.model_copy(update={"lines": chunk})
-                nbytes = sum(len(line[1]) for line in chunk)
-                queue.add(self._entry(part, lines=len(chunk), nbytes=nbytes))
+                queue.add(self._entry(part, **_sizes(part)))
             self._trim(queue)
-        elif isinstance(msg, JobMetric):
-            queue.add(self._entry(msg, metric=True))
-            self._trim(queue)
-        elif isinstance(msg, JobStream):
-            nbytes = sum(len(c.data) for c in msg.chunks)
-            queue.add(self._entry(msg, chunks=len(msg.chunks), nbytes=nbytes))
+        elif isinstance(msg, JobMetric | JobStream):
+            queue.add(self._entry(msg, **_sizes(msg)))
             self._trim(queue)
         else:
             if isinstance(msg, JobFinished):
@@ -293,6 +309,8 @@ class Outbox:
         is retried first on the next one).
         """
         if self._inflight is not None:
+            if not self.numbering:  # numbered for a server that was, not for this one
+                self._inflight.messages = [_unnumbered(m) for m in self._inflight.messages]
             return self._inflight.key, self._inflight.messages
         if self._control:
             ack = self._control.popleft()
@@ -314,14 +332,26 @@ class Outbox:
             messages.append(JobLogs(job_id=key[0], attempt=key[1], lines=[("system", note)]))
             queue.dropped_lines = queue.dropped_metrics = queue.dropped_chunks = 0
         messages.append(entry.msg)
+        if self.numbering:
+            messages = [self._number(key, m) for m in messages]
         self._inflight = _Inflight(key, entry, messages)
         return key, messages
+
+    def _number(self, key: JobKey, msg: Outgoing) -> Outgoing:
+        if not isinstance(msg, JobLogs | JobMetric) or msg.n is not None:
+            return msg
+        kept = self._kept.setdefault(key, _Kept())
+        kept.next_n += 1
+        return msg.model_copy(update={"n": kept.next_n - 1})
 
     def sent(self, now: float) -> None:
         """The messages of the last :meth:`head` went out."""
         inflight, self._inflight = self._inflight, None
         if inflight is None or inflight.entry is None:
             return
+        self._keep(inflight.key, inflight.messages, now)
+        if isinstance(inflight.entry.msg, JobReleased):
+            self._kept.pop(inflight.key, None)  # handed back: never resumed on this node
         if isinstance(inflight.entry.msg, JobFinished):
             unacked = self._unacked.get(inflight.key)
             if unacked is not None:
@@ -330,12 +360,68 @@ class Outbox:
         if queue is not None and not queue.entries:
             del self._queues[inflight.key]
 
+    def _keep(self, key: JobKey, messages: Sequence[Outgoing], now: float) -> None:
+        """Keep the numbered reports just sent; forget the ones past the window or bounds."""
+        kept = self._kept.get(key)
+        if kept is None:
+            return
+        for msg in messages:
+            if isinstance(msg, JobLogs | JobMetric) and msg.n is not None:
+                units, nbytes = _units(msg)
+                kept.sent.append((now, msg, units, nbytes))
+                kept.units += units
+                kept.nbytes += nbytes
+        while kept.sent and (
+            kept.sent[0][0] < now - RESEND_WINDOW_SEC
+            or kept.units > self.max_units
+            or kept.nbytes > self.max_bytes
+        ):
+            _, old, units, nbytes = kept.sent.popleft()
+            kept.units -= units
+            kept.nbytes -= nbytes
+            kept.forgotten = old.n or kept.forgotten
+
+    def resume(self, marks: Mapping[JobKey, int]) -> int:
+        """A new session's server stored each attempt's numbered reports up to
+        ``marks[key]``: queue the kept ones after that again, first and in order (before
+        whatever was in flight when the last session ended), and forget the attempts the
+        server did not list. How many kept reports are resent. Numbers only go up on the
+        wire, since the server drops a number at or below the last one it stored."""
+        count = 0
+        for key in list(self._kept):
+            if key not in marks:
+                del self._kept[key]
+                continue
+            kept, mark = self._kept[key], marks[key]
+            again: list[Queued] = [m for _, m, _, _ in kept.sent if (m.n or 0) > mark]
+            count += len(again)
+            kept.sent.clear()
+            kept.units = kept.nbytes = 0
+            if kept.forgotten > mark:
+                lost = kept.forgotten - mark
+                note = (
+                    f"agent could not resend {lost} report{'s' * (lost != 1)} the server "
+                    f"had not stored (no longer kept: sent over {RESEND_WINDOW_SEC:.0f} s "
+                    "before, or beyond the buffer)"
+                )
+                again.append(JobLogs(job_id=key[0], attempt=key[1], lines=[("system", note)]))
+                kept.forgotten = 0
+            inflight = self._inflight
+            if again and inflight is not None and inflight.key == key and inflight.entry:
+                self._inflight = None  # not known to have gone out: after the resent ones
+                again.extend(cast(list[Queued], inflight.messages))  # a report's (has an entry)
+            queue = self._queues.setdefault(key, _Queue())
+            for i, msg in enumerate(again):
+                queue.insert(i, self._entry(msg, **_sizes(msg)))
+        return count
+
     # -- acknowledgements
 
     def ack(self, key: JobKey) -> bool:
         """The server has the finish of ``key``: forget it (and any copy waiting to be resent)."""
         if self._unacked.pop(key, None) is None:
             return False
+        self._kept.pop(key, None)
         queue = self._queues.get(key)
         if queue is not None:
             for i in reversed(range(len(queue.entries))):
@@ -406,6 +492,31 @@ class Outbox:
 
     def empty(self) -> bool:
         return self.pending() == 0
+
+
+def _units(msg: JobLogs | JobMetric) -> tuple[int, int]:
+    """Log lines or metric points, and bytes of log text, of a report."""
+    if isinstance(msg, JobMetric):
+        return 1, 0
+    return len(msg.lines), sum(len(line[1]) for line in msg.lines)
+
+
+def _sizes(msg: Queued) -> dict[str, Any]:
+    """The droppable units of a report queued again (``_Entry``'s counts)."""
+    if isinstance(msg, JobMetric):
+        return {"metric": True}
+    if isinstance(msg, JobLogs):
+        lines, nbytes = _units(msg)
+        return {"lines": lines, "nbytes": nbytes}
+    if isinstance(msg, JobStream):
+        return {"chunks": len(msg.chunks), "nbytes": sum(len(c.data) for c in msg.chunks)}
+    return {}
+
+
+def _unnumbered(msg: Outgoing) -> Outgoing:
+    if isinstance(msg, JobLogs | JobMetric) and msg.n is not None:
+        return msg.model_copy(update={"n": None})
+    return msg
 
 
 def _size(item: Any) -> int:

@@ -11,11 +11,12 @@ Flow::
     hello {protocol, credential|join_token, facts, running}  ->
                                             <- welcome {node_id, credential?, heartbeat_sec}
                                                (or close 4401/4426 with a reason)
+                                            <- resume {marks: [{job_id, attempt, n}]}
     heartbeat {running}                     ->        every heartbeat_sec
                                             <- run {job_id, attempt, spec}
     job_phase {job_id, attempt, phase}      ->        pulling, running
-    job_logs {job_id, attempt, lines}       ->        batched
-    job_metric {job_id, attempt, step, values} ->
+    job_logs {job_id, attempt, lines, n}    ->        batched
+    job_metric {job_id, attempt, step, values, n} ->
     job_stream {job_id, attempt, stream, chunks} ->   lines of <streams dir>/<stream>
                                             <- teleop {job_id, attempt, stream, seq, ts, frame}
     teleop_ack {job_id, attempt, stream, seq, ok, error} ->   appended to <stream>.teleop
@@ -28,8 +29,12 @@ Flow::
     update_status {version, phase, error}   ->        installing, installed, failed
 
 The agent keeps ``job_finished`` messages until acknowledged and resends them after a
-reconnect, so an outcome reached while disconnected is not lost. In ``hello`` it lists the
-jobs still running on it; the server resumes those and cancels attempts it no longer wants.
+reconnect, so an outcome reached while disconnected is not lost. Log and metric reports
+are numbered per attempt (``n``) once the server has said ``resume``: the agent keeps the
+ones it sent for a while, and after a reconnect resends those after the server's mark (a
+server killed before storing them lost them); the server drops a number it already has.
+In ``hello`` it lists the jobs still running on it; the server resumes those and cancels
+attempts it no longer wants.
 
 A stopping agent *drains*: ``draining`` says it takes no new work and lets its jobs run
 for ``deadline_sec`` more; an attempt still running then is stopped and handed back with
@@ -139,7 +144,22 @@ class JobPhase(_Msg):
     gpus: list[str] = []
 
 
-class JobLogs(_Msg):
+class _Numbered(_Msg):
+    """A report the agent numbers within its attempt (``n``, from 1) once the server said
+    ``resume``, and keeps after sending to resend what a crashed server did not store. Sent
+    only when set, so a server that predates it still reads the frame."""
+
+    n: int | None = Field(None, ge=1)
+
+    @model_serializer(mode="wrap")
+    def _without_unset_n(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("n") is None:
+            data.pop("n", None)
+        return data
+
+
+class JobLogs(_Numbered):
     type: Literal["job_logs"] = "job_logs"
     job_id: str
     attempt: int
@@ -150,7 +170,7 @@ class JobLogs(_Msg):
     ]
 
 
-class JobMetric(_Msg):
+class JobMetric(_Numbered):
     type: Literal["job_metric"] = "job_metric"
     job_id: str
     attempt: int
@@ -419,7 +439,25 @@ class Update(_Msg):
     requested: bool = False
 
 
-ServerMsg = Welcome | Refused | Run | Cancel | FinishedAck | Teleop | Update
+class ReportMark(_Msg):
+    """The last numbered report of an attempt the server has stored (0: none)."""
+
+    job_id: str
+    attempt: int
+    n: int = Field(ge=0)
+
+
+class Resume(_Msg):
+    """Sent right after ``welcome``: for each attempt the hello listed that the server
+    still runs on this node, the last numbered report it stored. The agent resends the
+    reports it sent after those (a crashed server, or a killed HA leader, may not have
+    stored them), then numbers its reports in this session (docs/agent.md)."""
+
+    type: Literal["resume"] = "resume"
+    marks: list[ReportMark] = []
+
+
+ServerMsg = Welcome | Refused | Run | Cancel | FinishedAck | Teleop | Update | Resume
 ServerMessage = Annotated[ServerMsg, Field(discriminator="type")]
 
 _agent_adapter: TypeAdapter[AgentMsg] = TypeAdapter(AgentMessage)

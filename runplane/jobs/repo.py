@@ -25,7 +25,7 @@ JOB_COLUMNS = (
     "spec, node_id, attempt, attempts, error, wait_reason, final_metrics, artifacts, "
     "event_seq, log_lines, log_dropped, created_at, started_at, finished_at, updated_at, run, "
     "rerun_of, exit_code, signal, gpus, streams, pipeline_run_id, stage, session_id, "
-    "retries, retry_at, tries, stage_retry, array_id, array_index, purged_at"
+    "retries, retry_at, tries, stage_retry, array_id, array_index, purged_at, report_n"
 )
 
 
@@ -255,6 +255,23 @@ async def get_row(store: Store, job_id: str, org_id: str | None) -> JobRow | Non
     if row is None or (org_id is not None and row["org_id"] != org_id):
         return None
     return JobRow.of(row)
+
+
+async def report_marks(
+    store: Store, attempts: Sequence[tuple[str, int]]
+) -> dict[tuple[str, int], int]:
+    """For each (job id, attempt) that is its job's current attempt, the number of the last
+    agent report stored for it (``report_n``; one query): where the agent resumes."""
+    if not attempts:
+        return {}
+    marks = ", ".join("?" * len(attempts))
+    rows = await store.fetchall(
+        f"SELECT id, attempt, report_n FROM jobs WHERE id IN ({marks})",
+        tuple(job_id for job_id, _ in attempts),
+    )
+    wanted = set(attempts)
+    current = {(str(r["id"]), int(r["attempt"])): int(r["report_n"]) for r in rows}
+    return {key: n for key, n in current.items() if key in wanted}
 
 
 async def live_among(store: Store, job_ids: Sequence[str]) -> set[str]:

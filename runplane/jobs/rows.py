@@ -85,6 +85,9 @@ class JobRow:
     #: when the retention janitor deleted its logs, metric and stream points and
     #: artifacts (unix ms); None while they are kept
     purged_at: int | None = None
+    #: the number of the last agent report of the current attempt stored (the agent
+    #: resends from the next one after a server crash; a lower one is a duplicate)
+    report_n: int = 0
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> JobRow:
@@ -132,4 +135,5 @@ class JobRow:
             array_id=row.get("array_id"),
             array_index=row.get("array_index"),
             purged_at=row.get("purged_at"),
+            report_n=row.get("report_n") or 0,
         )

@@ -36,6 +36,8 @@ from runplane.agent.protocol import (
     JobLogs,
     JobMetric,
     JobPhase,
+    ReportMark,
+    Resume,
     Run,
     RunningJob,
     RunSpec,
@@ -87,6 +89,10 @@ class FakeServer:
     #: message types this server does not know: it closes with 4400, as servers did
     #: before ``draining`` (the message is recorded, then the session closed)
     unknown_types: tuple[str, ...] = ()
+    #: say ``resume`` after the welcome (False: a server from before it); its marks are the
+    #: last numbered report received of each attempt the hello lists, or ``marks``'
+    resume: bool = True
+    marks: dict[tuple[str, int], int] = field(default_factory=dict)
     port: int = 0
     received: list[Received] = field(default_factory=list)
     conns: list[WebSocketConnection] = field(default_factory=list)
@@ -143,6 +149,10 @@ class FakeServer:
                     )
                 )
             )
+            if self.resume:
+                held = [(r.job_id, r.attempt) for r in hello.running]
+                marks = [ReportMark(job_id=j, attempt=a, n=self.mark(j, a)) for j, a in held]
+                await ws.send_message(encode(Resume(marks=marks)))
             while True:
                 msg = decode_agent(await ws.get_message())
                 self._record(index, msg)
@@ -157,6 +167,19 @@ class FakeServer:
             if exc.reason is not None:
                 self.closes.append((exc.reason.code, exc.reason.reason))
             self._notify()
+
+    def mark(self, job_id: str, attempt: int) -> int:
+        """The last numbered report of the attempt this server has (``marks`` overrides)."""
+        if (job_id, attempt) in self.marks:
+            return self.marks[(job_id, attempt)]
+        numbered = [
+            m.n
+            for r in self.received
+            if isinstance(m := r.msg, JobLogs | JobMetric)
+            and (m.job_id, m.attempt) == (job_id, attempt)
+            and m.n is not None
+        ]
+        return max(numbered, default=0)
 
     def _record(self, conn: int, msg: Any) -> None:
         self.received.append(Received(conn, trio.current_time(), msg))
@@ -617,6 +640,46 @@ async def test_jobs_survive_a_disconnect_and_finishes_are_resent_until_acked(
     assert server.hellos()[4].running == []
     await trio.sleep(0.2)
     assert server.of(JobFinished, conn=4) == []
+
+
+async def test_reports_a_crashed_server_did_not_store_are_resent_once_in_order(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    server = await FakeServer.start(nursery, heartbeat_sec=0.2)
+    agent = make_agent(tmp_path, server)
+    await nursery.start(agent.run)
+    await server.send(run_msg(["sh", "-c", WAIT_FOR_GO]))
+    started = await server.wait(JobLogs, lambda m: ("stdout", "started") in m.lines)
+    assert started.n is not None  # numbered: this server said resume
+
+    # The server "crashed" before storing it: its next session says it has nothing.
+    server.marks[("job_1", 1)] = started.n - 1
+    await server.drop()
+    again = await server.wait(JobLogs, lambda m: ("stdout", "started") in m.lines, conn=1)
+    assert again == started  # the same report, the same number
+
+    # A server that stored everything gets nothing again; numbers go on rising.
+    server.marks.clear()
+    await server.drop()
+    await server.until(lambda: len(server.hellos()) == 3)
+    (agent.work_root / "job_1" / "1" / "go").touch()
+    await server.wait(JobFinished, conn=2)
+    after = [r.msg for r in server.received if r.conn == 2 and isinstance(r.msg, JobLogs)]
+    assert [line for m in after for line in m.lines if line[0] == "stdout"] == [("stdout", "after")]
+    assert all(m.n is not None and m.n > started.n for m in after)
+    assert server.stdout() == ["started", "started", "after"]  # twice on the wire only
+
+
+async def test_a_server_from_before_resume_gets_reports_unnumbered(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    server = await FakeServer.start(nursery, resume=False)
+    agent = make_agent(tmp_path, server)
+    await nursery.start(agent.run)
+    await server.send(run_msg(["echo", "hi"]))
+    await server.wait(JobFinished)
+    assert server.stdout() == ["hi"]
+    assert all(m.n is None for m in server.of(JobLogs) + server.of(JobMetric))
 
 
 async def test_output_while_disconnected_is_bounded(

@@ -30,6 +30,7 @@ from runplane.actors.job import (
 from runplane.actors.node import AttemptEnded, Beat, Drain, NodeMsg, Released, UpdateReported
 from runplane.agent import protocol as p
 from runplane.http.context import services
+from runplane.jobs import repo
 from runplane.nodes.connect import ConnectRefused
 from runplane.runtime import ActorGone, ActorRef, MailboxClosed, Registry
 
@@ -99,6 +100,11 @@ async def connect() -> None:
             p.Welcome(node_id=node_id, credential=credential, heartbeat_sec=svc.root.heartbeat_sec)
         )
     )
+    # where each attempt it still runs resumes: it resends its reports after these
+    held = [(r.job_id, r.attempt) for r in hello.running]
+    stored = await repo.report_marks(svc.store, held)
+    marks = [p.ReportMark(job_id=j, attempt=a, n=n) for (j, a), n in stored.items()]
+    await websocket.send(p.encode(p.Resume(marks=marks)))
     log.info("agent connected", extra={"node_id": node_id, "agent_version": hello.agent_version})
     try:
         async with trio.open_nursery() as nursery:
@@ -151,10 +157,10 @@ async def _dispatch(
             await node.tell_now(Beat(tuple((r.job_id, r.attempt) for r in running)))
         case p.JobPhase(job_id=job_id, attempt=attempt, phase=phase, gpus=gpus):
             await _to_job(registry, job_id, AgentPhase(node_id, attempt, phase, tuple(gpus)))
-        case p.JobLogs(job_id=job_id, attempt=attempt, lines=lines):
-            await _to_job(registry, job_id, AgentLogs(node_id, attempt, tuple(lines)))
-        case p.JobMetric(job_id=job_id, attempt=attempt, step=step, values=values):
-            await _to_job(registry, job_id, AgentMetric(node_id, attempt, step, values))
+        case p.JobLogs(job_id=job_id, attempt=attempt, lines=lines, n=n):
+            await _to_job(registry, job_id, AgentLogs(node_id, attempt, tuple(lines), n))
+        case p.JobMetric(job_id=job_id, attempt=attempt, step=step, values=values, n=n):
+            await _to_job(registry, job_id, AgentMetric(node_id, attempt, step, values, n))
         case p.JobFinished() as done:
             finished = AgentFinished(
                 node_id,
