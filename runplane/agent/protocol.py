@@ -80,6 +80,15 @@ class _Msg(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _only_when_set(data: Any, field: str) -> Any:
+    """A serialized message without ``field`` when it is unset (None or False): a field
+    added after the first release is sent only when set, so an older peer, which refuses
+    unknown fields, still reads the frame."""
+    if isinstance(data, dict) and (data.get(field) is None or data.get(field) is False):
+        data.pop(field, None)
+    return data
+
+
 class Gpu(_Msg):
     model: str
     vendor: str = "nvidia"
@@ -124,10 +133,7 @@ class Hello(_Msg):
 
     @model_serializer(mode="wrap")
     def _without_default_auto_update(self, handler: SerializerFunctionWrapHandler) -> Any:
-        data = handler(self)
-        if isinstance(data, dict) and not data.get("auto_update"):
-            data.pop("auto_update", None)
-        return data
+        return _only_when_set(handler(self), "auto_update")
 
 
 class Heartbeat(_Msg):
@@ -153,10 +159,7 @@ class _Numbered(_Msg):
 
     @model_serializer(mode="wrap")
     def _without_unset_n(self, handler: SerializerFunctionWrapHandler) -> Any:
-        data = handler(self)
-        if isinstance(data, dict) and data.get("n") is None:
-            data.pop("n", None)
-        return data
+        return _only_when_set(handler(self), "n")
 
 
 class JobLogs(_Numbered):
@@ -321,10 +324,7 @@ class MountSpec(_Msg):
 
     @model_serializer(mode="wrap")
     def _without_unset_auth(self, handler: SerializerFunctionWrapHandler) -> Any:
-        data = handler(self)
-        if isinstance(data, dict) and data.get("auth") is None:
-            data.pop("auth", None)
-        return data
+        return _only_when_set(handler(self), "auth")
 
 
 class OutputGlob(_Msg):
