@@ -384,19 +384,24 @@ class Outbox:
     def resume(self, marks: Mapping[JobKey, int]) -> int:
         """A new session's server stored each attempt's numbered reports up to
         ``marks[key]``: queue the kept ones after that again, first and in order (before
-        whatever was in flight when the last session ended), and forget the attempts the
-        server did not list. How many kept reports are resent. Numbers only go up on the
-        wire, since the server drops a number at or below the last one it stored."""
+        whatever was in flight when the last session ended), and forget the kept reports of
+        the attempts the server did not list (not its current ones: it refuses their
+        reports). How many kept reports are resent. Numbers only go up on the wire, since
+        the server drops a number at or below the last one it stored; an attempt's numbers
+        go on from where they were, so they are forgotten only with the attempt (its finish
+        acknowledged, or handed back)."""
         count = 0
-        for key in list(self._kept):
-            if key not in marks:
-                del self._kept[key]
-                continue
-            kept, mark = self._kept[key], marks[key]
-            again: list[Queued] = [m for _, m, _, _ in kept.sent if (m.n or 0) > mark]
+        for key, kept in self._kept.items():
+            mark = marks.get(key)
+            again: list[Queued] = [
+                m for _, m, _, _ in kept.sent if mark is not None and (m.n or 0) > mark
+            ]
             count += len(again)
             kept.sent.clear()
             kept.units = kept.nbytes = 0
+            if mark is None:
+                kept.forgotten = 0
+                continue
             if kept.forgotten > mark:
                 lost = kept.forgotten - mark
                 note = (

@@ -163,7 +163,7 @@ def test_resume_resends_what_the_server_did_not_store_first_and_in_order() -> No
     assert numbers(drain(box)) == [("job_logs", 5)]  # numbers go on rising
 
 
-def test_resume_forgets_attempts_the_server_does_not_list_and_acked_ones() -> None:
+def test_resume_resends_nothing_the_server_does_not_list_and_ack_forgets_an_attempt() -> None:
     box = Outbox()
     box.numbering = True
     box.put(logs("a", "a1"))
@@ -173,8 +173,10 @@ def test_resume_forgets_attempts_the_server_does_not_list_and_acked_ones() -> No
     assert box.ack(("b", 1))
     assert box.resume({("a", 1): 0, ("b", 1): 0}) == 1  # b's finish was acked: nothing kept
     assert [(m.job_id, m.n) for m in drain(box)] == [("a", 1)]
-    assert box.resume({}) == 0  # a not listed (requeued elsewhere, ended): forgotten
+    assert box.resume({}) == 0  # a not listed (not its current attempt): nothing resent
     assert drain(box) == []
+    box.put(logs("a", "a2"))
+    assert [m.n for m in drain(box)] == [2]  # the attempt's numbers go on
 
 
 def test_reports_older_than_the_window_are_not_kept_and_a_resume_says_so() -> None:
