@@ -287,7 +287,7 @@ class PlacementActor(Actor[PlacementMsg]):
         load = NodeLoad()
         for node_id, demand in self.placed.values():
             if node_id == shape.id:
-                load = load.plus(demand.cpu, demand.ram, demand.gpus)
+                load = load.plus(demand.cpu, demand.ram, demand.gpus, 1, demand.org_id)
         self.fleet.upsert(shape, load)
         self.dirty = self.changed = True
 

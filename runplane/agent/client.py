@@ -111,6 +111,7 @@ from runplane.agent.protocol import (
     encode,
 )
 from runplane.agent.streams import append_teleop, forwarding, make_streams_dir
+from runplane.agent.uids import DEFAULT_LOCK_DIR, UidPool, UidRange
 from runplane.agent.workspace import MountError, mounts_of, prepare_mounts
 
 log = logging.getLogger("runplane.agent")
@@ -141,6 +142,14 @@ HIGH_WATER_UNITS = 2_000
 GPU_WAIT_EXTRA_SEC = 5.0
 #: Largest frame accepted from the server (a ``run`` may carry inline files).
 MAX_INCOMING_MESSAGE = 64 * 1024 * 1024
+
+
+#: Capabilities of how jobs are kept apart: each attempt runs as a uid of its own; or the
+#: jobs share one uid but the operator lets jobs of several orgs run at once
+#: (``--shared-uid-ok``). A node with neither runs one org's jobs at a time (placement).
+UID_PER_JOB = "uid-per-job"
+SHARED_UID_OK = "shared-uid-ok"
+UID_CAPABILITIES = frozenset({UID_PER_JOB, SHARED_UID_OK})
 
 
 class _ProtocolViolation(Exception):
@@ -233,6 +242,8 @@ class _Job:
     streams: Path | None = None
     #: org secret values to mask in its reports (``mask.py``), longest first
     mask: tuple[str, ...] = ()
+    #: who its processes run as: its own uid (``uids.py``), the one job user, or None
+    user: JobUser | None = None
 
     @property
     def key(self) -> JobKey:
@@ -318,6 +329,9 @@ class Agent:
         rng: random.Random | None = None,
         host_paths: Sequence[Path | str] = (),
         run_as: str | None = None,
+        uid_range: str | UidRange | None = None,
+        uid_lock_dir: Path | None = None,
+        shared_uid_ok: bool = False,
         work_dir: Path | None = None,
         executor: str = "process",
         best_effort_limits: bool = False,
@@ -373,8 +387,14 @@ class Agent:
         #: isolation (runplane/agent/isolation.py): settled when the agent starts
         self.allowed_host_paths = tuple(Path(p) for p in host_paths)
         self.run_as = run_as
+        #: the uids a root agent gives its attempts (``uids.py``); None: the default range
+        self.uid_range = UidRange.parse(uid_range) if isinstance(uid_range, str) else uid_range
+        self.uid_lock_dir = uid_lock_dir
+        #: jobs of several orgs may run here at once although they share one uid
+        self.shared_uid_ok = shared_uid_ok
         self.work_dir = work_dir
         self._job_user: JobUser | None = None
+        self._uids: UidPool | None = None
         self._work_root = self.data_dir / "jobs"
         self._host_paths = HostPaths()
         #: limits and executor (runplane/agent/jobplan.py): settled when the agent starts
@@ -420,8 +440,21 @@ class Agent:
 
     @property
     def job_user(self) -> JobUser | None:
-        """The user jobs run as (None: the agent's own); settled when the agent starts."""
+        """The one user every job runs as (``--run-as``); None: the agent's own, or each
+        attempt its own uid (:attr:`uids`). Settled when the agent starts."""
         return self._job_user
+
+    @property
+    def uids(self) -> UidPool | None:
+        """The uids of the attempts of an agent running as root (None: jobs share one
+        uid); settled when the agent starts."""
+        return self._uids
+
+    def uid_capabilities(self) -> list[str]:
+        """What the agent reports of how its jobs are kept apart (placement reads it)."""
+        if self._uids is not None:
+            return [UID_PER_JOB]
+        return [SHARED_UID_OK] if self.shared_uid_ok else []
 
     @property
     def node_id(self) -> str | None:
@@ -555,27 +588,73 @@ class Agent:
         try:
             await self._start_and_serve()
         finally:
+            if self._uids is not None:
+                self._uids.close()
             os.close(lock_fd)  # releases the lock
         log.info("agent stopped")
 
     def _isolate(self) -> None:
         """Settle who jobs run as, where their directories live and which node paths they
-        may copy (``isolation.py``; blocking: may run ``useradd``)."""
+        may copy (``isolation.py``, ``uids.py``; blocking: sweeps what an earlier run of
+        the agent left)."""
         user = resolve_job_user(self.run_as)
-        if user is not None:
+        pool: UidPool | None = None
+        if os.geteuid() == 0 and not self.run_as:
+            pool = UidPool(
+                self.uid_range or UidRange.default(), self.uid_lock_dir or DEFAULT_LOCK_DIR
+            )
+            pool.check()
+        if user is not None or pool is not None:
             protect_data_dir(self.data_dir, self.data_dir / credentials.CREDENTIAL_FILE)
-        self._work_root = prepare_work_root(self.data_dir, user, self.work_dir)
+        reaching = user if user is not None else pool.representative if pool else None
+        self._work_root = prepare_work_root(self.data_dir, reaching, self.work_dir)
         self._job_user = user
+        self._uids = pool
         self._host_paths = HostPaths.of(self.allowed_host_paths, [self.data_dir, self._work_root])
+        if pool is not None:
+            swept = pool.sweep_stale(self._work_root)
+            if swept.killed or swept.removed or swept.handed_back:
+                log.warning(
+                    "swept what earlier jobs left under their uids",
+                    extra={
+                        "killed_processes": swept.killed,
+                        "removed_files": swept.removed,
+                        "handed_back_dirs": swept.handed_back,
+                        "uids": swept.uids[:20],
+                    },
+                )
         fields = {
-            "run_as": user.name if user else "(the agent's own user)",
+            "run_as": (
+                f"a uid of its own per attempt ({pool.uids})"
+                if pool is not None
+                else user.name
+                if user is not None
+                else "(the agent's own user)"
+            ),
             "work_root": str(self._work_root),
             "host_paths": [str(p) for p in self._host_paths.allowed],
         }
         log.info("job isolation", extra=fields)
-        if user is None and os.geteuid() == 0:
+        if pool is None:
+            who = user.name if user is not None else "the agent's own user"
+            if os.geteuid() != 0:
+                why = "the agent is not root: it cannot switch users"
+            else:
+                why = f"--run-as {self.run_as}"
+            log.warning(
+                f"every job runs as {who} ({why}): a job can read another running job's "
+                "environment and files and signal its processes; "
+                + (
+                    "jobs of several orgs may still run here at once (--shared-uid-ok)"
+                    if self.shared_uid_ok
+                    else "placement runs the jobs of one org at a time here "
+                    "(--shared-uid-ok allows several)"
+                ),
+                extra={"shared_uid": True},
+            )
+        if user is None and pool is None and os.geteuid() == 0:
             log.warning("jobs run as root (--run-as root): they can read the node credential")
-        self._settle_limits(user)
+        self._settle_limits(user if user is not None else pool.representative if pool else None)
 
     def _settle_limits(self, user: JobUser | None) -> None:
         """Find what this node enforces and how its jobs start (blocking: probes)."""
@@ -591,6 +670,8 @@ class Agent:
             raise RunAsError(
                 f"running jobs as {user.name} with limits needs setpriv (util-linux) on PATH"
             )
+        if self._uids is not None:
+            user = None  # each attempt's own, put in its launch (_attempt_user)
         self._rules = NodeRules(
             node=self.name or "",
             executor=self.executor,
@@ -641,7 +722,16 @@ class Agent:
             update["name"] = self.name
         if self.max_concurrency:
             update["max_concurrency"] = self.max_concurrency
-        wanted = [*self._rules.capabilities(), *self.extra_capabilities]
+        claimed = [c for c in self.extra_capabilities if c not in UID_CAPABILITIES]
+        if len(claimed) < len(self.extra_capabilities):
+            log.warning(
+                "capabilities about job uids are the agent's own to report: ignored",
+                extra={"ignored": sorted(set(self.extra_capabilities) & UID_CAPABILITIES)},
+            )
+        wanted = [*self._rules.capabilities(), *self.uid_capabilities(), *claimed]
+        reported = [c for c in self._facts.capabilities if c not in UID_CAPABILITIES]
+        if reported != self._facts.capabilities:
+            self._facts = self._facts.model_copy(update={"capabilities": reported})
         extra = [c for c in dict.fromkeys(wanted) if c not in self._facts.capabilities]
         if extra:
             update["capabilities"] = [*self._facts.capabilities, *extra]
@@ -1135,7 +1225,7 @@ class Agent:
             error = "attempt not started yet on this node (its streams directory is not made)"
         else:
             try:
-                append_teleop(job.streams, msg, user=self._job_user)
+                append_teleop(job.streams, msg, user=job.user)
             except OSError as exc:
                 error = f"cannot write {msg.stream}.teleop: {exc.strerror or exc}"
         if error is not None:
@@ -1354,7 +1444,7 @@ class Agent:
                     self.server_url,
                     job.job_id,
                     note=lambda s: self._system(job, s),
-                    owner=self._job_user.uid if self._job_user is not None else None,
+                    owner=job.user.uid if job.user is not None else None,
                 )
                 nursery.cancel_scope.cancel()
 
@@ -1398,10 +1488,11 @@ class Agent:
                 await self._system(job, f"GPUs assigned: {', '.join(gpus)}")
             for note in plan.notes:
                 await self._system(job, note)
+            job.user = await self._attempt_user(job)
+            if self._uids is not None and plan.launch is not None:
+                plan.launch = replace(plan.launch, user=job.user)
             await trio.to_thread.run_sync(make_workdir, job.workdir, self._work_root)
-            job.streams = await trio.to_thread.run_sync(
-                make_streams_dir, job.workdir, self._job_user
-            )
+            job.streams = await trio.to_thread.run_sync(make_streams_dir, job.workdir, job.user)
             failed = await self._prepare(job, spec)
             if failed is not None:
                 await self._on_event(job, failed)
@@ -1417,7 +1508,7 @@ class Agent:
                 # inline_files of older servers are still written by the executor
                 inline_files={} if (spec.workspace or spec.inputs) else dict(spec.inline_files),
                 grace_sec=self.grace_sec,
-                user=self._job_user,
+                user=job.user,
                 launch=plan.launch,
                 streams_dir=job.streams,
                 pod=pod_services(spec.pod),
@@ -1433,7 +1524,7 @@ class Agent:
                 job_id=job.job_id,
                 attempt=job.attempt,
                 note=lambda s: self._system(job, s),
-                owner=self._job_user.uid if self._job_user is not None else None,
+                owner=job.user.uid if job.user is not None else None,
             ):
                 finished = await run_job(exec_spec, report, job.cancel)
             await self._on_event(job, await self._outputs(job, spec, finished))
@@ -1453,6 +1544,43 @@ class Agent:
             self._rules.release(job.key)
             del self._jobs[job.key]
             self._changed.notify()
+            await self._free_user(job)
+
+    async def _attempt_user(self, job: _Job) -> JobUser | None:
+        """Who the attempt's processes run as: a uid of its own (held until
+        :meth:`_free_user`), or the one user of every job."""
+        if self._uids is None:
+            return self._job_user
+        user = await trio.to_thread.run_sync(self._uids.take, job.key)
+        log.info(
+            "job uid taken", extra={"job_id": job.job_id, "attempt": job.attempt, "uid": user.uid}
+        )
+        return user
+
+    async def _free_user(self, job: _Job) -> None:
+        """Give the attempt's uid back once its every process is gone; its directories
+        are handed back to the agent first (``uids.py``). Shielded: an agent stopping at
+        once still frees it (what a killed agent leaves is swept at its next start)."""
+        pool = self._uids
+        if pool is None or pool.uid_of(job.key) is None:
+            return
+        own = [
+            job.workdir,
+            *(job.workdir.with_name(f"{job.workdir.name}{s}") for s in (".deps", ".streams")),
+        ]
+        with trio.CancelScope(shield=True):
+            released = await trio.to_thread.run_sync(pool.release, job.key, own)
+        if released is not None and (released.killed or released.removed):
+            log.info(
+                "job uid swept",
+                extra={
+                    "job_id": job.job_id,
+                    "attempt": job.attempt,
+                    "uid": released.uid,
+                    "killed_processes": released.killed,
+                    "removed_files": released.removed,
+                },
+            )
 
     async def _plan_waiting(self, job: _Job, spec: RunSpec) -> JobPlan:
         """:meth:`_plan`, waiting a while for GPUs still held by a job that is ending: the

@@ -2,12 +2,12 @@
 lives, which node paths its inputs may copy, and which ``isolation`` it can be given.
 See ``docs/executor.md`` (Isolation) and ``docs/agent.md`` for the operator's view.
 
-**The job user.** An agent running as root runs its jobs as an unprivileged user
-(``--run-as USER``; by default ``runplane-job``, created when missing as a system user
-with its own group, no home and no login shell), never as root unless told
-``--run-as root``. The agent's data dir (0700) and its node credential (0600), both
-owned by root, are then out of the jobs' reach. An agent that is not root runs jobs as
-itself (it cannot switch users): jobs can then read its data dir.
+**Who jobs run as.** An agent running as root gives every attempt a uid and gid of its
+own (``uids.py``; ``--uid-range``), never root. ``--run-as USER`` runs every job as that
+one existing user instead (``--run-as root``: as root, the opt-out). The agent's data dir
+(0700) and its node credential (0600), both owned by root, are then out of the jobs'
+reach. An agent that is not root runs jobs as itself (it cannot switch users): jobs can
+then read its data dir, and each other's.
 
 **Working directories.** Without a job user they live in ``<data dir>/jobs`` as before.
 With one, the private data dir cannot hold them (the job user could not reach them), so
@@ -27,20 +27,14 @@ agent's data dir or the work root, even when an allowed directory holds them.
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import pwd
 import shutil
 import stat
-import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-log = logging.getLogger("runplane.agent")
-
-#: The user an agent running as root runs jobs as when ``--run-as`` is not given.
-DEFAULT_JOB_USER = "runplane-job"
 #: Where the work roots of agents with a job user live unless ``--work-dir`` says.
 DEFAULT_WORK_PARENT = Path("/var/lib/runplane")
 #: What the process executor gives of a job's ``isolation``: no sandbox.
@@ -69,67 +63,34 @@ class JobUser:
 
 
 def resolve_job_user(run_as: str | None) -> JobUser | None:
-    """The user jobs run as; None: the agent's own user (blocking: may run ``useradd``).
-
-    ``run_as`` None: ``runplane-job`` (created when missing) for an agent running as root,
-    the agent's own user otherwise. A ``run_as`` naming the agent's own user (``root`` for
-    a root agent: the opt-out) means no switch."""
-    euid = os.geteuid()
-    name = run_as if run_as else (DEFAULT_JOB_USER if euid == 0 else None)
-    if name is None:
+    """The one user every job runs as (``--run-as USER``); None: no such user (a root
+    agent gives each attempt a uid of its own, ``uids.py``; any other runs jobs as
+    itself). A ``run_as`` naming the agent's own user (``root`` for a root agent: the
+    opt-out) means no switch."""
+    if not run_as:
         return None
+    euid = os.geteuid()
     try:
-        entry = pwd.getpwnam(name)
+        entry = pwd.getpwnam(run_as)
     except KeyError:
-        if name != DEFAULT_JOB_USER or euid != 0:
-            raise RunAsError(
-                f"--run-as {name}: no such user on this node; create it (an unprivileged "
-                f"user with a group of its own), or leave --run-as out to use "
-                f"{DEFAULT_JOB_USER} (created when missing)"
-            ) from None
-        entry = create_job_user(name)
+        raise RunAsError(
+            f"--run-as {run_as}: no such user on this node; create it (an unprivileged "
+            "user with a group of its own), or leave --run-as out (a root agent then gives "
+            "every job a uid of its own)"
+        ) from None
     if entry.pw_uid == euid:
         return None  # the agent's own user: nothing to switch
     if euid != 0:
         raise RunAsError(
-            f"--run-as {name}: only an agent running as root can run jobs as another user; "
+            f"--run-as {run_as}: only an agent running as root can run jobs as another user; "
             "leave --run-as out (jobs run as the agent's own user)"
         )
     if entry.pw_gid == 0:
         raise RunAsError(
-            f"--run-as {name}: its primary group is root (gid 0), which would let jobs read "
+            f"--run-as {run_as}: its primary group is root (gid 0), which would let jobs read "
             "root's group-readable files; give it a group of its own"
         )
-    return JobUser(name, entry.pw_uid, entry.pw_gid)
-
-
-def create_job_user(name: str) -> pwd.struct_passwd:
-    """Create ``name`` as a system user with its own group, no home and no login shell."""
-    argv = [
-        "useradd",
-        "--system",
-        "--user-group",
-        "--no-create-home",
-        "--home-dir",
-        "/nonexistent",
-        "--shell",
-        "/usr/sbin/nologin",
-        name,
-    ]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, check=False)
-        problem = done.stderr.strip() or f"useradd exited with code {done.returncode}"
-    except FileNotFoundError:
-        problem = "no useradd on this node"
-    try:  # created, or another agent created it meanwhile
-        entry = pwd.getpwnam(name)
-    except KeyError:
-        raise RunAsError(
-            f"cannot create the job user {name}: {problem}; create an unprivileged user and "
-            "pass it with --run-as USER"
-        ) from None
-    log.info("job user created", extra={"user": name, "uid": entry.pw_uid, "gid": entry.pw_gid})
-    return entry
+    return JobUser(run_as, entry.pw_uid, entry.pw_gid)
 
 
 def protect_data_dir(data_dir: Path, credential: Path) -> None:

@@ -132,6 +132,9 @@ def busy_phrase(reason: str, job: JobDemand) -> tuple[str, str]:
     if reason == f.RAM_FREE:
         text = f"less than {job.ram:g} GB RAM free"
         return ("has " + text, "have " + text)
+    if reason == f.OTHER_ORG:
+        text = "another org's jobs (one org at a time: its jobs share one uid)"
+        return ("runs " + text, "run " + text)
     raise ValueError(f"not a momentary reason: {reason!r}")
 
 

@@ -41,13 +41,15 @@ SLOTS_FULL = "SLOTS_FULL"
 GPU_FREE = "GPU_FREE"
 CPU_FREE = "CPU_FREE"
 RAM_FREE = "RAM_FREE"
+OTHER_ORG = "OTHER_ORG"
 
 #: Every reason, in filter order.
 REASONS: tuple[str, ...] = (
     DISABLED, OWNER, TRUST_TIER, ARCH, CAPABILITY, LIMITS, NO_GPU, GPU_COUNT, GPU_VENDOR,
     CUDA_VERSION, GPU_VRAM, CPU, RAM, DISK, NO_SLOTS, SLOTS_FULL, GPU_FREE, CPU_FREE, RAM_FREE,
+    OTHER_ORG,
 )  # fmt: skip
-MOMENTARY_REASONS: frozenset[str] = frozenset({SLOTS_FULL, GPU_FREE, CPU_FREE, RAM_FREE})
+MOMENTARY_REASONS: frozenset[str] = frozenset({SLOTS_FULL, GPU_FREE, CPU_FREE, RAM_FREE, OTHER_ORG})
 STATIC_REASONS: frozenset[str] = frozenset(REASONS) - MOMENTARY_REASONS
 
 Level = Literal["class", "node", "load"]
@@ -268,6 +270,18 @@ def check_ram_free(node: NodeShape, load: NodeLoad, job: JobDemand) -> Rejection
     return None
 
 
+def check_other_org(node: NodeShape, load: NodeLoad, job: JobDemand) -> Rejection | None:
+    """A node whose jobs share one uid (``one_org``) runs one org's jobs at a time: one
+    job could read another's environment and files there."""
+    if node.one_org and load.runs_other_org(job.org_id):
+        return Rejection(
+            OTHER_ORG,
+            f"node {node.id} runs one org's jobs at a time (its jobs share one uid) and is "
+            "running another org's",
+        )
+    return None
+
+
 #: The filters, in evaluation order. The index relies on this layout: ``disabled`` first,
 #: then every ``class`` filter, then the other ``node`` filters, then the ``load`` ones.
 FILTERS: tuple[Filter, ...] = (
@@ -286,6 +300,7 @@ FILTERS: tuple[Filter, ...] = (
     Filter("gpu_free", "load", check_gpu_free),
     Filter("cpu_free", "load", check_cpu_free),
     Filter("ram_free", "load", check_ram_free),
+    Filter("other_org", "load", check_other_org),
 )
 CLASS_FILTERS: tuple[Filter, ...] = tuple(f for f in FILTERS if f.level == "class")
 NODE_FILTERS: tuple[Filter, ...] = tuple(f for f in FILTERS[1:] if f.level == "node")

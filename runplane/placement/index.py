@@ -45,6 +45,7 @@ from .filters import (
     DISABLED,
     GPU_FREE,
     NODE_FILTERS,
+    OTHER_ORG,
     OWNER,
     RAM_FREE,
     SLOTS_FULL,
@@ -142,7 +143,8 @@ class _Entry:
         self.walkable = cid >= 0 and load.active_jobs < node.max_concurrency
 
     def fits(self, job: JobDemand) -> bool:
-        """CPU, RAM and disk: capacity and free (what eligibility leaves to check)."""
+        """CPU, RAM and disk: capacity and free; one org at a time where the jobs share a
+        uid (what eligibility leaves to check)."""
         node = self.node
         return (
             self.free_cpu >= job.cpu
@@ -150,6 +152,7 @@ class _Entry:
             and node.cpu_cores >= job.cpu_min
             and node.ram_gb >= job.ram_min
             and node.disk_gb >= job.disk_min
+            and not (node.one_org and self.load.runs_other_org(job.org_id))
         )
 
 
@@ -494,13 +497,13 @@ class FleetIndex:
 
     def reserve(self, node_id: str, job: JobDemand) -> NodeLoad:
         """Add ``job``'s reservation to the node's load; returns the new load."""
-        load = self._entries[node_id].load.plus(job.cpu, job.ram, job.gpus, 1)
+        load = self._entries[node_id].load.plus(job.cpu, job.ram, job.gpus, 1, job.org_id)
         self.update_load(node_id, load)
         return load
 
     def release(self, node_id: str, job: JobDemand) -> NodeLoad:
         """Take ``job``'s reservation off the node's load (floored at zero)."""
-        load = self._entries[node_id].load.plus(-job.cpu, -job.ram, -job.gpus, -1)
+        load = self._entries[node_id].load.plus(-job.cpu, -job.ram, -job.gpus, -1, job.org_id)
         self.update_load(node_id, load)
         return load
 
@@ -999,10 +1002,10 @@ class FleetIndex:
 
     def _busy_counts(self, job: JobDemand, matching: tuple[str, ...]) -> dict[str, int]:
         """The momentary filters, fused, over nodes that pass every static one: a node's
-        first reason is SLOTS_FULL, GPU_FREE, CPU_FREE or RAM_FREE (or none)."""
+        first reason is SLOTS_FULL, GPU_FREE, CPU_FREE, RAM_FREE or OTHER_ORG (or none)."""
         thresholds = self.feasibility(job).thresholds
         entries = self._entries
-        slots = gpus = cpu = ram = 0
+        slots = gpus = cpu = ram = other = 0
         need_cpu, need_ram, need_gpu = job.cpu, job.ram, job.gpus
         for nid in matching:
             e = entries[nid]
@@ -1014,4 +1017,6 @@ class FleetIndex:
                 cpu += 1
             elif e.free_ram < need_ram:
                 ram += 1
-        return {SLOTS_FULL: slots, GPU_FREE: gpus, CPU_FREE: cpu, RAM_FREE: ram}
+            elif e.node.one_org and e.load.runs_other_org(job.org_id):
+                other += 1
+        return {SLOTS_FULL: slots, GPU_FREE: gpus, CPU_FREE: cpu, RAM_FREE: ram, OTHER_ORG: other}

@@ -149,6 +149,9 @@ class NodeShape:
     gpu_specs: tuple[tuple[str, float, tuple[int, ...] | None], ...] = field(
         init=False, repr=False, compare=False
     )
+    #: Derived: its jobs share one uid and its operator did not allow several orgs at
+    #: once (neither :data:`UID_PER_JOB` nor :data:`SHARED_UID_OK`): one org at a time.
+    one_org: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -166,6 +169,7 @@ class NodeShape:
         object.__setattr__(
             self, "gpu_specs", tuple((g.vendor, g.vram_gb, cuda_version(g.cuda)) for g in gpus)
         )
+        object.__setattr__(self, "one_org", not (self.capabilities & UID_CAPABILITIES))
 
     @property
     def gpu_count(self) -> int:
@@ -216,6 +220,9 @@ class NodeLoad:
     used_ram: float = 0.0
     used_gpu: int = 0
     active_jobs: int = 0
+    #: (org id, jobs) of the orgs whose jobs hold the load, sorted (jobs of no org, as
+    #: in unit tests, are not counted)
+    orgs: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         _finite("used_cpu", self.used_cpu)
@@ -223,14 +230,31 @@ class NodeLoad:
         _count("used_gpu", self.used_gpu)
         _count("active_jobs", self.active_jobs)
 
-    def plus(self, cpu: float, ram: float, gpus: int, jobs: int = 1) -> NodeLoad:
-        """This load with a job's reservation added (negative values release it, floored at 0)."""
+    def plus(
+        self, cpu: float, ram: float, gpus: int, jobs: int = 1, org: str | None = None
+    ) -> NodeLoad:
+        """This load with a job's reservation added (negative values release it, floored at
+        0); ``org``: the job's org, counted in :attr:`orgs`."""
+        orgs = self.orgs
+        if jobs and org is not None:
+            counts = dict(orgs)
+            left = counts.get(org, 0) + jobs
+            if left > 0:
+                counts[org] = left
+            else:
+                counts.pop(org, None)
+            orgs = tuple(sorted(counts.items()))
         return NodeLoad(
             used_cpu=max(0.0, self.used_cpu + cpu),
             used_ram=max(0.0, self.used_ram + ram),
             used_gpu=max(0, self.used_gpu + gpus),
             active_jobs=max(0, self.active_jobs + jobs),
+            orgs=orgs,
         )
+
+    def runs_other_org(self, org: str | None) -> bool:
+        """Whether jobs of an org other than ``org`` hold some of the load."""
+        return org is not None and any(other != org for other, _ in self.orgs)
 
     @classmethod
     def from_view(cls, view: Mapping[str, Any]) -> NodeLoad:
@@ -527,6 +551,12 @@ class JobDemand:
 
 #: The node capability ``isolation-<kind>`` says its executor gives isolation ``kind``.
 ISOLATION_PREFIX = "isolation-"
+#: The agent gives each attempt a uid of its own (a root agent; ``runplane/agent/uids.py``).
+UID_PER_JOB = "uid-per-job"
+#: Its jobs share one uid, but its operator lets several orgs' jobs run at once
+#: (``runplane agent --shared-uid-ok``). A node with neither runs one org at a time.
+SHARED_UID_OK = "shared-uid-ok"
+UID_CAPABILITIES = frozenset({UID_PER_JOB, SHARED_UID_OK})
 
 #: limit -> the node capability that says its agent enforces it (``runplane/agent/limits.py``
 #: reports them). ``gpu_count`` and ``timeout_sec`` every agent enforces.
@@ -567,6 +597,9 @@ __all__ = [
     "DEFAULT_RAM_GB",
     "ISOLATION_PREFIX",
     "LIMIT_CAPABILITIES",
+    "SHARED_UID_OK",
+    "UID_CAPABILITIES",
+    "UID_PER_JOB",
     "WEIGHT_NAMES",
     "CreatedAt",
     "DemandError",

@@ -231,7 +231,7 @@ def reference_plan(
             result.waiting[job.job_id] = outcome
             continue
         node, load = work[outcome.node_id]
-        load = load.plus(job.cpu, job.ram, job.gpus, 1)
+        load = load.plus(job.cpu, job.ram, job.gpus, 1, job.org_id)
         work[outcome.node_id] = (node, load)
         result.loads[outcome.node_id] = load
         result.assignments.append(

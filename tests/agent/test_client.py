@@ -337,9 +337,10 @@ async def test_enroll_saves_credential_then_reconnects_with_it(
     assert first.protocol == PROTOCOL_VERSION
     assert first.agent_version == __version__
     # the given facts, with what this node enforces of jobs' limits (docs/executor.md)
-    assert first.facts == FACTS.model_copy(
-        update={"capabilities": [*FACTS.capabilities, *agent._rules.capabilities()]}
-    )
+    # and how it keeps jobs apart (uid-per-job as root: docs/executor.md, Isolation)
+    own = [*agent._rules.capabilities(), *agent.uid_capabilities()]
+    assert first.facts == FACTS.model_copy(update={"capabilities": [*FACTS.capabilities, *own]})
+    assert ("uid-per-job" in first.facts.capabilities) is (os.geteuid() == 0)
     assert first.channel == "stable"
     assert first.running == []
 

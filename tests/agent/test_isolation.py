@@ -21,7 +21,6 @@ from runplane.agent.client import Agent
 from runplane.agent.errors import AgentError
 from runplane.agent.executor import ExecSpec, Finished, LogLines, run_job
 from runplane.agent.isolation import (
-    DEFAULT_JOB_USER,
     HostPathRefused,
     HostPaths,
     RunAsError,
@@ -35,6 +34,7 @@ from runplane.agent.isolation import (
 )
 from runplane.agent.outputs import match_outputs
 from runplane.agent.protocol import JobFinished, JobLogs, MountSpec, OutputGlob
+from runplane.agent.uids import DEFAULT_UID_RANGE, attempt_user
 from runplane.agent.workspace import (
     Mount,
     MountError,
@@ -232,7 +232,7 @@ def test_a_run_as_user_that_does_not_exist_is_refused() -> None:
         resolve_job_user("no-such-user-rp")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="as root jobs run as the job user")
+@pytest.mark.skipif(os.geteuid() == 0, reason="as root each job runs as a uid of its own")
 def test_an_agent_that_is_not_root_runs_jobs_as_itself() -> None:
     assert resolve_job_user(None) is None
     assert resolve_job_user(pwd.getpwuid(os.geteuid()).pw_name) is None
@@ -241,21 +241,18 @@ def test_an_agent_that_is_not_root_runs_jobs_as_itself() -> None:
 
 
 @root_only
-def test_a_root_agent_runs_jobs_as_its_job_user_unless_told_root() -> None:
-    user = resolve_job_user(None)
-    assert user is not None
-    assert user.name == DEFAULT_JOB_USER
-    entry = pwd.getpwnam(DEFAULT_JOB_USER)
-    assert (user.uid, user.gid) == (entry.pw_uid, entry.pw_gid)
-    assert user.uid != 0 and user.gid != 0
-    assert entry.pw_shell == "/usr/sbin/nologin"
+def test_a_root_agent_runs_jobs_as_one_user_only_when_told() -> None:
+    # without --run-as each attempt gets a uid of its own (tests/agent/test_job_uids.py)
+    assert resolve_job_user(None) is None
     assert resolve_job_user("root") is None  # the opt-out: the agent's own user
+    user = resolve_job_user("nobody")
+    assert user is not None
+    assert (user.uid, user.gid) == (65534, 65534)
 
 
 @root_only
 def test_the_work_root_must_be_reachable_by_the_job_user(tmp_path: Path) -> None:
-    user = resolve_job_user(None)
-    assert user is not None
+    user = attempt_user(DEFAULT_UID_RANGE[0])
     data = tmp_path / "agent"
     data.mkdir()
     # pytest's tmp_path lies under /tmp/pytest-of-root (0700): the job user cannot pass
@@ -296,8 +293,7 @@ async def test_an_agent_whose_job_user_is_unusable_stops_saying_so(tmp_path: Pat
 async def test_jobs_run_as_the_job_user_and_cannot_read_the_agents_files(
     tmp_path: Path,
 ) -> None:
-    user = resolve_job_user(None)
-    assert user is not None
+    user = attempt_user(DEFAULT_UID_RANGE[0] + 7)
     work_root = reachable_work_dir()
     assert work_root is not None
     work_root.mkdir(mode=0o711)
@@ -359,8 +355,7 @@ async def test_jobs_run_as_the_job_user_and_cannot_read_the_agents_files(
 
 @root_only
 async def test_requirements_install_as_the_job_user(tmp_path: Path) -> None:
-    user = resolve_job_user(None)
-    assert user is not None
+    user = attempt_user(DEFAULT_UID_RANGE[0] + 8)
     work_root = reachable_work_dir()
     assert work_root is not None
     work_root.mkdir(mode=0o711)

@@ -22,7 +22,7 @@ import pytest
 from runplane.agent import cgroups
 from runplane.agent.executor import ExecSpec, Finished, LogLines, run_job
 from runplane.agent.gpus import GpuPool, visible_env
-from runplane.agent.isolation import JobUser, make_workdir, prepare_work_root, resolve_job_user
+from runplane.agent.isolation import JobUser, make_workdir, prepare_work_root
 from runplane.agent.jobplan import NodeRules
 from runplane.agent.launch import (
     CommandNotExecutable,
@@ -32,6 +32,7 @@ from runplane.agent.launch import (
 )
 from runplane.agent.limits import LIMIT_CAPABILITIES, Enforcement, JobLimits, probe
 from runplane.agent.protocol import Gpu, RunLimits
+from runplane.agent.uids import DEFAULT_UID_RANGE, attempt_user
 from runplane.placement.model import LIMIT_CAPABILITIES as PLACEMENT_LIMITS
 
 from .workroot import reachable_work_dir
@@ -51,7 +52,8 @@ PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.execu
 
 @pytest.fixture
 def work_root(tmp_path: Path) -> Iterator[tuple[Path, JobUser | None]]:
-    user = resolve_job_user(None)
+    # as root, a uid of the range as each attempt gets (uids.py); else the agent's own
+    user = attempt_user(DEFAULT_UID_RANGE[0] + 9) if os.geteuid() == 0 else None
     root = prepare_work_root(tmp_path / "agent", user, reachable_work_dir())
     yield root, user
 

@@ -15,9 +15,11 @@ from typing import Any
 import httpx
 import pytest
 
-from runplane.agent.isolation import DEFAULT_JOB_USER, default_work_root
+from runplane.agent.isolation import default_work_root
+from runplane.agent.uids import UidRange
 
 from .conftest import (
+    ADMIN,
     LiveServer,
     StartAgent,
     job_logs,
@@ -124,11 +126,9 @@ async def test_a_root_agents_jobs_run_as_its_job_user_and_cannot_read_the_creden
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
 
-    import pwd
-
-    user = pwd.getpwnam(DEFAULT_JOB_USER)
-    assert stdout[0] == str(user.pw_uid) != "0"
-    assert stdout[1] == str(user.pw_gid)  # its own group only, none of root's
+    uid = int(stdout[0])
+    assert uid in UidRange.default()  # a uid of its own (tests/agent/test_job_uids.py)
+    assert stdout[1] == str(uid)  # its own group only, none of root's
     assert stdout[2] == f"HOME={work_root}/{view['job_id']}/1"
     assert "LEAKED" not in stdout and "LISTED" not in stdout
     assert not any(credential_text in line for line in stdout + stderr + system)
@@ -145,6 +145,55 @@ async def test_a_root_agents_jobs_run_as_its_job_user_and_cannot_read_the_creden
     assert agent.data_dir.stat().st_uid == 0
     assert stat.S_IMODE(credential.stat().st_mode) == 0o600
     assert not work_root.exists() or stat.S_IMODE(work_root.stat().st_mode) == 0o711
+
+
+TENANT_KEY = "zz-private-value-123"
+SECRET = "s3cr3t-of-job-a-0123456789"
+#: the issue's probe: every process's environment, searched for job A's values
+ENVIRON_SCAN = (
+    'for f in /proc/[0-9]*/environ; do tr "\\0" "\\n" < $f | grep -e OTHER_TENANT -e s3cr3t; '
+    "done 2>/dev/null; echo scanned"
+)
+
+
+@root_only
+async def test_a_job_cannot_read_the_environment_of_another_running_job(
+    server: LiveServer, start_agent: StartAgent
+) -> None:
+    """Issue 35: job B scanned /proc/*/environ and printed job A's env and secrets (both
+    ran as one uid). Now each attempt has its own uid: B finds nothing of A."""
+    agent = start_agent(server.url, "walls")  # no flags: the defaults
+    try:
+        async with server.client() as client:
+            put = await client.put(
+                "/v1/secrets/JOB_A_TOKEN?org=org_default",
+                json={"value": SECRET},
+                headers={"Authorization": f"Bearer {ADMIN}"},
+            )
+            assert put.status_code == 201, put.text
+            await wait_for(lambda: online_nodes(client), 30, "the agent to come online")
+            a_id = await submit(
+                client,
+                {
+                    "stack": "shell",
+                    "command": ["sh", "-c", "id -u; exec sleep 30"],
+                    "env": {"OTHER_TENANT_KEY": TENANT_KEY, "T": "${secrets.JOB_A_TOKEN}"},
+                },
+            )
+            await wait_phase(client, a_id, "running")
+            b = await _run(client, {"command": ["sh", "-c", f"id -u; {ENVIRON_SCAN}"]})
+            assert b["phase"] == "succeeded", b
+            b_out = await job_logs(client, b["job_id"], "stdout")
+            a_out = await job_logs(client, a_id, "stdout")
+            await client.post(f"/v1/jobs/{a_id}/cancel")
+            await wait_phase(client, a_id, "cancelled", "failed", "succeeded")
+    finally:
+        shutil.rmtree(default_work_root(agent.data_dir), ignore_errors=True)
+    assert b_out[-1] == "scanned"
+    assert b_out[1:] == ["scanned"], b_out  # before: OTHER_TENANT_KEY=zz-private-value-123
+    assert a_out[0] != b_out[0] and {int(a_out[0]), int(b_out[0])} <= set(
+        range(UidRange.default().first, UidRange.default().last + 1)
+    )
 
 
 async def test_a_job_asking_gvisor_of_a_process_node_fails_saying_why(

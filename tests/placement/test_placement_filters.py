@@ -24,6 +24,7 @@ from runplane.placement import (
     MOMENTARY_REASONS,
     NO_GPU,
     NO_SLOTS,
+    OTHER_ORG,
     OWNER,
     RAM,
     RAM_FREE,
@@ -73,6 +74,8 @@ def gpu_job(count: int = 1, **req: Any) -> JobDemand:
 IDLE = NodeLoad()
 
 # (filter, node overrides, load, job, expected reason or None)
+ORG_A = JobDemand("j", org_id="org_a")
+
 CASES: list[tuple[str, dict[str, Any], NodeLoad, JobDemand, str | None]] = [
     ("disabled", {}, IDLE, JobDemand("j"), None),
     ("disabled", {"disabled": True}, IDLE, JobDemand("j"), DISABLED),
@@ -182,6 +185,13 @@ CASES: list[tuple[str, dict[str, Any], NodeLoad, JobDemand, str | None]] = [
     ("cpu_free", {}, NodeLoad(used_cpu=16), JobDemand("j"), CPU_FREE),  # 1-core default
     ("ram_free", {}, NodeLoad(used_ram=48), JobDemand("j", ram_gb=16), None),
     ("ram_free", {}, NodeLoad(used_ram=49), JobDemand("j", ram_gb=16), RAM_FREE),
+    # Jobs sharing one uid: one org at a time, unless each job has its own uid or the
+    # operator allows it (shared-uid-ok).
+    ("other_org", {}, NodeLoad(active_jobs=1, orgs=(("org_b", 1),)), ORG_A, OTHER_ORG),
+    ("other_org", {}, NodeLoad(active_jobs=2, orgs=(("org_a", 2),)), ORG_A, None),
+    ("other_org", {}, NodeLoad(active_jobs=1, orgs=(("org_b", 1),)), JobDemand("j"), None),
+    ("other_org", {"capabilities": {"uid-per-job"}}, NodeLoad(orgs=(("org_b", 1),)), ORG_A, None),
+    ("other_org", {"capabilities": {"shared-uid-ok"}}, NodeLoad(orgs=(("org_b", 1),)), ORG_A, None),
 ]
 
 
@@ -207,7 +217,7 @@ def test_every_filter_has_pass_and_reject_cases() -> None:
 
 
 def test_static_and_momentary_are_split() -> None:
-    assert {SLOTS_FULL, GPU_FREE, CPU_FREE, RAM_FREE} == MOMENTARY_REASONS
+    assert {SLOTS_FULL, GPU_FREE, CPU_FREE, RAM_FREE, OTHER_ORG} == MOMENTARY_REASONS
     assert STATIC_REASONS.isdisjoint(MOMENTARY_REASONS)
     assert all(f.static for f in STATIC_FILTERS)
     assert not any(f.static for f in MOMENTARY_FILTERS)

@@ -13,6 +13,7 @@ from runplane.placement import (
     GPU_FREE,
     GPU_VRAM,
     NO_GPU,
+    OTHER_ORG,
     SLOTS_FULL,
     Assignment,
     FleetIndex,
@@ -28,6 +29,7 @@ from runplane.placement import (
     place,
     plan,
     queue_order,
+    reference_place,
 )
 
 RTX = Gpu("RTX 4090", "nvidia", 24, "12.4")
@@ -253,3 +255,32 @@ def test_explain_turns_counts_into_one_sentence(
     counts: dict[str, int], job: JobDemand, sentence: str
 ) -> None:
     assert explain(counts, job) == sentence
+
+
+def test_a_node_whose_jobs_share_one_uid_runs_one_org_at_a_time() -> None:
+    shared = n("shared", max_concurrency=4)
+    own_uids = n("own-uids", max_concurrency=4, capabilities={"uid-per-job"})
+    busy = NodeLoad(used_cpu=1, used_ram=2, active_jobs=1, orgs=(("org_b", 1),))
+    fleet = FleetIndex([(shared, busy)])
+    result = plan([j("a1", org_id="org_a"), j("b2", org_id="org_b")], fleet)
+    assert [(a.job_id, a.node_id) for a in result.assignments] == [("b2", "shared")]
+    waiting = result.waiting["a1"]
+    assert not waiting.static
+    assert waiting.counts == {OTHER_ORG: 1}
+    assert waiting.reason == (
+        "waiting for free capacity: 1 node matches but is busy (1 node runs another org's "
+        "jobs (one org at a time: its jobs share one uid))"
+    )
+    # the last job of the other org gone, the node takes the first org's
+    fleet.release("shared", j("b1", org_id="org_b"))
+    assert fleet.load("shared").orgs == ()
+    assert [a.node_id for a in plan([j("a1", org_id="org_a")], fleet).assignments] == ["shared"]
+    # a node giving each job its own uid mixes orgs
+    mixed = FleetIndex([(own_uids, busy)])
+    assert [a.node_id for a in plan([j("a1", org_id="org_a")], mixed).assignments] == ["own-uids"]
+    # the index agrees with the brute-force reference, placed or waiting
+    a1 = j("a1", org_id="org_a")
+    for pairs in ([(shared, busy)], [(shared, busy), (own_uids, busy)]):
+        got, want = place(a1, FleetIndex(pairs)), reference_place(a1, pairs)
+        assert getattr(got, "node_id", None) == getattr(want, "node_id", None)
+        assert getattr(got, "reason", None) == getattr(want, "reason", None)

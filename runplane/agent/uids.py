@@ -1,0 +1,562 @@
+"""A uid and gid of its own for every running attempt (an agent running as root).
+
+An agent running as root runs each attempt as a uid taken from a range it owns
+(``runplane agent --uid-range FIRST-LAST``, :data:`DEFAULT_UID_RANGE` by default), numeric
+only: no passwd entry is needed (``setpriv`` and ``subprocess`` take numbers). The gid is
+the same number. So one job cannot read another's ``/proc/<pid>/environ`` or ``fd``, signal
+its processes, or enter its working directory (0700, its own): the kernel's checks between
+uids do it, as systemd's ``DynamicUser=`` and Nomad's exec driver rely on.
+
+**Who holds a uid.** Each uid in use is held with an ``flock`` on ``<lock dir>/<uid>``
+(``/run/runplane/uids`` by default), taken when an attempt starts and released when it
+has ended: agents on one host (several data dirs) share a range safely, and a crashed
+agent's locks go with its process.
+
+**Taking** (:meth:`UidPool.take`): the first uid whose lock is free, counting on from the
+last one taken (a freed uid is reused last), is swept first: whatever a crashed agent's
+job left behind under it (processes, files in the shared temp dirs, System V IPC) is
+killed or removed before the new attempt gets it.
+
+**Giving back** (:meth:`UidPool.release`): every process of the uid is SIGKILLed and found
+gone (the job's cgroup, where there is one, went first; the uid finds what left it or a
+node without cgroups), then its files in the shared temp dirs and its IPC objects are
+removed, then the attempt's own directories (workdir, ``.deps``, ``.streams``) are handed
+back to the agent (owner root, top 0700), and only then is the lock released. A uid whose
+processes do not die (a process stuck in the kernel) stays held and is tried again at the
+next take.
+
+**At start** (:meth:`UidPool.sweep_stale`) the agent, which resumes no running attempt
+(a restarted agent starts with none), sweeps every uid of its range that no live agent
+holds: leftovers of its previous run are killed and removed before any job starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import grp
+import logging
+import os
+import pwd
+import random
+import shutil
+import signal
+import stat
+import subprocess
+import threading
+import time
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runplane.agent.isolation import JobUser, RunAsError
+
+log = logging.getLogger("runplane.agent")
+
+#: The uids of a root agent's attempts unless ``--uid-range`` says: well above system
+#: (< 1000) and login users (< 60000), systemd's dynamic users (61184-65519), the usual
+#: subordinate ranges of rootless containers (from 100000) and systemd-nspawn's container
+#: range (524288-1878982655); below 2^31, which some programs treat as negative.
+DEFAULT_UID_RANGE = (1_950_000_000, 1_950_065_535)
+#: Where the per-uid locks live (a tmpfs: they mean nothing after a reboot).
+DEFAULT_LOCK_DIR = Path("/run/runplane/uids")
+#: Directories every uid may write to, swept of a freed uid's files (recursively through
+#: their world-writable subdirectories only: elsewhere the uid could not create anything).
+SHARED_DIRS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"), Path("/dev/mqueue"))
+#: How long a release waits for the uid's processes to be gone after SIGKILL.
+KILL_TIMEOUT_SEC = 5.0
+_SHARED_DEPTH = 8
+#: ``/proc/sysvipc`` tables: (file, id column, ``ipcrm`` option).
+_IPC_TABLES = (("shm", "shmid", "-m"), ("msg", "msqid", "-q"), ("sem", "semid", "-s"))
+
+
+@dataclass(frozen=True, slots=True)
+class UidRange:
+    """An inclusive range of uids (``FIRST-LAST``)."""
+
+    first: int
+    last: int
+
+    def __post_init__(self) -> None:
+        if not 1000 <= self.first <= self.last < 2**31 - 1:
+            raise ValueError(
+                f"uid range {self.first}-{self.last}: give FIRST-LAST with "
+                f"1000 <= FIRST <= LAST < {2**31 - 1}, e.g. "
+                f"{DEFAULT_UID_RANGE[0]}-{DEFAULT_UID_RANGE[1]}"
+            )
+
+    @classmethod
+    def parse(cls, text: str) -> UidRange:
+        first, sep, last = text.strip().partition("-")
+        try:
+            if not sep:
+                raise ValueError
+            return cls(int(first), int(last))
+        except ValueError as exc:
+            if str(exc).startswith("uid range"):
+                raise
+            raise ValueError(
+                f"--uid-range {text!r}: give FIRST-LAST, two numbers, e.g. "
+                f"{DEFAULT_UID_RANGE[0]}-{DEFAULT_UID_RANGE[1]}"
+            ) from None
+
+    @classmethod
+    def default(cls) -> UidRange:
+        return cls(*DEFAULT_UID_RANGE)
+
+    def __contains__(self, uid: object) -> bool:
+        return isinstance(uid, int) and self.first <= uid <= self.last
+
+    def __len__(self) -> int:
+        return self.last - self.first + 1
+
+    def __str__(self) -> str:
+        return f"{self.first}-{self.last}"
+
+
+@dataclass(slots=True)
+class Released:
+    """What giving a uid back found and did."""
+
+    uid: int
+    killed: int = 0
+    removed: int = 0
+    #: False: a process of the uid did not die; the uid stays held
+    freed: bool = True
+
+
+@dataclass(slots=True)
+class Swept:
+    """What the start-up sweep found of earlier runs."""
+
+    killed: int = 0
+    removed: int = 0
+    handed_back: int = 0
+    uids: list[int] = field(default_factory=list)
+
+
+def attempt_user(uid: int) -> JobUser:
+    return JobUser(f"uid {uid}", uid, uid)
+
+
+class UidPool:
+    """The uids of one agent's attempts (see the module doc). :meth:`take`,
+    :meth:`release` and :meth:`sweep_stale` block: run them in a worker thread."""
+
+    def __init__(
+        self,
+        uids: UidRange,
+        lock_dir: Path = DEFAULT_LOCK_DIR,
+        shared_dirs: tuple[Path, ...] = SHARED_DIRS,
+    ) -> None:
+        self.uids = uids
+        self.lock_dir = lock_dir
+        self.shared_dirs = shared_dirs
+        self._mutex = threading.Lock()
+        self._held: dict[Hashable, tuple[int, int]] = {}  # holder -> (uid, lock fd)
+        self._stuck: dict[int, int] = {}  # uid -> lock fd: processes that would not die
+        self._next = uids.first + random.randrange(len(uids))
+
+    # -- start
+
+    def check(self) -> None:
+        """Refuse a range holding a user or group of this node (its files and processes
+        would be a job's); create the lock dir (blocking)."""
+        for entry in pwd.getpwall():
+            if entry.pw_uid in self.uids:
+                raise RunAsError(
+                    f"--uid-range {self.uids}: uid {entry.pw_uid} is the user {entry.pw_name} "
+                    "of this node; give a range no user or group of the node is in"
+                )
+        for group in grp.getgrall():
+            if group.gr_gid in self.uids:
+                raise RunAsError(
+                    f"--uid-range {self.uids}: gid {group.gr_gid} is the group "
+                    f"{group.gr_name} of this node; give a range no user or group is in"
+                )
+        for parent in reversed(self.lock_dir.parents):
+            if not parent.exists():
+                parent.mkdir(mode=0o755)
+        self.lock_dir.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(self.lock_dir)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            raise RunAsError(
+                f"uid lock dir {self.lock_dir} must be a directory of the agent's user"
+            )
+        os.chmod(self.lock_dir, 0o700)
+
+    @property
+    def representative(self) -> JobUser:
+        """A user of the range, for checks every attempt's user passes alike (what
+        ``others`` may do: no uid of the range owns anything of the node)."""
+        return attempt_user(self.uids.first)
+
+    def sweep_stale(self, work_root: Path | None = None) -> Swept:
+        """Kill and remove what uids of the range that no live agent holds left behind,
+        and hand back to the agent every attempt directory of ``work_root`` that a uid
+        of the range still owns (this agent resumes no attempt)."""
+        swept = Swept()
+        found = sorted(set(_processes_of(self.uids)) | set(_ipc_owners(self.uids)))
+        for uid in found:
+            fd = self._lock(uid)
+            if fd is None:
+                continue  # another agent's running attempt
+            try:
+                swept.killed += _kill_uid(uid)
+                swept.uids.append(uid)
+            finally:
+                os.close(fd)
+        free = _Unheld(self)
+        swept.removed += _remove_shared(self.shared_dirs, free)
+        swept.removed += _remove_ipc(free)
+        if work_root is not None:
+            swept.handed_back += _take_back_stale(work_root, self.uids)
+        return swept
+
+    # -- attempts
+
+    def take(self, holder: Hashable) -> JobUser:
+        """A free uid for ``holder``, swept clean first (RunAsError when all are held)."""
+        self._retry_stuck()
+        with self._mutex:
+            held = self._held.get(holder)
+            if held is not None:
+                return attempt_user(held[0])
+            start = self._next
+        size = len(self.uids)
+        for step in range(size):
+            uid = self.uids.first + (start - self.uids.first + step) % size
+            fd = self._lock(uid)
+            if fd is None:
+                continue
+            try:
+                _kill_uid(uid)  # a crashed agent's leftovers: gone before the job comes
+            except _StillAlive:
+                with self._mutex:
+                    self._stuck[uid] = fd
+                continue
+            with self._mutex:
+                self._held[holder] = (uid, fd)
+                self._next = uid + 1 if uid < self.uids.last else self.uids.first
+            only = _Only(uid)
+            _remove_shared(self.shared_dirs, only)
+            _remove_ipc(only)
+            return attempt_user(uid)
+        raise RunAsError(f"every uid of the range {self.uids} is in use on this node")
+
+    def release(self, holder: Hashable, own_dirs: Iterable[Path] = ()) -> Released | None:
+        """Give ``holder``'s uid back: its processes killed, its shared files and IPC
+        removed, ``own_dirs`` handed back to the agent, then the lock released. None
+        when ``holder`` holds none."""
+        with self._mutex:
+            held = self._held.get(holder)
+        if held is None:
+            return None
+        uid, fd = held
+        result = Released(uid)
+        try:
+            result.killed = _kill_uid(uid)
+        except _StillAlive:
+            result.freed = False
+            with self._mutex:
+                del self._held[holder]
+                self._stuck[uid] = fd
+            log.error(
+                "job uid not freed: its processes did not die",
+                extra={"uid": uid, "timeout_sec": KILL_TIMEOUT_SEC},
+            )
+            return result
+        try:
+            only = _Only(uid)
+            result.removed = _remove_shared(self.shared_dirs, only) + _remove_ipc(only)
+            for path in own_dirs:
+                take_back(path)
+        finally:
+            with self._mutex:
+                del self._held[holder]  # held until now: never given out half swept
+            os.close(fd)
+        return result
+
+    def in_use(self) -> dict[Hashable, int]:
+        """Holder -> uid of every uid this pool holds now."""
+        with self._mutex:
+            return {holder: uid for holder, (uid, _) in self._held.items()}
+
+    def uid_of(self, holder: Hashable) -> int | None:
+        with self._mutex:
+            held = self._held.get(holder)
+        return held[0] if held is not None else None
+
+    def close(self) -> None:
+        """Release every lock (the agent stops; what is left is swept at the next start)."""
+        with self._mutex:
+            fds = [fd for _, fd in self._held.values()] + list(self._stuck.values())
+            self._held.clear()
+            self._stuck.clear()
+        for fd in fds:
+            os.close(fd)
+
+    def _retry_stuck(self) -> None:
+        with self._mutex:
+            stuck = dict(self._stuck)
+        for uid, fd in stuck.items():
+            try:
+                _kill_uid(uid, timeout=0.2)
+            except _StillAlive:
+                continue
+            only = _Only(uid)
+            _remove_shared(self.shared_dirs, only)
+            _remove_ipc(only)
+            with self._mutex:
+                self._stuck.pop(uid, None)
+            os.close(fd)
+            log.info("job uid freed at last", extra={"uid": uid})
+
+    def _lock(self, uid: int) -> int | None:
+        """The uid's lock, taken (its fd), or None when another holds it."""
+        with self._mutex:
+            if any(u == uid for u, _ in self._held.values()) or uid in self._stuck:
+                return None
+        fd = os.open(self.lock_dir / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd
+
+    def _is_held_elsewhere(self, uid: int) -> bool:
+        """Whether a live agent (this one included) holds ``uid`` now."""
+        fd = self._lock(uid)
+        if fd is None:
+            return True
+        os.close(fd)
+        return False
+
+
+class _Only:
+    """Selects one uid."""
+
+    def __init__(self, uid: int) -> None:
+        self.uid = uid
+
+    def __call__(self, uid: int) -> bool:
+        return uid == self.uid
+
+
+class _Unheld:
+    """Selects the uids of a pool's range that no live agent holds (asked once each)."""
+
+    def __init__(self, pool: UidPool) -> None:
+        self.pool = pool
+        self.known: dict[int, bool] = {}
+
+    def __call__(self, uid: int) -> bool:
+        if uid not in self.pool.uids:
+            return False
+        if uid not in self.known:
+            self.known[uid] = not self.pool._is_held_elsewhere(uid)
+        return self.known[uid]
+
+
+# --------------------------------------------------------------------------- processes
+
+
+class _StillAlive(Exception):
+    pass
+
+
+def _status_uids(pid: str) -> tuple[set[int], bool] | None:
+    """The real, effective and saved uids of a process, and whether it is a zombie."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            text = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    uids: set[int] = set()
+    zombie = False
+    for line in text.splitlines():
+        if line.startswith("State:"):
+            zombie = "Z" in line.split()[1:2] or "X" in line.split()[1:2]
+        elif line.startswith("Uid:"):
+            uids = {int(v) for v in line.split()[1:4]}
+            break
+    return uids, zombie
+
+
+def _processes_of(uids: UidRange | set[int]) -> dict[int, list[int]]:
+    """uid -> pids of the live (not zombie) processes whose real, effective or saved uid
+    is one of ``uids``."""
+    out: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        found = _status_uids(name)
+        if found is None or found[1]:
+            continue
+        for uid in found[0]:
+            if uid in uids:
+                out.setdefault(uid, []).append(int(name))
+                break
+    return out
+
+
+def _kill_uid(uid: int, timeout: float = KILL_TIMEOUT_SEC) -> int:
+    """SIGKILL every process of ``uid`` until none is left; how many were killed.
+    Raises :class:`_StillAlive` when some are still there after ``timeout``."""
+    killed: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = _processes_of({uid}).get(uid, [])
+        if not pids:
+            return len(killed)
+        if time.monotonic() > deadline:
+            raise _StillAlive(uid)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.005)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _remove_shared(dirs: Iterable[Path], owned: _Only | _Unheld) -> int:
+    """Remove what the selected uids own in the shared dirs; how many entries."""
+    removed = 0
+    for top in dirs:
+        removed += _remove_owned(str(top), owned, _SHARED_DEPTH)
+    return removed
+
+
+def _remove_owned(directory: str, owned: _Only | _Unheld, depth: int) -> int:
+    removed = 0
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if owned(st.st_uid):
+            try:
+                if stat.S_ISDIR(st.st_mode):
+                    shutil.rmtree(entry.path)  # descriptor-based: follows no symlink
+                else:
+                    os.unlink(entry.path)
+                removed += 1
+            except OSError as exc:
+                log.warning(
+                    "cannot remove a job uid's file",
+                    extra={"path": entry.path, "uid": st.st_uid, "error": str(exc)},
+                )
+        elif stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_IWOTH and depth > 0:
+            removed += _remove_owned(entry.path, owned, depth - 1)
+    return removed
+
+
+def take_back(top: Path) -> None:
+    """Hand ``top`` and everything in it back to the agent's user (no symlink followed),
+    ``top`` made 0700: no uid reusing the job's finds anything of it. Missing: nothing."""
+    try:
+        st = os.lstat(top)
+    except FileNotFoundError:
+        return
+    uid, gid = os.geteuid(), os.getegid()
+    if stat.S_ISDIR(st.st_mode):
+        for dirpath, dirnames, filenames in os.walk(top, topdown=False):
+            for name in dirnames + filenames:
+                path = os.path.join(dirpath, name)
+                with contextlib.suppress(FileNotFoundError):
+                    os.lchown(path, uid, gid)
+        os.chmod(top, 0o700)
+    os.lchown(top, uid, gid)
+
+
+def _take_back_stale(work_root: Path, uids: UidRange) -> int:
+    """Hand back every ``<job>/<attempt>[.deps|.streams]`` entry of ``work_root`` a uid of
+    the range owns; how many."""
+    count = 0
+    try:
+        jobs = list(os.scandir(work_root))
+    except OSError:
+        return 0
+    for job in jobs:
+        if not job.is_dir(follow_symlinks=False):
+            continue
+        try:
+            attempts = list(os.scandir(job.path))
+        except OSError:
+            continue
+        for entry in attempts:
+            try:
+                owner = entry.stat(follow_symlinks=False).st_uid
+            except OSError:
+                continue
+            if owner in uids:
+                take_back(Path(entry.path))
+                count += 1
+    return count
+
+
+# --------------------------------------------------------------------------- System V IPC
+
+
+def _ipc_rows(table: str, id_column: str) -> list[tuple[int, set[int]]]:
+    """(id, {uid, cuid}) of every object of one ``/proc/sysvipc`` table."""
+    try:
+        lines = Path(f"/proc/sysvipc/{table}").read_text().splitlines()
+    except OSError:
+        return []
+    if not lines:
+        return []
+    header = lines[0].split()
+    try:
+        at_id, at_uid, at_cuid = (header.index(c) for c in (id_column, "uid", "cuid"))
+    except ValueError:
+        return []
+    rows = []
+    for line in lines[1:]:
+        cols = line.split()
+        if len(cols) > max(at_id, at_uid, at_cuid):
+            rows.append((int(cols[at_id]), {int(cols[at_uid]), int(cols[at_cuid])}))
+    return rows
+
+
+def _ipc_owners(uids: UidRange) -> set[int]:
+    return {
+        uid
+        for table, column, _ in _IPC_TABLES
+        for _, owners in _ipc_rows(table, column)
+        for uid in owners
+        if uid in uids
+    }
+
+
+def _remove_ipc(owned: _Only | _Unheld) -> int:
+    """Remove the System V IPC objects (shared memory, queues, semaphores) the selected
+    uids own or created; how many."""
+    removed = 0
+    for table, column, option in _IPC_TABLES:
+        for ident, owners in _ipc_rows(table, column):
+            if any(owned(uid) for uid in owners):
+                try:
+                    done = subprocess.run(
+                        ["ipcrm", option, str(ident)], capture_output=True, check=False
+                    )
+                except FileNotFoundError:
+                    log.warning("ipcrm not found: a job uid's IPC objects are left")
+                    return removed
+                if done.returncode == 0:
+                    removed += 1
+                elif b"invalid id" not in done.stderr.lower():
+                    log.warning(
+                        "cannot remove a job uid's IPC object",
+                        extra={"table": table, "id": ident, "error": done.stderr.decode()[:200]},
+                    )
+    return removed
