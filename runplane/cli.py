@@ -91,8 +91,21 @@ def _parser() -> argparse.ArgumentParser:
     agent.add_argument(
         "--run-as",
         metavar="USER",
-        help="the user jobs run as when the agent runs as root (default: runplane-job, "
-        "created when missing; root: jobs run as root, which lets them read the credential)",
+        help="run every job as this one existing user (a root agent only; root: jobs run as "
+        "root and can read the credential); by default a root agent gives each job a uid "
+        "of its own (--uid-range)",
+    )
+    agent.add_argument(
+        "--uid-range",
+        metavar="FIRST-LAST",
+        help="the uids a root agent gives its jobs, one per running job (default: "
+        "1950000000-1950065535; agents of one host may share it)",
+    )
+    agent.add_argument(
+        "--shared-uid-ok",
+        action="store_true",
+        help="where jobs share one uid (a non-root agent, --run-as), still let jobs of "
+        "several orgs run here at once (by default placement runs one org at a time)",
     )
     agent.add_argument(
         "--work-dir",
@@ -359,6 +372,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             drain_timeout=args.drain_timeout,
             host_paths=args.host_path,
             run_as=args.run_as,
+            uid_range=args.uid_range,
+            shared_uid_ok=args.shared_uid_ok,
             work_dir=args.work_dir,
             executor=args.executor,
             best_effort_limits=args.best_effort_limits,

@@ -177,6 +177,8 @@ def main(
     drain_timeout: float = DRAIN_TIMEOUT_SEC,
     host_paths: Sequence[Path] = (),
     run_as: str | None = None,
+    uid_range: str | None = None,
+    shared_uid_ok: bool = False,
     work_dir: Path | None = None,
     executor: str = "process",
     best_effort_limits: bool = False,
@@ -185,6 +187,7 @@ def main(
 ) -> int:
     """Entry of ``runplane agent``: exit 0 after a requested stop, 1 if refused, 2 bad input.
     ``host_paths``, ``run_as``, ``work_dir``: see :mod:`runplane.agent.isolation`;
+    ``uid_range``, ``shared_uid_ok``: :mod:`runplane.agent.uids`;
     ``executor``, ``best_effort_limits``: :mod:`runplane.agent.jobplan`."""
     try:
         agent = Agent(
@@ -197,6 +200,8 @@ def main(
             drain_timeout=drain_timeout,
             host_paths=host_paths,
             run_as=run_as,
+            uid_range=uid_range,
+            shared_uid_ok=shared_uid_ok,
             work_dir=work_dir,
             executor=executor,
             best_effort_limits=best_effort_limits,
