@@ -618,8 +618,8 @@ class Agent:
                     "swept what earlier jobs left under their uids",
                     extra={
                         "killed_processes": swept.killed,
-                        "removed_files": swept.removed,
-                        "handed_back_dirs": swept.handed_back,
+                        "handed_back_files": swept.handed_back,
+                        "removed_ipc": swept.removed,
                         "uids": swept.uids[:20],
                     },
                 )
@@ -1570,7 +1570,7 @@ class Agent:
         ]
         with trio.CancelScope(shield=True):
             released = await trio.to_thread.run_sync(pool.release, job.key, own)
-        if released is not None and (released.killed or released.removed):
+        if released is not None and (released.killed or released.handed_back or released.removed):
             log.info(
                 "job uid swept",
                 extra={
@@ -1578,7 +1578,8 @@ class Agent:
                     "attempt": job.attempt,
                     "uid": released.uid,
                     "killed_processes": released.killed,
-                    "removed_files": released.removed,
+                    "handed_back_files": released.handed_back,
+                    "removed_ipc": released.removed,
                 },
             )
 

@@ -13,43 +13,49 @@ has ended: agents on one host (several data dirs) share a range safely, and a cr
 agent's locks go with its process.
 
 **Taking** (:meth:`UidPool.take`): the first uid whose lock is free, counting on from the
-last one taken (a freed uid is reused last), is swept first: whatever a crashed agent's
-job left behind under it (processes, files in the shared temp dirs, System V IPC) is
-killed or removed before the new attempt gets it.
+last one taken (a freed uid is reused last), is swept first (``leftovers.py``): whatever a
+crashed agent's job left under it (processes, files in the shared temp dirs, System V IPC)
+is killed, handed back to root or removed before the new attempt gets it.
 
 **Giving back** (:meth:`UidPool.release`): every process of the uid is SIGKILLed and found
-gone (the job's cgroup, where there is one, went first; the uid finds what left it or a
-node without cgroups), then its files in the shared temp dirs and its IPC objects are
-removed, then the attempt's own directories (workdir, ``.deps``, ``.streams``) are handed
-back to the agent (owner root, top 0700), and only then is the lock released. A uid whose
-processes do not die (a process stuck in the kernel) stays held and is tried again at the
-next take.
+gone (the job's cgroup, where there is one, went first; the uid finds what left it, or
+everything on a node without cgroups), then its files in the shared temp dirs are handed
+back to root and its IPC objects removed, then the attempt's own directories (workdir,
+``.deps``, ``.streams``) are handed back to root (top 0700), and only then is the lock
+released. A uid whose processes do not die (stuck in the kernel) stays held and is tried
+again at the next take.
 
 **At start** (:meth:`UidPool.sweep_stale`) the agent, which resumes no running attempt
 (a restarted agent starts with none), sweeps every uid of its range that no live agent
-holds: leftovers of its previous run are killed and removed before any job starts.
+holds: what its previous run's jobs left is gone before any job starts.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import grp
 import logging
 import os
 import pwd
 import random
-import shutil
-import signal
 import stat
-import subprocess
 import threading
-import time
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from runplane.agent.isolation import JobUser, RunAsError
+from runplane.agent.leftovers import (
+    SHARED_DIRS,
+    StillAlive,
+    hand_back_shared,
+    ipc_owners,
+    kill_uid,
+    processes_of,
+    remove_ipc,
+    take_back,
+    take_back_stale,
+)
 
 log = logging.getLogger("runplane.agent")
 
@@ -60,14 +66,6 @@ log = logging.getLogger("runplane.agent")
 DEFAULT_UID_RANGE = (1_950_000_000, 1_950_065_535)
 #: Where the per-uid locks live (a tmpfs: they mean nothing after a reboot).
 DEFAULT_LOCK_DIR = Path("/run/runplane/uids")
-#: Directories every uid may write to, swept of a freed uid's files (recursively through
-#: their world-writable subdirectories only: elsewhere the uid could not create anything).
-SHARED_DIRS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"), Path("/dev/mqueue"))
-#: How long a release waits for the uid's processes to be gone after SIGKILL.
-KILL_TIMEOUT_SEC = 5.0
-_SHARED_DEPTH = 8
-#: ``/proc/sysvipc`` tables: (file, id column, ``ipcrm`` option).
-_IPC_TABLES = (("shm", "shmid", "-m"), ("msg", "msqid", "-q"), ("sem", "semid", "-s"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +118,7 @@ class Released:
 
     uid: int
     killed: int = 0
+    handed_back: int = 0
     removed: int = 0
     #: False: a process of the uid did not die; the uid stays held
     freed: bool = True
@@ -130,8 +129,10 @@ class Swept:
     """What the start-up sweep found of earlier runs."""
 
     killed: int = 0
-    removed: int = 0
+    #: files and directories handed back to root (shared dirs and the work root)
     handed_back: int = 0
+    #: IPC objects removed
+    removed: int = 0
     uids: list[int] = field(default_factory=list)
 
 
@@ -192,25 +193,27 @@ class UidPool:
         return attempt_user(self.uids.first)
 
     def sweep_stale(self, work_root: Path | None = None) -> Swept:
-        """Kill and remove what uids of the range that no live agent holds left behind,
-        and hand back to the agent every attempt directory of ``work_root`` that a uid
-        of the range still owns (this agent resumes no attempt)."""
+        """Kill and hand back what uids of the range that no live agent holds left, and
+        hand back to the agent every attempt directory of ``work_root`` that a uid of the
+        range still owns (this agent resumes no attempt)."""
         swept = Swept()
-        found = sorted(set(_processes_of(self.uids)) | set(_ipc_owners(self.uids)))
+        found = sorted(
+            set(processes_of(self.uids.__contains__)) | ipc_owners(self.uids.__contains__)
+        )
         for uid in found:
             fd = self._lock(uid)
             if fd is None:
                 continue  # another agent's running attempt
             try:
-                swept.killed += _kill_uid(uid)
+                swept.killed += kill_uid(uid)
                 swept.uids.append(uid)
             finally:
                 os.close(fd)
         free = _Unheld(self)
-        swept.removed += _remove_shared(self.shared_dirs, free)
-        swept.removed += _remove_ipc(free)
+        swept.handed_back += hand_back_shared(free, self.shared_dirs)
+        swept.removed += remove_ipc(free)
         if work_root is not None:
-            swept.handed_back += _take_back_stale(work_root, self.uids)
+            swept.handed_back += take_back_stale(work_root, self.uids.__contains__)
         return swept
 
     # -- attempts
@@ -230,24 +233,21 @@ class UidPool:
             if fd is None:
                 continue
             try:
-                _kill_uid(uid)  # a crashed agent's leftovers: gone before the job comes
-            except _StillAlive:
+                _sweep(uid, self.shared_dirs)  # a crashed agent's leftovers, gone first
+            except StillAlive:
                 with self._mutex:
                     self._stuck[uid] = fd
                 continue
             with self._mutex:
                 self._held[holder] = (uid, fd)
                 self._next = uid + 1 if uid < self.uids.last else self.uids.first
-            only = _Only(uid)
-            _remove_shared(self.shared_dirs, only)
-            _remove_ipc(only)
             return attempt_user(uid)
         raise RunAsError(f"every uid of the range {self.uids} is in use on this node")
 
     def release(self, holder: Hashable, own_dirs: Iterable[Path] = ()) -> Released | None:
-        """Give ``holder``'s uid back: its processes killed, its shared files and IPC
-        removed, ``own_dirs`` handed back to the agent, then the lock released. None
-        when ``holder`` holds none."""
+        """Give ``holder``'s uid back: its processes killed, its shared files handed back
+        and IPC removed, ``own_dirs`` handed back to the agent, then the lock released.
+        None when ``holder`` holds none."""
         with self._mutex:
             held = self._held.get(holder)
         if held is None:
@@ -255,26 +255,22 @@ class UidPool:
         uid, fd = held
         result = Released(uid)
         try:
-            result.killed = _kill_uid(uid)
-        except _StillAlive:
+            result.killed, result.handed_back, result.removed = _sweep(uid, self.shared_dirs)
+            for path in own_dirs:
+                take_back(path)
+        except StillAlive:
             result.freed = False
             with self._mutex:
                 del self._held[holder]
                 self._stuck[uid] = fd
             log.error(
                 "job uid not freed: its processes did not die",
-                extra={"uid": uid, "timeout_sec": KILL_TIMEOUT_SEC},
+                extra={"uid": uid, "holder": str(holder)},
             )
             return result
-        try:
-            only = _Only(uid)
-            result.removed = _remove_shared(self.shared_dirs, only) + _remove_ipc(only)
-            for path in own_dirs:
-                take_back(path)
-        finally:
-            with self._mutex:
-                del self._held[holder]  # held until now: never given out half swept
-            os.close(fd)
+        with self._mutex:
+            del self._held[holder]  # held until now: never given out half swept
+        os.close(fd)
         return result
 
     def in_use(self) -> dict[Hashable, int]:
@@ -301,12 +297,9 @@ class UidPool:
             stuck = dict(self._stuck)
         for uid, fd in stuck.items():
             try:
-                _kill_uid(uid, timeout=0.2)
-            except _StillAlive:
+                _sweep(uid, self.shared_dirs, timeout=0.2)
+            except StillAlive:
                 continue
-            only = _Only(uid)
-            _remove_shared(self.shared_dirs, only)
-            _remove_ipc(only)
             with self._mutex:
                 self._stuck.pop(uid, None)
             os.close(fd)
@@ -334,16 +327,6 @@ class UidPool:
         return False
 
 
-class _Only:
-    """Selects one uid."""
-
-    def __init__(self, uid: int) -> None:
-        self.uid = uid
-
-    def __call__(self, uid: int) -> bool:
-        return uid == self.uid
-
-
 class _Unheld:
     """Selects the uids of a pool's range that no live agent holds (asked once each)."""
 
@@ -359,204 +342,11 @@ class _Unheld:
         return self.known[uid]
 
 
-# --------------------------------------------------------------------------- processes
-
-
-class _StillAlive(Exception):
-    pass
-
-
-def _status_uids(pid: str) -> tuple[set[int], bool] | None:
-    """The real, effective and saved uids of a process, and whether it is a zombie."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            text = f.read().decode("ascii", "replace")
-    except OSError:
-        return None
-    uids: set[int] = set()
-    zombie = False
-    for line in text.splitlines():
-        if line.startswith("State:"):
-            zombie = "Z" in line.split()[1:2] or "X" in line.split()[1:2]
-        elif line.startswith("Uid:"):
-            uids = {int(v) for v in line.split()[1:4]}
-            break
-    return uids, zombie
-
-
-def _processes_of(uids: UidRange | set[int]) -> dict[int, list[int]]:
-    """uid -> pids of the live (not zombie) processes whose real, effective or saved uid
-    is one of ``uids``."""
-    out: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        found = _status_uids(name)
-        if found is None or found[1]:
-            continue
-        for uid in found[0]:
-            if uid in uids:
-                out.setdefault(uid, []).append(int(name))
-                break
-    return out
-
-
-def _kill_uid(uid: int, timeout: float = KILL_TIMEOUT_SEC) -> int:
-    """SIGKILL every process of ``uid`` until none is left; how many were killed.
-    Raises :class:`_StillAlive` when some are still there after ``timeout``."""
-    killed: set[int] = set()
-    deadline = time.monotonic() + timeout
-    while True:
-        pids = _processes_of({uid}).get(uid, [])
-        if not pids:
-            return len(killed)
-        if time.monotonic() > deadline:
-            raise _StillAlive(uid)
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.005)
-
-
-# --------------------------------------------------------------------------- files
-
-
-def _remove_shared(dirs: Iterable[Path], owned: _Only | _Unheld) -> int:
-    """Remove what the selected uids own in the shared dirs; how many entries."""
-    removed = 0
-    for top in dirs:
-        removed += _remove_owned(str(top), owned, _SHARED_DEPTH)
-    return removed
-
-
-def _remove_owned(directory: str, owned: _Only | _Unheld, depth: int) -> int:
-    removed = 0
-    try:
-        entries = list(os.scandir(directory))
-    except OSError:
-        return 0
-    for entry in entries:
-        try:
-            st = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        if owned(st.st_uid):
-            try:
-                if stat.S_ISDIR(st.st_mode):
-                    shutil.rmtree(entry.path)  # descriptor-based: follows no symlink
-                else:
-                    os.unlink(entry.path)
-                removed += 1
-            except OSError as exc:
-                log.warning(
-                    "cannot remove a job uid's file",
-                    extra={"path": entry.path, "uid": st.st_uid, "error": str(exc)},
-                )
-        elif stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_IWOTH and depth > 0:
-            removed += _remove_owned(entry.path, owned, depth - 1)
-    return removed
-
-
-def take_back(top: Path) -> None:
-    """Hand ``top`` and everything in it back to the agent's user (no symlink followed),
-    ``top`` made 0700: no uid reusing the job's finds anything of it. Missing: nothing."""
-    try:
-        st = os.lstat(top)
-    except FileNotFoundError:
-        return
-    uid, gid = os.geteuid(), os.getegid()
-    if stat.S_ISDIR(st.st_mode):
-        for dirpath, dirnames, filenames in os.walk(top, topdown=False):
-            for name in dirnames + filenames:
-                path = os.path.join(dirpath, name)
-                with contextlib.suppress(FileNotFoundError):
-                    os.lchown(path, uid, gid)
-        os.chmod(top, 0o700)
-    os.lchown(top, uid, gid)
-
-
-def _take_back_stale(work_root: Path, uids: UidRange) -> int:
-    """Hand back every ``<job>/<attempt>[.deps|.streams]`` entry of ``work_root`` a uid of
-    the range owns; how many."""
-    count = 0
-    try:
-        jobs = list(os.scandir(work_root))
-    except OSError:
-        return 0
-    for job in jobs:
-        if not job.is_dir(follow_symlinks=False):
-            continue
-        try:
-            attempts = list(os.scandir(job.path))
-        except OSError:
-            continue
-        for entry in attempts:
-            try:
-                owner = entry.stat(follow_symlinks=False).st_uid
-            except OSError:
-                continue
-            if owner in uids:
-                take_back(Path(entry.path))
-                count += 1
-    return count
-
-
-# --------------------------------------------------------------------------- System V IPC
-
-
-def _ipc_rows(table: str, id_column: str) -> list[tuple[int, set[int]]]:
-    """(id, {uid, cuid}) of every object of one ``/proc/sysvipc`` table."""
-    try:
-        lines = Path(f"/proc/sysvipc/{table}").read_text().splitlines()
-    except OSError:
-        return []
-    if not lines:
-        return []
-    header = lines[0].split()
-    try:
-        at_id, at_uid, at_cuid = (header.index(c) for c in (id_column, "uid", "cuid"))
-    except ValueError:
-        return []
-    rows = []
-    for line in lines[1:]:
-        cols = line.split()
-        if len(cols) > max(at_id, at_uid, at_cuid):
-            rows.append((int(cols[at_id]), {int(cols[at_uid]), int(cols[at_cuid])}))
-    return rows
-
-
-def _ipc_owners(uids: UidRange) -> set[int]:
-    return {
-        uid
-        for table, column, _ in _IPC_TABLES
-        for _, owners in _ipc_rows(table, column)
-        for uid in owners
-        if uid in uids
-    }
-
-
-def _remove_ipc(owned: _Only | _Unheld) -> int:
-    """Remove the System V IPC objects (shared memory, queues, semaphores) the selected
-    uids own or created; how many."""
-    removed = 0
-    for table, column, option in _IPC_TABLES:
-        for ident, owners in _ipc_rows(table, column):
-            if any(owned(uid) for uid in owners):
-                try:
-                    done = subprocess.run(
-                        ["ipcrm", option, str(ident)], capture_output=True, check=False
-                    )
-                except FileNotFoundError:
-                    log.warning("ipcrm not found: a job uid's IPC objects are left")
-                    return removed
-                if done.returncode == 0:
-                    removed += 1
-                elif b"invalid id" not in done.stderr.lower():
-                    log.warning(
-                        "cannot remove a job uid's IPC object",
-                        extra={"table": table, "id": ident, "error": done.stderr.decode()[:200]},
-                    )
-    return removed
+def _sweep(
+    uid: int, shared_dirs: Iterable[Path], timeout: float | None = None
+) -> tuple[int, int, int]:
+    """Everything of ``uid`` gone: (processes killed, shared files handed back, IPC objects
+    removed). Raises StillAlive (nothing else done) when a process would not die."""
+    killed = kill_uid(uid) if timeout is None else kill_uid(uid, timeout)
+    only = uid.__eq__
+    return killed, hand_back_shared(only, shared_dirs), remove_ipc(only)

@@ -23,9 +23,10 @@ import trio
 
 from runplane.agent.client import SHARED_UID_OK, UID_CAPABILITIES, UID_PER_JOB, Agent
 from runplane.agent.isolation import RunAsError
+from runplane.agent.leftovers import take_back
 from runplane.agent.protocol import Cancel, Hello, JobFinished, JobLogs, JobPhase
 from runplane.agent.protocol import PodServiceSpec as Service
-from runplane.agent.uids import DEFAULT_UID_RANGE, UidPool, UidRange, take_back
+from runplane.agent.uids import DEFAULT_UID_RANGE, UidPool, UidRange
 from runplane.placement import model as placement_model
 from tests.agent.test_client import FakeServer, make_agent, run_msg
 from tests.agent.workroot import reachable_work_dir
@@ -267,34 +268,42 @@ async def test_a_reused_uid_finds_nothing_of_the_job_before(
     await nursery.start(agent.run)
     tag = uuid.uuid4().hex[:8]
     left = [Path(f"/tmp/rp-left-{tag}"), Path(f"/dev/shm/rp-left-{tag}")]
+    hidden = Path(f"/tmp/rp-dir-{tag}")
     script = (
         "echo private > mine.txt; chmod 0777 .; "
-        + "".join(f"echo private > {p}; chmod 0666 {p}; " for p in left)
-        + f"mkdir -m 0777 /tmp/rp-dir-{tag}; "
+        + "".join(f"echo private > {p}; chmod 0600 {p}; " for p in left)
+        + f"mkdir -m 0700 {hidden}; echo private > {hidden}/f; "
         "setsid sleep 300 > /dev/null 2>&1 < /dev/null & echo $! > bg.pid; "
         "ipcmk -M 4096 > /dev/null; echo done"
     )
-    await server.send(run_msg(["sh", "-c", script], "job_a", env=PATH))
-    fin = await server.wait(JobFinished, lambda m: m.job_id == "job_a")
-    assert fin.outcome == "succeeded", all_text(server, "job_a")
-    work_a = agent.work_root / "job_a" / "1"
-    await until(lambda: agent.uids is not None and not agent.uids.in_use())
-    background = int((work_a / "bg.pid").read_text())
-    assert _gone(background)
-    for path in [*left, Path(f"/tmp/rp-dir-{tag}")]:
-        assert not path.exists(), path
-    assert owner_and_mode(work_a) == (0, 0o700)  # the job's chmod 0777 undone
-    assert str(BASE + 200) not in await trio.Path("/proc/sysvipc/shm").read_text()
+    try:
+        await server.send(run_msg(["sh", "-c", script], "job_a", env=PATH))
+        fin = await server.wait(JobFinished, lambda m: m.job_id == "job_a")
+        assert fin.outcome == "succeeded", all_text(server, "job_a")
+        work_a = agent.work_root / "job_a" / "1"
+        await until(lambda: agent.uids is not None and not agent.uids.in_use())
+        assert _gone(int((work_a / "bg.pid").read_text()))  # it left the process group
+        # what it left in the shared dirs is root's now; its workdir too, 0777 undone
+        for path in [*left, hidden]:
+            assert os.lstat(path).st_uid == 0, path
+        assert owner_and_mode(work_a) == (0, 0o700)
+        assert str(BASE + 200) not in await trio.Path("/proc/sysvipc/shm").read_text()
 
-    probe = (
-        f"cat {work_a}/mine.txt || echo no-workdir; "
-        + "".join(f"cat {p} 2>/dev/null || echo gone; " for p in left)
-        + "id -u"
-    )
-    await server.send(run_msg(["sh", "-c", probe], "job_b", env=PATH))
-    await server.wait(JobFinished, lambda m: m.job_id == "job_b")
-    assert stdout(server, "job_b") == ["no-workdir", "gone", "gone", str(BASE + 200)]
-    assert "private" not in all_text(server, "job_b")
+        probe = (
+            f"cat {work_a}/mine.txt || echo no-workdir; "
+            + "".join(f"cat {p} || echo denied; " for p in [*left, hidden / "f"])
+            + f"rm -f {left[0]} || echo kept; id -u"
+        )
+        await server.send(run_msg(["sh", "-c", probe], "job_b", env=PATH))
+        await server.wait(JobFinished, lambda m: m.job_id == "job_b")
+        assert stdout(server, "job_b") == [
+            "no-workdir", "denied", "denied", "denied", "kept", str(BASE + 200)
+        ]  # fmt: skip
+        assert "private" not in all_text(server, "job_b")
+    finally:
+        for path in left:
+            path.unlink(missing_ok=True)
+        shutil.rmtree(hidden, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- agents
@@ -366,9 +375,10 @@ def test_the_start_up_sweep_kills_and_removes_what_a_killed_agent_left(tmp_path:
         assert swept.killed == 1 and swept.uids == [stale]
         assert procs[0].wait(timeout=5) == -9
         assert procs[1].poll() is None  # the live agent's job runs on
-        assert not left.exists() and not Path(f"/tmp/rp-stale-{tag}-{stale}").exists()
-        assert Path(f"/tmp/rp-stale-{tag}-{live}").exists()
-        assert swept.handed_back == 1
+        assert os.lstat(left).st_uid == 0
+        assert os.lstat(f"/tmp/rp-stale-{tag}-{stale}").st_uid == 0
+        assert os.lstat(f"/tmp/rp-stale-{tag}-{live}").st_uid == live  # not swept
+        assert swept.handed_back == 3  # two files in /tmp, one attempt directory
         assert owner_and_mode(attempt) == (0, 0o700)
         assert os.lstat(attempt / "secret.txt").st_uid == 0
         other.close()

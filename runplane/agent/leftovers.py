@@ -1,0 +1,242 @@
+"""What a job's uid leaves behind on the node, and how the agent gets rid of it before the
+uid is used again (``uids.py``): its processes (killed), its files in the directories
+every uid may write to (handed back to root), its System V IPC objects (removed) and its
+own directories (handed back to root, 0700). See ``docs/executor.md`` (A uid per job).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import stat
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+log = logging.getLogger("runplane.agent")
+
+#: Directories every uid may write to: a freed uid's files in them (found through their
+#: world-writable subdirectories only: elsewhere the uid could not create anything) are
+#: handed back to root, so the next job of the uid cannot read or change them.
+SHARED_DIRS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"), Path("/dev/mqueue"))
+#: How long a kill waits for the uid's processes to be gone after SIGKILL.
+KILL_TIMEOUT_SEC = 5.0
+_SHARED_DEPTH = 8
+#: ``/proc/sysvipc`` tables: (file, id column, ``ipcrm`` option).
+_IPC_TABLES = (("shm", "shmid", "-m"), ("msg", "msqid", "-q"), ("sem", "semid", "-s"))
+
+#: Which uids to act on.
+Owned = Callable[[int], bool]
+
+
+class StillAlive(Exception):
+    """A process of the uid did not die in time (stuck in the kernel)."""
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _status_uids(pid: str) -> tuple[set[int], bool] | None:
+    """The real, effective and saved uids of a process, and whether it is a zombie."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            text = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    uids: set[int] = set()
+    zombie = False
+    for line in text.splitlines():
+        if line.startswith("State:"):
+            zombie = line.split()[1:2] in (["Z"], ["X"])
+        elif line.startswith("Uid:"):
+            uids = {int(v) for v in line.split()[1:4]}
+            break
+    return uids, zombie
+
+
+def processes_of(owned: Owned) -> dict[int, list[int]]:
+    """uid -> pids of the live (not zombie) processes whose real, effective or saved uid
+    is an ``owned`` one."""
+    out: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        found = _status_uids(name)
+        if found is None or found[1]:
+            continue
+        for uid in found[0]:
+            if owned(uid):
+                out.setdefault(uid, []).append(int(name))
+                break
+    return out
+
+
+def kill_uid(uid: int, timeout: float = KILL_TIMEOUT_SEC) -> int:
+    """SIGKILL every process of ``uid`` until none is left; how many were killed.
+    Raises :class:`StillAlive` when some are still there after ``timeout``."""
+    killed: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = processes_of(uid.__eq__).get(uid, [])
+        if not pids:
+            return len(killed)
+        if time.monotonic() > deadline:
+            raise StillAlive(uid)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+        time.sleep(0.005)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def hand_back_shared(owned: Owned, dirs: Iterable[Path] = SHARED_DIRS) -> int:
+    """Hand back to root what ``owned`` uids own in the shared dirs; how many entries."""
+    return sum(_hand_back_owned(str(top), owned, _SHARED_DEPTH) for top in dirs)
+
+
+def _hand_back_owned(directory: str, owned: Owned, depth: int) -> int:
+    count = 0
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if owned(st.st_uid) or owned(st.st_gid):
+            try:
+                _to_root(entry.path, st)
+                count += 1
+            except OSError as exc:
+                log.warning(
+                    "cannot hand back a job uid's file",
+                    extra={"path": entry.path, "uid": st.st_uid, "error": str(exc)},
+                )
+        if stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_IWOTH and depth > 0:
+            count += _hand_back_owned(entry.path, owned, depth - 1)
+    return count
+
+
+def _to_root(path: str, st: os.stat_result) -> None:
+    """Make one entry the agent's: a regular file through a descriptor opened without
+    following a link (its set-id bits dropped), anything else with ``lchown``."""
+    uid, gid = os.geteuid(), os.getegid()
+    if not stat.S_ISREG(st.st_mode):
+        os.lchown(path, uid, gid)
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            return  # replaced meanwhile: not the file judged
+        os.fchown(fd, uid, gid)
+        os.fchmod(fd, stat.S_IMODE(now.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
+    finally:
+        os.close(fd)
+
+
+def take_back(top: Path) -> None:
+    """Hand ``top`` and everything in it back to the agent's user (no symlink followed),
+    ``top`` made 0700: no uid reusing the job's finds anything of it. Missing: nothing."""
+    try:
+        st = os.lstat(top)
+    except FileNotFoundError:
+        return
+    uid, gid = os.geteuid(), os.getegid()
+    if stat.S_ISDIR(st.st_mode):
+        for dirpath, dirnames, filenames in os.walk(top, topdown=False):
+            for name in dirnames + filenames:
+                with contextlib.suppress(FileNotFoundError):
+                    os.lchown(os.path.join(dirpath, name), uid, gid)
+        os.chmod(top, 0o700)
+    os.lchown(top, uid, gid)
+
+
+def take_back_stale(work_root: Path, owned: Owned) -> int:
+    """Hand back every ``<job>/<attempt>[.deps|.streams]`` entry of ``work_root`` an
+    ``owned`` uid owns; how many."""
+    count = 0
+    try:
+        jobs = [e for e in os.scandir(work_root) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return 0
+    for job in jobs:
+        try:
+            attempts = list(os.scandir(job.path))
+        except OSError:
+            continue
+        for entry in attempts:
+            try:
+                owner = entry.stat(follow_symlinks=False).st_uid
+            except OSError:
+                continue
+            if owned(owner):
+                take_back(Path(entry.path))
+                count += 1
+    return count
+
+
+# --------------------------------------------------------------------------- System V IPC
+
+
+def _ipc_rows(table: str, id_column: str) -> list[tuple[int, set[int]]]:
+    """(id, {uid, cuid}) of every object of one ``/proc/sysvipc`` table."""
+    try:
+        lines = Path(f"/proc/sysvipc/{table}").read_text().splitlines()
+    except OSError:
+        return []
+    if not lines:
+        return []
+    header = lines[0].split()
+    try:
+        at_id, at_uid, at_cuid = (header.index(c) for c in (id_column, "uid", "cuid"))
+    except ValueError:
+        return []
+    rows = []
+    for line in lines[1:]:
+        cols = line.split()
+        if len(cols) > max(at_id, at_uid, at_cuid):
+            rows.append((int(cols[at_id]), {int(cols[at_uid]), int(cols[at_cuid])}))
+    return rows
+
+
+def ipc_owners(owned: Owned) -> set[int]:
+    """The ``owned`` uids that own or created a System V IPC object."""
+    return {
+        uid
+        for table, column, _ in _IPC_TABLES
+        for _, owners in _ipc_rows(table, column)
+        for uid in owners
+        if owned(uid)
+    }
+
+
+def remove_ipc(owned: Owned) -> int:
+    """Remove the System V IPC objects (shared memory, queues, semaphores) the ``owned``
+    uids own or created; how many."""
+    removed = 0
+    for table, column, option in _IPC_TABLES:
+        for ident, owners in _ipc_rows(table, column):
+            if not any(owned(uid) for uid in owners):
+                continue
+            try:
+                done = subprocess.run(["ipcrm", option, str(ident)], capture_output=True)
+            except FileNotFoundError:
+                log.warning("ipcrm not found: a job uid's IPC objects are left")
+                return removed
+            if done.returncode == 0:
+                removed += 1
+            elif b"invalid id" not in done.stderr.lower():
+                log.warning(
+                    "cannot remove a job uid's IPC object",
+                    extra={"table": table, "id": ident, "error": done.stderr.decode()[:200]},
+                )
+    return removed
