@@ -236,10 +236,14 @@ async def test_a_pod_runs_as_one_uid_of_its_own(nursery: trio.Nursery, tmp_path:
     await server.send(run_msg(["true"], "job_pod", pod=pod, env=PATH))
     key = ("job_pod", 1)
     work = agent.work_root / "job_pod" / "1"
-    await until(lambda: (work / "sim.uid").exists() and (work / "bridge.uid").exists())
+
+    def written(name: str) -> str:
+        path = work / name
+        return path.read_text().strip() if path.exists() else ""
+
+    await until(lambda: bool(written("sim.uid") and written("bridge.uid")))
     uid = agent.uids.uid_of(key) if agent.uids else None
-    assert (work / "sim.uid").read_text().strip() == (work / "bridge.uid").read_text().strip()
-    assert int((work / "sim.uid").read_text()) == uid
+    assert written("sim.uid") == written("bridge.uid") == str(uid)
     pids = sorted(agent._jobs[key].pids)
     await server.send(
         run_msg(
