@@ -180,6 +180,8 @@ async def test_killing_the_leader_under_load_loses_and_doubles_nothing(
 
     await wait_for(two_online, 60, "two agents online")
     runs = shared / "runs.log"
+    runs.touch()
+    runs.chmod(0o666)  # every job appends to it, each under a uid of its own
     job_body = {
         "stack": "shell",
         "command": ["sh", "-c", f'echo "$RUNPLANE_JOB_ID" >> {runs}; sleep 1; echo done'],
