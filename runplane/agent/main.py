@@ -139,9 +139,12 @@ async def run_agent(agent: Agent, *, subreaper: bool = True) -> None:
                     if count == 1:
                         log.info(
                             "stop requested",
-                            extra={"signal": name, "drain_timeout_sec": agent.drain_timeout},
+                            extra={
+                                "signal": name,
+                                "drain_timeout_sec": agent.lifecycle.drain_timeout,
+                            },
                         )
-                        agent.restart_into = None  # a stop wins over a self-update
+                        agent.lifecycle.restart_into = None  # a stop wins over a self-update
                         agent.drain()
                     elif count == 2:
                         log.warning(

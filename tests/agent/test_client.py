@@ -22,7 +22,7 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, serve_websocket
 
 from runplane import __version__
-from runplane.agent import client, outbox
+from runplane.agent import outbox, session
 from runplane.agent.client import Agent, connect_url
 from runplane.agent.errors import AgentError, AgentRefused, AgentReplaced, DataDirBusy
 from runplane.agent.protocol import (
@@ -314,7 +314,7 @@ async def test_the_agent_moves_on_to_the_next_server_when_one_does_not_answer(
         closed.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{closed.getsockname()[1]}"
     agent = make_agent(tmp_path, server)
-    agent.servers = [dead, server.url]
+    agent.session.servers = [dead, server.url]
     assert await nursery.start(agent.run) == "node_test"
     assert agent.server_url == server.url
     agent.request_stop()
@@ -338,7 +338,7 @@ async def test_enroll_saves_credential_then_reconnects_with_it(
     assert first.agent_version == __version__
     # the given facts, with what this node enforces of jobs' limits (docs/executor.md)
     # and how it keeps jobs apart (uid-per-job as root: docs/executor.md, Isolation)
-    own = [*agent._rules.capabilities(), *agent.uid_capabilities()]
+    own = [*agent.runner.rules.capabilities(), *agent.uid_capabilities()]
     assert first.facts == FACTS.model_copy(update={"capabilities": [*FACTS.capabilities, *own]})
     assert ("uid-per-job" in first.facts.capabilities) is (os.geteuid() == 0)
     assert first.channel == "stable"
@@ -715,7 +715,7 @@ async def test_output_while_disconnected_is_bounded(
 async def test_finish_kept_on_disk_is_resent_by_the_next_agent(
     nursery: trio.Nursery, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(client, "STOP_FLUSH_SEC", 0.2)
+    monkeypatch.setattr(session, "STOP_FLUSH_SEC", 0.2)
     server = await FakeServer.start(nursery, auto_ack=False)
     first = make_agent(tmp_path, server)
     async with trio.open_nursery() as inner:

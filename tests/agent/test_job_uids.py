@@ -104,7 +104,7 @@ async def running(server: FakeServer, agent: Agent, job_id: str) -> tuple[int, i
     """(pid, uid) of the attempt's first process, once it runs."""
     await server.wait(JobPhase, lambda m: m.job_id == job_id and m.phase == "running")
     key = (job_id, 1)
-    job = agent._jobs[key]
+    job = agent.core.jobs[key]
     uid = agent.uids.uid_of(key) if agent.uids is not None else None
     assert uid is not None
     return min(job.pids), uid
@@ -244,7 +244,7 @@ async def test_a_pod_runs_as_one_uid_of_its_own(nursery: trio.Nursery, tmp_path:
     await until(lambda: bool(written("sim.uid") and written("bridge.uid")))
     uid = agent.uids.uid_of(key) if agent.uids else None
     assert written("sim.uid") == written("bridge.uid") == str(uid)
-    pids = sorted(agent._jobs[key].pids)
+    pids = sorted(agent.core.jobs[key].pids)
     await server.send(
         run_msg(
             ["python3", "-c", PROBE, str(pids[0]), str(work), str(work.with_name("1.streams"))],

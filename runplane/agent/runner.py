@@ -1,0 +1,491 @@
+"""The job runner: each ``run`` the server sends becomes an attempt on this node, taken
+through plan -> prepare -> execute -> outputs -> finish (``docs/agent.md``):
+
+* **plan** (``jobplan.py``): its limits checked against what the node enforces, its GPUs
+  assigned (waiting a while for devices an ending job still holds), its launch;
+* **prepare**: its uid taken (``uids.py``), its workdir and streams directory made, its
+  mounts put in place (``workspace.py``; phase ``pulling``);
+* **execute**: :func:`~runplane.agent.executor.run_job`, its events reported as
+  ``job_phase``/``job_logs``/``job_metric`` and its streams forwarded (``streams.py``);
+* **outputs**: uploaded (``outputs.py``);
+* **finish**: ``job_finished`` reported (kept on disk until acknowledged), its uid given
+  back once nothing of the job is left.
+
+What it reports goes into the shared outbox (``core.py``); the session sends it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from runplane.agent.core import Core, Job
+from runplane.agent.executor import (
+    Event,
+    ExecSpec,
+    Finished,
+    LogLines,
+    Metric,
+    PodHealth,
+    PodService,
+    Started,
+    run_job,
+)
+from runplane.agent.isolation import HostPaths, JobUser, isolation_refusal, make_workdir
+from runplane.agent.jobplan import Executor, JobPlan, NodeRules
+from runplane.agent.mask import masked
+from runplane.agent.outbox import Queued, check_job_ref, job_key
+from runplane.agent.outputs import collect_outputs
+from runplane.agent.protocol import (
+    Cancel,
+    JobFinished,
+    JobLogs,
+    JobMetric,
+    JobPhase,
+    JobReleased,
+    PodServiceSpec,
+    Run,
+    RunSpec,
+    Teleop,
+    TeleopAck,
+)
+from runplane.agent.streams import append_teleop, forwarding, make_streams_dir
+from runplane.agent.uids import UidPool
+from runplane.agent.urls import http_origin
+from runplane.agent.workspace import MountError, mounts_of, prepare_mounts
+
+log = logging.getLogger("runplane.agent")
+
+#: While connected, a job's reporting waits (back-pressure) once this many are queued.
+HIGH_WATER_UNITS = 2_000
+#: A job placed while its GPUs are still held by an ending job waits the grace period and
+#: this long for them before it is handed back (``_plan_waiting``).
+GPU_WAIT_EXTRA_SEC = 5.0
+
+
+def pod_services(pod: list[PodServiceSpec] | None) -> tuple[PodService, ...]:
+    """A run order's pod as the executor takes it (empty for a plain job)."""
+    return tuple(
+        PodService(
+            name=s.name,
+            command=list(s.command),
+            env=dict(s.env),
+            needs=tuple(s.needs),
+            health=(
+                PodHealth(
+                    command=list(s.health.command),
+                    period_sec=s.health.period_sec,
+                    timeout_sec=s.health.timeout_sec,
+                    retries=s.health.retries,
+                )
+                if s.health is not None
+                else None
+            ),
+        )
+        for s in pod or ()
+    )
+
+
+class JobRunner:
+    """Runs the attempts the server sends, in ``nursery`` (set while the agent serves).
+    Who jobs run as and where (``rules``, ``job_user``, ``uids``, ``work_root``,
+    ``host_paths``) is settled when the agent starts."""
+
+    def __init__(
+        self,
+        core: Core,
+        *,
+        server_url: Callable[[], str],
+        hand_back: Callable[[str, int], None],
+        grace_sec: float,
+        executor: Executor,
+        work_root: Path,
+    ) -> None:
+        self.core = core
+        #: the server this agent talks to now (outputs and mounts go there)
+        self.server_url = server_url
+        #: a run that arrives while draining is handed back (the lifecycle says how)
+        self.hand_back = hand_back
+        self.grace_sec = grace_sec
+        self.executor = executor
+        self.work_root = work_root
+        self.rules = NodeRules(node=core.name or "")
+        self.job_user: JobUser | None = None
+        self.uids: UidPool | None = None
+        self.host_paths = HostPaths()
+        self.nursery: trio.Nursery | None = None
+
+    def job_pids(self) -> set[int]:
+        """Pids of the job processes the executor started and waits for (not to be reaped)."""
+        return {pid for job in self.core.jobs.values() for pid in job.pids}
+
+    # -- the server's orders
+
+    def on_run(self, msg: Run) -> None:
+        key = job_key(msg)
+        fields = {"job_id": msg.job_id, "attempt": msg.attempt}
+        if self.core.stop.is_set() or self.nursery is None:
+            log.warning("run ignored: the agent is stopping", extra=fields)
+            return
+        if key in self.core.jobs:
+            log.info("run ignored: this attempt is already running", extra=fields)
+            return
+        if self.core.outbox.is_unacked(key):
+            log.info("run ignored: this attempt already finished", extra=fields)
+            return
+        if self.core.drain is not None:
+            log.info("run not started: the agent is draining", extra=fields)
+            self.hand_back(msg.job_id, msg.attempt)
+            return
+        problem = check_job_ref(msg.job_id, msg.attempt)
+        if problem is not None:
+            log.warning("run refused", extra={**fields, "error": problem})
+            self.core.finish(
+                JobFinished(job_id=msg.job_id, attempt=msg.attempt, outcome="failed", error=problem)
+            )
+            return
+        limit = self.core.facts.max_concurrency if self.core.facts is not None else 1
+        if len(self.core.jobs) >= limit:
+            log.warning(
+                "running more jobs than max_concurrency",
+                extra={**fields, "running": len(self.core.jobs) + 1, "max_concurrency": limit},
+            )
+        workdir = self.work_root / msg.job_id / str(msg.attempt)
+        job = Job(msg.job_id, msg.attempt, workdir, mask=tuple(msg.spec.mask or ()))
+        self.core.jobs[key] = job
+        self.core.notify()
+        self.nursery.start_soon(self._run_job, job, msg.spec)
+
+    def on_cancel(self, msg: Cancel) -> None:
+        fields = {"job_id": msg.job_id, "attempt": msg.attempt}
+        job = self.core.jobs.get(job_key(msg))
+        if job is None:
+            log.info("cancel ignored: attempt not running", extra=fields)
+            return
+        log.info("cancelling job", extra=fields)
+        job.cancel.set()
+
+    def on_teleop(self, msg: Teleop) -> None:
+        """Append the frame to the job's ``.teleop`` file (a small local write, inline, so a
+        job's frames stay in order) and answer ``teleop_ack``."""
+        job = self.core.jobs.get(job_key(msg))
+        error: str | None = None
+        if job is None or job.finished:
+            error = "attempt not running on this node"
+        elif job.streams is None:
+            error = "attempt not started yet on this node (its streams directory is not made)"
+        else:
+            try:
+                append_teleop(job.streams, msg, user=job.user)
+            except OSError as exc:
+                error = f"cannot write {msg.stream}.teleop: {exc.strerror or exc}"
+        if error is not None:
+            log.info(
+                "teleop frame not delivered",
+                extra={"job_id": msg.job_id, "attempt": msg.attempt, "error": error},
+            )
+        ack = TeleopAck(
+            job_id=msg.job_id,
+            attempt=msg.attempt,
+            stream=msg.stream,
+            seq=msg.seq,
+            ok=error is None,
+            error=error,
+        )
+        self.core.outbox.put_control(ack)
+        self.core.notify()
+
+    # -- reporting
+
+    async def _emit(self, job: Job, msg: Queued) -> None:
+        self.core.outbox.put(masked(msg, job.mask))
+        self.core.notify()
+        # Back-pressure while connected; while disconnected the outbox drops the oldest.
+        await self.core.wait_until(
+            lambda: not self.core.connected or self.core.outbox.units(job.key) <= HIGH_WATER_UNITS
+        )
+
+    async def _on_event(self, job: Job, event: Event) -> None:
+        ids = {"job_id": job.job_id, "attempt": job.attempt}
+        if isinstance(event, Started):
+            job.pids.add(event.pid)
+            if event.ready and not job.running_sent:
+                job.running_sent = True
+                await self._emit(
+                    job, JobPhase(job_id=job.job_id, attempt=job.attempt, phase="running")
+                )
+        elif isinstance(event, LogLines):
+            await self._emit(
+                job, JobLogs(job_id=job.job_id, attempt=job.attempt, lines=list(event.lines))
+            )
+        elif isinstance(event, Metric):
+            await self._emit(
+                job,
+                JobMetric(
+                    job_id=job.job_id, attempt=job.attempt, step=event.step, values=event.values
+                ),
+            )
+        elif isinstance(event, Finished):
+            job.finished = True
+            if job.handed_back and event.outcome == "cancelled":
+                self.hand_back(job.job_id, job.attempt)
+                return
+            log.info(
+                "job finished",
+                extra={
+                    **ids,
+                    "outcome": event.outcome,
+                    "exit_code": event.exit_code,
+                    "error": event.error,
+                    "duration_sec": round(event.duration_sec, 3),
+                },
+            )
+            self.core.finish(
+                JobFinished(
+                    job_id=job.job_id,
+                    attempt=job.attempt,
+                    outcome=event.outcome,
+                    exit_code=event.exit_code,
+                    signal=event.signal,
+                    error=event.error,
+                    final_metrics=event.final_metrics,
+                    artifacts=list(job.artifacts),
+                )
+            )
+
+    async def _system(self, job: Job, line: str) -> None:
+        await self._emit(
+            job, JobLogs(job_id=job.job_id, attempt=job.attempt, lines=[("system", line)])
+        )
+
+    # -- one attempt
+
+    async def _prepare(self, job: Job, spec: RunSpec) -> Finished | None:
+        """Put the run's mounts in place (phase ``pulling``); a Finished when that failed,
+        was cancelled or timed out (``timeout_sec`` bounds it, as it bounds the command)."""
+        mounts = mounts_of(spec.workspace, list(spec.inputs))
+        if not mounts:
+            return None
+        started = trio.current_time()
+        scratch = job.workdir.with_name(f"{job.workdir.name}.pull")
+        outcome: Finished | None = None
+        async with trio.open_nursery() as nursery:
+
+            async def watch_cancel() -> None:
+                nonlocal outcome
+                await job.cancel.wait()
+                outcome = Finished("cancelled", None, "cancelled while preparing mounts", {}, 0)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch_cancel)
+            timeout = spec.timeout_sec if spec.timeout_sec and spec.timeout_sec > 0 else math.inf
+            with trio.move_on_after(timeout) as deadline:
+                try:
+                    await prepare_mounts(
+                        job.workdir,
+                        mounts,
+                        scratch=scratch,
+                        note=lambda s: self._system(job, s),
+                        host_paths=self.host_paths,
+                        server=http_origin(self.server_url()),
+                    )
+                except MountError as exc:
+                    outcome = Finished("failed", None, str(exc), {}, 0)
+            if deadline.cancelled_caught:
+                outcome = Finished(
+                    "timeout", None, f"timed out after {timeout:g} s while preparing mounts", {}, 0
+                )
+            nursery.cancel_scope.cancel()
+        if outcome is not None:
+            outcome = replace(outcome, duration_sec=trio.current_time() - started)
+            await self._system(job, f"{outcome.error}")
+        return outcome
+
+    async def _outputs(self, job: Job, spec: RunSpec, finished: Finished) -> Finished:
+        """Upload the run's outputs (not for a cancelled job); a job that succeeded fails
+        when a non-optional glob matched nothing or an upload failed."""
+        if not spec.outputs or finished.outcome == "cancelled":
+            return finished
+        refs: list[dict[str, Any]] = []
+        error: str | None = None
+        async with trio.open_nursery() as nursery:
+
+            async def watch_cancel() -> None:
+                await job.cancel.wait()
+                nursery.cancel_scope.cancel()
+
+            async def collect() -> None:
+                nonlocal refs, error
+                refs, error = await collect_outputs(
+                    job.workdir,
+                    list(spec.outputs),
+                    self.server_url(),
+                    job.job_id,
+                    note=lambda s: self._system(job, s),
+                    owner=job.user.uid if job.user is not None else None,
+                )
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch_cancel)
+            nursery.start_soon(collect)
+        if job.cancel.is_set():
+            return replace(finished, outcome="cancelled", error="cancelled while uploading outputs")
+        job.artifacts = refs
+        if error is not None and finished.outcome == "succeeded":
+            await self._system(job, error)
+            return replace(finished, outcome="failed", error=error)
+        return finished
+
+    async def _run_job(self, job: Job, spec: RunSpec) -> None:
+        ids = {"job_id": job.job_id, "attempt": job.attempt}
+        log.info("job started", extra={**ids, "workdir": str(job.workdir)})
+        try:
+            plan = await self._plan_waiting(job, spec)
+            if plan.hand_back is not None and job.cancel.is_set():
+                await self._on_event(job, Finished("cancelled", None, "cancelled", {}, 0))
+                return
+            if plan.hand_back is not None:
+                log.info("job declined", extra={**ids, "reason": plan.hand_back})
+                self.core.outbox.put(
+                    JobReleased(job_id=job.job_id, attempt=job.attempt, declined=plan.hand_back)
+                )
+                self.core.notify()
+                return
+            gpus = [d.id for d in plan.gpus]
+            await self._emit(
+                job,
+                JobPhase(job_id=job.job_id, attempt=job.attempt, phase="pulling", gpus=gpus),
+            )
+            refusal = isolation_refusal(spec.isolation, self.core.node_name(), self.executor)
+            refusal = refusal or plan.refusal
+            if refusal is not None:
+                await self._system(job, refusal)
+                await self._on_event(job, Finished("failed", None, refusal, {}, 0))
+                return
+            if gpus:
+                await self._system(job, f"GPUs assigned: {', '.join(gpus)}")
+            for note in plan.notes:
+                await self._system(job, note)
+            job.user = await self._attempt_user(job)
+            if self.uids is not None and plan.launch is not None:
+                plan.launch = replace(plan.launch, user=job.user)
+            await trio.to_thread.run_sync(make_workdir, job.workdir, self.work_root)
+            job.streams = await trio.to_thread.run_sync(make_streams_dir, job.workdir, job.user)
+            failed = await self._prepare(job, spec)
+            if failed is not None:
+                await self._on_event(job, failed)
+                return
+            exec_spec = ExecSpec(
+                job_id=job.job_id,
+                command=list(spec.command),
+                env={**spec.env, **plan.env},
+                workdir=job.workdir,
+                setup=spec.setup,
+                timeout_sec=spec.timeout_sec,
+                # inline mounts were written by _prepare (with their mode); the bare
+                # inline_files of older servers are still written by the executor
+                inline_files={} if (spec.workspace or spec.inputs) else dict(spec.inline_files),
+                grace_sec=self.grace_sec,
+                user=job.user,
+                launch=plan.launch,
+                streams_dir=job.streams,
+                pod=pod_services(spec.pod),
+            )
+
+            async def report(event: Event) -> None:
+                if not isinstance(event, Finished):  # reported after the outputs are up
+                    await self._on_event(job, event)
+
+            async with forwarding(
+                job.streams,
+                lambda msg: self._emit(job, msg),
+                job_id=job.job_id,
+                attempt=job.attempt,
+                note=lambda s: self._system(job, s),
+                owner=job.user.uid if job.user is not None else None,
+            ):
+                finished = await run_job(exec_spec, report, job.cancel)
+            await self._on_event(job, await self._outputs(job, spec, finished))
+        except Exception as exc:
+            log.exception("job failed inside the agent", extra=ids)
+            if not job.finished:
+                job.finished = True
+                self.core.finish(
+                    JobFinished(
+                        job_id=job.job_id,
+                        attempt=job.attempt,
+                        outcome="failed",
+                        error=f"agent error: {exc}",
+                    )
+                )
+        finally:
+            self.rules.release(job.key)
+            del self.core.jobs[job.key]
+            self.core.notify()
+            await self._free_user(job)
+
+    async def _plan_waiting(self, job: Job, spec: RunSpec) -> JobPlan:
+        """:meth:`_plan`, waiting a while for GPUs still held by a job that is ending: the
+        server frees a cancelled job's reservation at once, the agent its devices once its
+        processes are gone (up to the grace period later). Still none free after that:
+        the plan says to hand the job back."""
+        plan = self._plan(job, spec)
+        if plan.hand_back is None:
+            return plan
+        with trio.move_on_after(self.grace_sec + GPU_WAIT_EXTRA_SEC):
+            while plan.hand_back is not None and not job.cancel.is_set():
+                await self.core.changed.wait()
+                plan = self._plan(job, spec)
+        return plan
+
+    def _plan(self, job: Job, spec: RunSpec) -> JobPlan:
+        """Limits, GPUs and the launch of this attempt (``jobplan.py``)."""
+        read_only = tuple(
+            job.workdir / m.path
+            for m in (spec.workspace, *spec.inputs)
+            if m and m.mode == "ro" and m.path
+        )
+        return self.rules.plan(job.key, spec.limits, read_only)
+
+    async def _attempt_user(self, job: Job) -> JobUser | None:
+        """Who the attempt's processes run as: a uid of its own (held until
+        :meth:`_free_user`), or the one user of every job."""
+        if self.uids is None:
+            return self.job_user
+        user = await trio.to_thread.run_sync(self.uids.take, job.key)
+        log.info(
+            "job uid taken", extra={"job_id": job.job_id, "attempt": job.attempt, "uid": user.uid}
+        )
+        return user
+
+    async def _free_user(self, job: Job) -> None:
+        """Give the attempt's uid back once its every process is gone; its directories
+        are handed back to the agent first (``uids.py``). Shielded: an agent stopping at
+        once still frees it (what a killed agent leaves is swept at its next start)."""
+        pool = self.uids
+        if pool is None or pool.uid_of(job.key) is None:
+            return
+        own = [
+            job.workdir,
+            *(job.workdir.with_name(f"{job.workdir.name}{s}") for s in (".deps", ".streams")),
+        ]
+        with trio.CancelScope(shield=True):
+            released = await trio.to_thread.run_sync(pool.release, job.key, own)
+        if released is not None and (released.killed or released.handed_back or released.removed):
+            log.info(
+                "job uid swept",
+                extra={
+                    "job_id": job.job_id,
+                    "attempt": job.attempt,
+                    "uid": released.uid,
+                    "killed_processes": released.killed,
+                    "handed_back_files": released.handed_back,
+                    "removed_ipc": released.removed,
+                },
+            )
