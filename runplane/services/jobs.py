@@ -12,6 +12,7 @@ which every transition reaches before it is announced.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
@@ -47,14 +48,19 @@ from runplane.placement import DemandError, JobDemand
 from runplane.policy import LIMIT_KEYS
 from runplane.policy.refusal import AdmissionRefused
 from runplane.problems import FieldProblem, Problem, not_found
-from runplane.runtime import ActorRef, Hub, Registry
+from runplane.runtime import ActorRef, AskTimeout, Hub, MailboxFull, Registry
 from runplane.sealing import Sealer
 from runplane.stacks import Catalog
 
 #: A statement for the new job's row, written in its insert transaction (the audit row).
 InTx = Callable[[JobRow], tuple[str, Sequence[Any]]]
 #: A terminal job actor idle this long is passivated (its state is all in the store).
+log = logging.getLogger("runplane.jobs")
+
 JOB_IDLE_SEC = 30.0
+#: How long the answer to a submit waits for placement's wait reason before it goes
+#: without one (``wait_reasons(best_effort=True)``).
+BEST_EFFORT_ASK_SEC = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,11 +448,24 @@ class Jobs:
 
         return follow(JobEventSource(self.store, self.hub, job_id, activate), since)
 
-    async def wait_reasons(self, rows: Sequence[JobRow]) -> dict[str, str]:
+    async def wait_reasons(
+        self, rows: Sequence[JobRow], *, best_effort: bool = False
+    ) -> dict[str, str]:
+        """Placement's wait reason of each queued row. A busy placement (a full mailbox,
+        no answer in time) is a 503, or with ``best_effort`` no reason at all: the answer
+        to a write the store already took must not fail (a client retrying it without an
+        Idempotency-Key would create a second job)."""
         queued = tuple(r.id for r in rows if r.phase is Phase.QUEUED)
         if not queued:
             return {}
-        return await self.placement.try_ask(pl.WaitReasons(queued))  # full: 503
+        if not best_effort:
+            return await self.placement.try_ask(pl.WaitReasons(queued))  # full: 503
+        try:
+            ask = self.placement.try_ask(pl.WaitReasons(queued), timeout=BEST_EFFORT_ASK_SEC)
+            return await ask
+        except (MailboxFull, AskTimeout):
+            log.info("wait reasons left out: placement is busy", extra={"jobs": len(queued)})
+            return {}
 
     async def _visible(self, job_id: str, org_id: str | None) -> JobRow:
         row = await repo.get_row(self.store, job_id, org_id)

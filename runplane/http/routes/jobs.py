@@ -33,15 +33,17 @@ def jobs_service() -> Jobs:
     return services().root.jobs
 
 
-async def job_reply(row: JobRow) -> dict[str, Any]:
-    """The Job view of one row, with its wait reason while queued."""
-    reasons = await jobs_service().wait_reasons([row])
+async def job_reply(row: JobRow, *, best_effort: bool = False) -> dict[str, Any]:
+    """The Job view of one row, with its wait reason while queued (``best_effort``: none
+    when placement is busy, instead of a 503)."""
+    reasons = await jobs_service().wait_reasons([row], best_effort=best_effort)
     return job_view(row, wait_reason=reasons.get(row.id))
 
 
 async def created_reply(created: Created, **extra: Any) -> tuple[dict[str, Any], int]:
-    """The 202 of a submit, rerun or run: the Job, ``extra`` and the admission notes."""
-    view = await job_reply(created.row)
+    """The 202 of a submit, rerun or run: the Job, ``extra`` and the admission notes. The
+    job is stored: nothing may fail the answer now (the wait reason is best effort)."""
+    view = await job_reply(created.row, best_effort=True)
     return {**view, **extra, "clamp_notes": list(created.notes)}, 202
 
 
