@@ -41,7 +41,7 @@ from runplane.actors.webhooks import DispatchDeps, DispatchMsg, WebhookDispatche
 from runplane.artifacts import ArtifactStore
 from runplane.jobs import counts
 from runplane.jobs.orders import cancel_order, connection_ids, run_order
-from runplane.jobs.phase import TERMINAL
+from runplane.jobs.phase import TERMINAL, Phase
 from runplane.jobs.rows import JobRow
 from runplane.nodes import grants as node_grants
 from runplane.nodes import repo as nodes_repo
@@ -64,9 +64,8 @@ from runplane.settings import Settings
 from runplane.stacks import Catalog
 from runplane.streams.acks import TeleopAcks
 
-TERMINAL_PHASES = frozenset(ph.value for ph in TERMINAL)
 #: Phases a run from a git connection reports as a commit status (docs/git.md).
-STATUS_PHASES = TERMINAL_PHASES | {"running"}
+STATUS_PHASES = TERMINAL | {Phase.RUNNING}
 #: Seconds between agent heartbeats, and how many may be missed before a node is lost.
 HEARTBEAT_SEC = 5.0
 MISSED_HEARTBEATS = 3
@@ -227,7 +226,7 @@ class Root:
 
         async def phase_changed(row: JobRow, phase: str) -> None:
             await admission.tell_now(PhaseChanged(row.id, phase, row.org_id, row.submitted_by))
-            if phase in TERMINAL_PHASES:
+            if phase in TERMINAL:
                 await webhooks.ended(row.org_id)  # its deliveries were queued with its end
             if phase in STATUS_PHASES and connection_ids(row.spec):
                 await webhooks.poke()  # a commit status was queued with the change

@@ -13,10 +13,7 @@ from typing import Any, NamedTuple
 
 from runplane.persistence import to_json
 
-from .phase import Phase
-
-#: The phases after which a job's stream ends.
-TERMINAL_PHASES = frozenset(p.value for p in Phase if p.terminal)
+from .phase import TERMINAL, Phase
 
 
 class StoredEvent(NamedTuple):
@@ -31,7 +28,7 @@ class StoredEvent(NamedTuple):
     @property
     def ends_stream(self) -> bool:
         """The job's terminal phase event: nothing follows it."""
-        return self.kind == "phase" and json.loads(self.data)["phase"] in TERMINAL_PHASES
+        return self.kind == "phase" and json.loads(self.data)["phase"] in TERMINAL  # (a StrEnum)
 
 
 def encode(job_id: str, seq: int, kind: str, ts: int, **fields: Any) -> StoredEvent:
