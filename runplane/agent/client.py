@@ -49,8 +49,8 @@ from runplane.agent.facts import collect_facts
 from runplane.agent.gpus import GpuPool
 from runplane.agent.isolation import JobUser, RunAsError
 from runplane.agent.jobplan import EXECUTORS
+from runplane.agent.jobref import JobKey
 from runplane.agent.lifecycle import Lifecycle
-from runplane.agent.outbox import JobKey
 from runplane.agent.protocol import Facts
 from runplane.agent.runner import JobRunner
 from runplane.agent.session import STOP_FLUSH_SEC, AgentSession

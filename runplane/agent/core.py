@@ -21,7 +21,8 @@ import trio_websocket
 
 from runplane.agent.finish_store import FinishStore
 from runplane.agent.isolation import JobUser
-from runplane.agent.outbox import JobKey, Outbox
+from runplane.agent.jobref import JobKey
+from runplane.agent.outbox import Outbox
 from runplane.agent.protocol import Facts, JobFinished, RunningJob
 
 

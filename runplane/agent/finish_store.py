@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from runplane.agent.outbox import JobKey, job_key
+from runplane.agent.jobref import JobKey, job_key
 from runplane.agent.protocol import JobFinished, encode
 
 log = logging.getLogger("runplane.agent")

@@ -2,34 +2,25 @@
 
 :class:`Outbox` is pure bookkeeping (no I/O): per job attempt (:data:`JobKey`) a bounded
 queue of ``job_phase``/``job_logs``/``job_metric``/``job_stream``/``job_finished``/
-``job_released`` messages, dropping the oldest log lines, metric points and stream chunks
-beyond the buffer limits (``MAX_BUFFERED_UNITS``, ``MAX_BUFFERED_BYTES``) with a note
-(:func:`dropped_note`), splitting big log batches into frames (``MAX_FRAME_TEXT``), and
-keeping each ``job_finished`` until the server acknowledges it. Answers that need no
-ack (``teleop_ack``, ``update_status``) wait in a small queue of their own and go out first.
-:func:`check_job_ref` says whether a job id/attempt may name a workdir.
-"""
+``job_released`` messages, dropping the oldest lines, points and chunks beyond the limits
+with a note (:func:`dropped_note`), splitting big log batches into frames, keeping each
+``job_finished`` until acknowledged. Answers that need no ack go out first."""
 
 from __future__ import annotations
 
-import re
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias, cast
 
+from runplane.agent.jobref import JobKey, job_key
 from runplane.agent.protocol import (
-    Cancel,
-    FinishedAck,
     JobFinished,
     JobLogs,
     JobMetric,
     JobPhase,
     JobReleased,
     JobStream,
-    Run,
-    RunningJob,
-    Teleop,
     TeleopAck,
     UpdateStatus,
 )
@@ -49,28 +40,11 @@ MAX_CONTROL = 1_000
 #: kept reports are bounded like the queue (``max_units``, ``max_bytes``).
 RESEND_WINDOW_SEC = 60.0
 
-JobKey: TypeAlias = tuple[str, int]
 Queued: TypeAlias = JobPhase | JobLogs | JobMetric | JobStream | JobFinished | JobReleased
 #: An answer or notice that needs no ack (sent first; dropped on a disconnect).
 Control: TypeAlias = TeleopAck | UpdateStatus
 #: What the sender sends: a job's report, or an answer that needs no ack.
 Outgoing: TypeAlias = Queued | Control
-
-_JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
-
-
-def check_job_ref(job_id: str, attempt: int) -> str | None:
-    """Why a job id/attempt cannot name a workdir (``None`` when it can)."""
-    if not _JOB_ID_RE.fullmatch(job_id):
-        return f"invalid job id {job_id[:140]!r}: expected letters, digits, '_', '-', '.'"
-    if attempt < 1:
-        return f"invalid attempt {attempt}: must be >= 1"
-    return None
-
-
-def job_key(msg: Queued | TeleopAck | Run | Cancel | FinishedAck | Teleop | RunningJob) -> JobKey:
-    """The job attempt a message is about: ``(job_id, attempt)``."""
-    return (msg.job_id, msg.attempt)
 
 
 @dataclass(slots=True)
@@ -168,13 +142,8 @@ def _split_lines(lines: Sequence[tuple[Any, ...]], limit: int) -> Iterator[list[
 
 
 def dropped_note(lines: int, metrics: int, chunks: int = 0) -> str:
-    what = []
-    if lines:
-        what.append(f"{lines} log line{'s' * (lines != 1)}")
-    if metrics:
-        what.append(f"{metrics} metric point{'s' * (metrics != 1)}")
-    if chunks:
-        what.append(f"{chunks} stream chunk{'s' * (chunks != 1)}")
+    counts = ((lines, "log line"), (metrics, "metric point"), (chunks, "stream chunk"))
+    what = [f"{n} {word}{'s' * (n != 1)}" for n, word in counts if n]
     return (
         f"agent dropped {' and '.join(what)} of this job: too much output buffered "
         "while disconnected from the server"

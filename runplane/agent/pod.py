@@ -26,14 +26,9 @@ from typing import TYPE_CHECKING, Literal
 
 import trio
 
-from runplane.agent.executor import (
-    Finished,
-    PodHealth,
-    PodService,
-    Started,
-    _signal_name,
-    shown,
-)
+from runplane.agent.execspec import Finished, PodHealth, PodService, Started
+from runplane.agent.output import shown
+from runplane.agent.procgroup import signal_name
 
 if TYPE_CHECKING:
     from runplane.agent.executor import _Job
@@ -175,7 +170,7 @@ class _Pod:
             code = result.returncode
             how = f"exit code {code}"
             if code is not None and code < 0:
-                how = f"killed by signal {_signal_name(-code)}"
+                how = f"killed by signal {signal_name(-code)}"
             self._fail(f"service {service.name!r} exited ({how})")
 
     async def _health(

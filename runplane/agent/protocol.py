@@ -29,28 +29,20 @@ Flow::
     update_status {version, phase, error}   ->        installing, installed, failed
 
 The agent keeps ``job_finished`` messages until acknowledged and resends them after a
-reconnect, so an outcome reached while disconnected is not lost. Log and metric reports
+reconnect (an outcome reached while disconnected is not lost). Log and metric reports
 are numbered per attempt (``n``) once the server has said ``resume``: the agent keeps the
 ones it sent for a while, and after a reconnect resends those after the server's mark (a
 server killed before storing them lost them); the server drops a number it already has.
-In ``hello`` it lists the jobs still running on it; the server resumes those and cancels
-attempts it no longer wants.
+In ``hello`` it lists the jobs still running on it (the server cancels those it does not want).
 
 A stopping agent *drains*: ``draining`` says it takes no new work and lets its jobs run
-for ``deadline_sec`` more; an attempt still running then is stopped and handed back with
-``job_released`` (the server requeues it, attempts + 1, as after a node loss). A frame of a
-type the receiver does not know is logged and ignored by both ends (forward compatible);
-servers before ``draining`` closed the session with 4400 instead, which the agent takes as
-"this server does not drain" (see ``docs/agent.md``).
+for ``deadline_sec`` more; one still running then is handed back with ``job_released``
+(requeued, attempts + 1). A frame of an unknown type is logged and ignored by both ends
+(servers before ``draining`` closed with 4400: "this server does not drain").
 
-Self-update (``docs/agent.md#self-update``): ``update`` offers a version, ``requested``
-when an operator asked for it (``POST /v1/nodes/{id}/update``: the agent applies it), else
-the node's release channel moved (applied only by an agent started with
-``--auto-update``, which says ``auto_update`` in its hello). The agent reports
-``update_status`` as it installs; once installed it drains, re-executes itself and says
-hello with the new ``agent_version``. Fields added after the first release (``auto_update``
-in ``hello``) are sent only when set, so a server that predates them still reads the
-frame; new server messages are new types, which older agents log and ignore.
+Self-update (``docs/agent.md#self-update``): ``update`` offers a version (``requested``:
+an operator asked); the agent reports ``update_status`` as it installs. Fields added after
+the first release are sent only when set; new server messages are new types.
 """
 
 from __future__ import annotations

@@ -39,8 +39,9 @@ from runplane.agent.executor import (
 )
 from runplane.agent.isolation import HostPaths, JobUser, isolation_refusal, make_workdir
 from runplane.agent.jobplan import Executor, JobPlan, NodeRules
+from runplane.agent.jobref import check_job_ref, job_key
 from runplane.agent.mask import masked
-from runplane.agent.outbox import Queued, check_job_ref, job_key
+from runplane.agent.outbox import Queued
 from runplane.agent.outputs import collect_outputs
 from runplane.agent.protocol import (
     Cancel,

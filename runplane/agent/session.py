@@ -25,8 +25,8 @@ from runplane.agent import credentials
 from runplane.agent.backoff import Backoff
 from runplane.agent.core import Connection, Core
 from runplane.agent.errors import AgentRefused, AgentReplaced
+from runplane.agent.jobref import job_key
 from runplane.agent.lifecycle import Lifecycle
-from runplane.agent.outbox import job_key
 from runplane.agent.protocol import (
     CLOSE_DISABLED,
     CLOSE_REPLACED,

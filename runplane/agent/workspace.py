@@ -37,31 +37,23 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import gzip
 import os
-import posixpath
 import shutil
 import stat
-import tarfile
 import threading
 import time
-import zipfile
-import zlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Literal
 from urllib.parse import unquote, urlsplit
 
 import trio
 
+from runplane.agent.archives import Refused, unpack_archive
 from runplane.agent.isolation import HostPathRefused, HostPaths
 from runplane.agent.protocol import SERVER_REF, MountSpec
 from runplane.artifacts.client import TransferError, download, redact_url
 
-#: Unpacking stops (and the mount fails) past this many entries or bytes: zip bombs.
-MAX_ARCHIVE_ENTRIES = 200_000
-MAX_UNPACKED_BYTES = 64 * 1024**3
 #: A git command that moves less than 1 KB/s for this long is given up.
 GIT_LOW_SPEED_SEC = 60
 _CHUNK = 1024 * 1024
@@ -69,15 +61,10 @@ _CHUNK = 1024 * 1024
 Note = Callable[[str], Awaitable[None]]
 #: No node path allowed: the default of a node whose operator allowed none.
 NO_HOST_PATHS = HostPaths()
-ArchiveKind = Literal["zip", "tar.gz"]
 
 
 class MountError(Exception):
     """A mount could not be prepared; the message names it and says why."""
-
-
-class _Refused(Exception):
-    """Why one mount failed (without the mount's name, which MountError adds)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +106,7 @@ async def prepare_mounts(
             try:
                 target = await trio.to_thread.run_sync(_target, workdir, mount.spec.path)
                 await _prepare_one(mount, target, scratch, note, host_paths, server)
-            except (_Refused, HostPathRefused, TransferError, OSError) as exc:
+            except (Refused, HostPathRefused, TransferError, OSError) as exc:
                 raise MountError(f"{mount.describe()}: {_reason(exc)}") from None
             if mount.spec.mode == "ro":
                 read_only.append((target, target == root))
@@ -150,11 +137,11 @@ def _target(workdir: Path, rel: str) -> Path:
     if rel in ("", "."):
         return root
     if rel.startswith("/") or "\\" in rel or "\0" in rel or ".." in rel.split("/"):
-        raise _Refused(f"mount path {rel!r} must stay inside the working directory")
+        raise Refused(f"mount path {rel!r} must stay inside the working directory")
     target = root.joinpath(*[p for p in rel.split("/") if p not in ("", ".")])
     real = Path(os.path.realpath(target))
     if real != root and root not in real.parents:
-        raise _Refused(f"mount path {rel!r} leads outside the working directory (symlink)")
+        raise Refused(f"mount path {rel!r} leads outside the working directory (symlink)")
     return target
 
 
@@ -199,7 +186,7 @@ async def _prepare_one(
         else:
             await trio.to_thread.run_sync(_make_empty_dir, target)
     else:  # pragma: no cover - the protocol model refuses other types
-        raise _Refused(f"unknown mount type {spec.type!r}")
+        raise Refused(f"unknown mount type {spec.type!r}")
 
 
 def _is_http(ref: str) -> bool:
@@ -210,10 +197,10 @@ def _node_path(ref: str) -> Path:
     if ref[:7].lower() == "file://":
         parts = urlsplit(ref)
         if parts.netloc not in ("", "localhost"):
-            raise _Refused("a file:// ref must name a path on this node")
+            raise Refused("a file:// ref must name a path on this node")
         ref = unquote(parts.path)
     if not ref.startswith("/"):
-        raise _Refused("a path on the node must be absolute")
+        raise Refused("a path on the node must be absolute")
     return Path(ref)
 
 
@@ -237,7 +224,7 @@ async def _in_thread(fn: Callable[..., int], *args: object) -> int:
 
 def _write_text(target: Path, text: str) -> None:
     if target.is_dir():
-        raise _Refused("the path is a directory")
+        raise Refused("the path is a directory")
     target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -246,7 +233,7 @@ def _write_text(target: Path, text: str) -> None:
 
 def _place_file(fetched: Path, target: Path) -> None:
     if target.is_dir():
-        raise _Refused("the path is a directory")
+        raise Refused("the path is a directory")
     target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
     os.chmod(fetched, 0o644)
     os.replace(fetched, target)
@@ -272,7 +259,7 @@ def _open_node_path(path: Path, host_paths: HostPaths, flags: int) -> int:
         fd = -1
     if fd < 0:
         kind = "directory" if flags & os.O_DIRECTORY else "file"
-        raise _Refused(f"{path} is not a {kind} on this node")
+        raise Refused(f"{path} is not a {kind} on this node")
     try:
         host_paths.check_open(fd, path)
     except BaseException:
@@ -285,9 +272,9 @@ def _copy_file(source: Path, target: Path, host_paths: HostPaths = NO_HOST_PATHS
     fd = _open_node_path(source, host_paths, _OPEN_FILE)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise _Refused(f"{source} is not a file on this node")
+            raise Refused(f"{source} is not a file on this node")
         if target.is_dir():
-            raise _Refused("the path is a directory")
+            raise Refused("the path is a directory")
         target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         _copy_fd(fd, target)
     finally:
@@ -337,7 +324,7 @@ def _copy_dir_fd(fd: int, target: Path) -> None:
         try:
             now = os.fstat(child)
             if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
-                raise _Refused(f"{name!r} changed while it was copied")
+                raise Refused(f"{name!r} changed while it was copied")
             if stat.S_ISDIR(st.st_mode):
                 if os.path.islink(dest):
                     os.unlink(dest)
@@ -415,11 +402,11 @@ async def _git(*args: str, cwd: Path | None = None, auth: str | None = None) -> 
             stdin=b"",
         )
     except FileNotFoundError:
-        raise _Refused("git is not installed on this node") from None
+        raise Refused("git is not installed on this node") from None
     if result.returncode != 0:
         err = result.stderr.decode("utf-8", errors="replace").strip().splitlines()
         last = next((line for line in reversed(err) if line.strip()), "")
-        raise _Refused(f"git {args[0]} failed: {last[:300] or f'exit {result.returncode}'}")
+        raise Refused(f"git {args[0]} failed: {last[:300] or f'exit {result.returncode}'}")
     return result.stdout.decode("utf-8", errors="replace").strip()
 
 
@@ -446,7 +433,7 @@ async def clone_git(
     locally (a commit reachable from any branch or tag)."""
     url, _, rev = ref.partition("#")
     if not url or url.startswith("-") or rev.startswith("-"):
-        raise _Refused("a git ref is '<repository url>[#<branch, tag or commit>]'")
+        raise Refused("a git ref is '<repository url>[#<branch, tag or commit>]'")
     local = _local_repository(url)
     if local is not None:
         url = str(host_paths.check(local))
@@ -456,7 +443,7 @@ async def clone_git(
     try:
         await _git("fetch", "-q", "--depth", "1", "origin", rev or "HEAD", cwd=target, auth=auth)
         commit = await _git("rev-parse", "--verify", "FETCH_HEAD^{commit}", cwd=target)
-    except _Refused:
+    except Refused:
         if not rev:
             raise
         await _git(
@@ -470,239 +457,10 @@ async def clone_git(
         )
         commit = ""
         for candidate in (f"{rev}^{{commit}}", f"origin/{rev}^{{commit}}"):
-            with contextlib.suppress(_Refused):
+            with contextlib.suppress(Refused):
                 commit = await _git("rev-parse", "--verify", "-q", candidate, cwd=target)
                 break
         if not commit:
-            raise _Refused(f"no branch, tag or commit {rev!r} in the repository") from None
+            raise Refused(f"no branch, tag or commit {rev!r} in the repository") from None
     await _git("checkout", "-q", "--detach", commit, cwd=target)
     return commit
-
-
-# --------------------------------------------------------------------------- archives
-
-
-def archive_kind(path: Path) -> ArchiveKind:
-    with open(path, "rb") as fh:
-        head = fh.read(4)
-    if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
-        return "zip"
-    if head.startswith(b"\x1f\x8b"):
-        return "tar.gz"
-    raise _Refused("not a .zip or .tar.gz archive")
-
-
-def _entry_name(raw: str) -> str:
-    """An archive entry's path, normalized and checked to stay inside the mount."""
-    name = raw
-    if "\\" in name:
-        raise _Refused(f"archive entry {raw!r} has a backslash in its name")
-    if "\0" in name:
-        raise _Refused(f"archive entry {raw!r} has a NUL in its name")
-    if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
-        raise _Refused(f"archive entry {raw!r} is an absolute path")
-    parts = [p for p in name.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise _Refused(f"archive entry {raw!r} escapes the mount ('..')")
-    return "/".join(parts)
-
-
-def _link_inside(entry: str, link: str) -> str:
-    """The mount-relative path a symlink at ``entry`` pointing to ``link`` resolves to."""
-    if link.startswith("/") or "\\" in link or "\0" in link:
-        raise _Refused(f"archive symlink {entry!r} -> {link!r} points outside the mount")
-    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(entry), link))
-    if resolved == ".." or resolved.startswith("../"):
-        raise _Refused(f"archive symlink {entry!r} -> {link!r} points outside the mount")
-    return "" if resolved == "." else resolved
-
-
-@dataclass(slots=True)
-class _Entry:
-    name: str
-    kind: Literal["file", "dir", "symlink", "hardlink"]
-    mode: int
-    size: int
-    link: str = ""
-
-
-class _Unpacker:
-    """Writes checked entries under ``root``; every write re-checks that its parent really is
-    inside ``root`` (nothing written through a symlink) and opens with O_NOFOLLOW."""
-
-    def __init__(self, root: Path, stop: threading.Event | None) -> None:
-        self.root = Path(os.path.realpath(root))
-        self.stop = stop
-        self.written = 0
-
-    def _parent(self, name: str) -> Path:
-        path = self.root.joinpath(*name.split("/"))
-        parent = path.parent
-        parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        real = Path(os.path.realpath(parent))
-        if real != self.root and self.root not in real.parents:
-            raise _Refused(f"archive entry {name!r} would be written through a symlink")
-        return path
-
-    def directory(self, name: str, mode: int) -> None:
-        if not name:
-            return
-        path = self._parent(name)
-        if path.is_symlink():
-            raise _Refused(f"archive entry {name!r} would be written through a symlink")
-        path.mkdir(mode=0o755, exist_ok=True)
-        os.chmod(path, (mode & 0o755) | 0o700)
-
-    def file(self, name: str, mode: int, source: IO[bytes]) -> None:
-        path = self._parent(name)
-        with contextlib.suppress(FileNotFoundError):
-            if path.is_symlink() or path.is_file():
-                path.unlink()
-        fd = os.open(
-            path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
-        )
-        try:
-            while True:
-                if self.stop is not None and self.stop.is_set():
-                    raise _Refused("stopped")
-                chunk = source.read(_CHUNK)
-                if not chunk:
-                    break
-                self.written += len(chunk)
-                if self.written > MAX_UNPACKED_BYTES:
-                    raise _Refused(f"archive unpacks to more than {MAX_UNPACKED_BYTES} bytes")
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.chmod(path, (mode & 0o755) | 0o600)
-
-    def symlink(self, name: str, link: str) -> None:
-        path = self._parent(name)
-        if path.is_dir() and not path.is_symlink():
-            raise _Refused(f"archive symlink {name!r} replaces a directory")
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-        os.symlink(link, path)
-
-    def hardlink(self, name: str, target: str) -> None:
-        source = self.root.joinpath(*target.split("/"))
-        real = Path(os.path.realpath(source))
-        if self.root not in real.parents or not real.is_file():
-            raise _Refused(f"archive hard link {name!r} -> {target!r} points outside the mount")
-        with open(real, "rb") as fh:
-            self.file(name, stat.S_IMODE(os.stat(real).st_mode), fh)
-
-
-def _checked(entries: Iterator[_Entry]) -> list[_Entry]:
-    """All entries, or _Refused for the first that could escape (nothing is written before
-    the whole archive passed)."""
-    out: list[_Entry] = []
-    total = 0
-    for entry in entries:
-        if len(out) >= MAX_ARCHIVE_ENTRIES:
-            raise _Refused(f"archive has more than {MAX_ARCHIVE_ENTRIES} entries")
-        total += entry.size
-        if total > MAX_UNPACKED_BYTES:
-            raise _Refused(f"archive unpacks to more than {MAX_UNPACKED_BYTES} bytes")
-        if entry.kind == "symlink":
-            _link_inside(entry.name, entry.link)
-        elif entry.kind == "hardlink":
-            entry.link = _entry_name(entry.link)
-        out.append(entry)
-    return out
-
-
-def _tar_entries(archive: tarfile.TarFile) -> Iterator[_Entry]:
-    for member in archive.getmembers():
-        name = _entry_name(member.name)
-        if member.isdir():
-            yield _Entry(name, "dir", member.mode, 0)
-        elif member.isreg():
-            yield _Entry(name, "file", member.mode, member.size)
-        elif member.issym():
-            yield _Entry(name, "symlink", 0, 0, member.linkname)
-        elif member.islnk():
-            yield _Entry(name, "hardlink", 0, 0, member.linkname)
-        else:
-            raise _Refused(f"archive entry {member.name!r} is a device, fifo or other special file")
-
-
-def _zip_entries(archive: zipfile.ZipFile) -> Iterator[_Entry]:
-    for info in archive.infolist():
-        name = _entry_name(info.filename)
-        mode = (info.external_attr >> 16) & 0xFFFF
-        if info.is_dir():
-            yield _Entry(name, "dir", stat.S_IMODE(mode) or 0o755, 0)
-        elif stat.S_ISLNK(mode):
-            if info.file_size > 4096:
-                raise _Refused(f"archive symlink {info.filename!r} is malformed")
-            link = archive.read(info).decode("utf-8", errors="replace")
-            yield _Entry(name, "symlink", 0, 0, link)
-        elif stat.S_IFMT(mode) not in (0, stat.S_IFREG):
-            raise _Refused(f"archive entry {info.filename!r} is a special file")
-        else:
-            yield _Entry(name, "file", stat.S_IMODE(mode) or 0o644, info.file_size)
-
-
-def unpack_archive(path: Path, target: Path, *, stop: threading.Event | None = None) -> int:
-    """Unpack the .zip or .tar.gz at ``path`` into the directory ``target`` (created);
-    returns the number of entries. Refuses, before writing anything, an archive with an
-    entry that would land outside ``target`` (absolute, ``..``, a symlink or hard link
-    pointing out, a special file); while writing, never follows a symlink out."""
-    kind = archive_kind(path)
-    target.mkdir(mode=0o755, parents=True, exist_ok=True)
-    unpacker = _Unpacker(target, stop)
-    try:
-        if kind == "zip":
-            with zipfile.ZipFile(path) as zf:
-                entries = _checked(_zip_entries(zf))
-                infos = {_entry_name(i.filename): i for i in zf.infolist()}
-                _write_entries(unpacker, entries, lambda e: zf.open(infos[e.name]))
-        else:
-            with tarfile.open(path, mode="r:gz") as tf:
-                entries = _checked(_tar_entries(tf))
-                members = {_entry_name(m.name): m for m in tf.getmembers()}
-
-                def open_member(e: _Entry) -> IO[bytes]:
-                    fh = tf.extractfile(members[e.name])
-                    if fh is None:
-                        raise _Refused(f"archive entry {e.name!r} cannot be read")
-                    return fh
-
-                _write_entries(unpacker, entries, open_member)
-    except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
-        raise _Refused(f"corrupt archive: {exc}") from None
-    return len(entries)
-
-
-def _write_entries(
-    unpacker: _Unpacker, entries: list[_Entry], open_entry: Callable[[_Entry], IO[bytes]]
-) -> None:
-    links: list[_Entry] = []
-    for entry in entries:
-        if entry.kind == "dir":
-            unpacker.directory(entry.name, entry.mode)
-        elif entry.kind == "file":
-            with open_entry(entry) as source:
-                unpacker.file(entry.name, entry.mode, source)
-        else:
-            links.append(entry)
-    # links last: a symlink made early could otherwise redirect a later entry's write
-    made: list[str] = []
-    for entry in links:
-        if entry.kind == "symlink":
-            unpacker.symlink(entry.name, entry.link)
-            made.append(entry.name)
-        else:
-            unpacker.hardlink(entry.name, entry.link)
-    # Each link was checked on its own; a chain (d -> ., e -> d/..) can still lead out.
-    for name in made:
-        path = unpacker.root.joinpath(*name.split("/"))
-        real = Path(os.path.realpath(path))
-        if real != unpacker.root and unpacker.root not in real.parents:
-            for other in made:
-                with contextlib.suppress(OSError):
-                    unpacker.root.joinpath(*other.split("/")).unlink()
-            raise _Refused(f"archive symlink {name!r} leads outside the mount")

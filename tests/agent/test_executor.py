@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from runplane.agent import executor
+from runplane.agent import execspec, executor, output, requirements
 from runplane.agent.executor import (
     MAX_BATCH_LINES,
     MAX_LINE_BYTES,
@@ -288,7 +288,7 @@ def test_job_environment_puts_the_spec_env_on_a_minimal_base(tmp_path: Path) -> 
         "RUNPLANE_JOB_ID": "job_1",
         "RUNPLANE_SEED": "7",
     }
-    assert job_environment(spec(tmp_path, ["true"]), {})["PATH"] == executor.DEFAULT_PATH
+    assert job_environment(spec(tmp_path, ["true"]), {})["PATH"] == execspec.DEFAULT_PATH
 
 
 # --------------------------------------------------------------------------- the command's line
@@ -322,9 +322,9 @@ async def test_a_long_multiline_command_is_shown_on_one_short_line(tmp_path: Pat
 
 
 def test_shown_keeps_a_short_command_whole_and_escapes_line_breaks() -> None:
-    assert executor.shown("echo hi", "job_1", "spec.command") == "echo hi"
-    assert executor.shown("'a\nb\u2028c'", "job_1", "spec.command") == "'a\\nb\\u2028c'"
-    long = executor.shown("x" * 121, "job_9", "spec.setup")
+    assert output.shown("echo hi", "job_1", "spec.command") == "echo hi"
+    assert output.shown("'a\nb\u2028c'", "job_1", "spec.command") == "'a\\nb\\u2028c'"
+    long = output.shown("x" * 121, "job_9", "spec.setup")
     assert long == "x" * 120 + "\u2026 (full setup: GET /v1/jobs/job_9, spec.setup)"
 
 
@@ -437,7 +437,7 @@ async def test_requirements_are_not_installed_unless_the_stack_or_job_asks(
         ({"RUNPLANE_CONFIG_INSTALL_REQUIREMENTS": "true", "RUNPLANE_REQUIREMENTS": "0"}, False),
         ({"RUNPLANE_REQUIREMENTS": "1"}, True),
     ):
-        assert executor.wants_requirements(env) is installs, env
+        assert requirements.wants_requirements(env) is installs, env
     s = spec(tmp_path, ["/bin/sh", "-c", "echo ran"], env={"PATH": VENV_PATH})
     s.workdir.mkdir(parents=True)
     (s.workdir / "requirements.txt").write_text("--no-index\nrp-no-such-package-anywhere\n")
@@ -448,11 +448,11 @@ async def test_requirements_are_not_installed_unless_the_stack_or_job_asks(
 
 
 def test_job_python_prefers_the_commands_own_python(tmp_path: Path) -> None:
-    assert executor.job_python([".venv/bin/python", "x.py"], {"PATH": ""}) == ".venv/bin/python"
-    assert executor.job_python(["python3.11", "-c", "1"], {"PATH": ""}) == "python3.11"
-    assert executor.job_python(["sh", "-c", "x"], {"PATH": VENV_PATH}) == "python3"
-    assert executor.job_python(["sh"], {"PATH": str(tmp_path)}) is None
-    assert executor.requirement_lines("# c\n\nnumpy\n  -r other.txt\n") == 2
+    assert requirements.job_python([".venv/bin/python", "x.py"], {"PATH": ""}) == ".venv/bin/python"
+    assert requirements.job_python(["python3.11", "-c", "1"], {"PATH": ""}) == "python3.11"
+    assert requirements.job_python(["sh", "-c", "x"], {"PATH": VENV_PATH}) == "python3"
+    assert requirements.job_python(["sh"], {"PATH": str(tmp_path)}) is None
+    assert requirements.requirement_lines("# c\n\nnumpy\n  -r other.txt\n") == 2
 
 
 # --------------------------------------------------------------------------- metrics

@@ -6,15 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from runplane.agent.executor import (
-    Event,
-    LineSplitter,
-    LogLines,
-    Metric,
-    Started,
-    _batch_events,
-    _Item,
-)
+from runplane.agent.execspec import Event, LogLines, Metric, Started
 from runplane.agent.metrics_line import (
     MetricLineError,
     ParsedMetric,
@@ -22,6 +14,7 @@ from runplane.agent.metrics_line import (
     parse_metric_line,
     quote,
 )
+from runplane.agent.output import Item, LineSplitter, batch_events
 
 # --------------------------------------------------------------------------- metric lines
 
@@ -133,7 +126,7 @@ def test_splitter_replaces_invalid_utf8() -> None:
 
 
 async def _collect(
-    items: list[tuple[float, _Item]], max_lines: int = 4, interval: float = 0.05
+    items: list[tuple[float, Item]], max_lines: int = 4, interval: float = 0.05
 ) -> list[tuple[float, Event]]:
     """Feed ``(delay, item)`` pairs to the batcher; return ``(time, event)`` it emitted."""
     got: list[tuple[float, Event]] = []
@@ -142,9 +135,9 @@ async def _collect(
     async def emit(event: Event) -> None:
         got.append((round(trio.current_time() - start, 3), event))
 
-    send, recv = trio.open_memory_channel[_Item](0)
+    send, recv = trio.open_memory_channel[Item](0)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_batch_events, recv, emit, max_lines, interval)
+        nursery.start_soon(batch_events, recv, emit, max_lines, interval)
         async with send:
             for delay, item in items:
                 await trio.sleep(delay)
@@ -194,10 +187,10 @@ async def test_end_of_input_flushes_at_once(autojump_clock: trio.testing.MockClo
     async def emit(event: Event) -> None:
         got.append(event)
 
-    send, recv = trio.open_memory_channel[_Item](10)
+    send, recv = trio.open_memory_channel[Item](10)
     send.send_nowait([("stdout", "last")])
     send.close()
     start = trio.current_time()
-    await _batch_events(recv, emit, 256, 0.05)
+    await batch_events(recv, emit, 256, 0.05)
     assert trio.current_time() == start
     assert got == [LogLines((("stdout", "last"),))]

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from runplane.agent.archives import Refused
 from runplane.agent.client import Agent
 from runplane.agent.errors import AgentError
 from runplane.agent.executor import ExecSpec, Finished, LogLines, run_job
@@ -39,7 +40,6 @@ from runplane.agent.workspace import (
     Mount,
     MountError,
     _copy_dir,
-    _Refused,
     clone_git,
     prepare_mounts,
 )
@@ -162,7 +162,7 @@ async def test_git_from_a_node_path_needs_the_allowlist_too(tmp_path: Path) -> N
 
 async def test_git_remote_helpers_that_run_commands_are_refused(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
-    with pytest.raises(_Refused, match="git fetch failed"):
+    with pytest.raises(Refused, match="git fetch failed"):
         await clone_git(f"ext::touch%s{marker}", tmp_path / "out", HostPaths())
     assert not marker.exists()
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from runplane.agent import outbox
-from runplane.agent.outbox import Outbox, check_job_ref
+from runplane.agent.jobref import check_job_ref
+from runplane.agent.outbox import Outbox
 from runplane.agent.protocol import JobFinished, JobLogs, JobMetric, JobPhase
 
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import trio
 
+from runplane.agent.archives import Refused
 from runplane.agent.isolation import HostPaths
 from runplane.agent.protocol import MountSpec
 from runplane.agent.workspace import (
     Mount,
     MountError,
-    _Refused,
     clone_git,
     make_read_only,
     mounts_of,
@@ -106,7 +106,7 @@ def test_tar_entries_that_could_escape_refuse_the_archive(
 ) -> None:
     archive = _tar(tmp_path / "evil.tar.gz", [(_file("fine.txt"), b"ok"), *members])
     target = tmp_path / "deep" / "work"
-    with pytest.raises(_Refused, match=why):
+    with pytest.raises(Refused, match=why):
         unpack_archive(archive, target)
     # refused before anything was written
     assert not (target / "fine.txt").exists()
@@ -121,7 +121,7 @@ def test_a_symlink_then_a_file_through_it_is_refused(tmp_path: Path) -> None:
         tmp_path / "evil.tar.gz",
         [(_link("dir", str(outside)), None), (_file("dir/owned.txt"), b"x")],
     )
-    with pytest.raises(_Refused):
+    with pytest.raises(Refused):
         unpack_archive(archive, tmp_path / "work")
     assert list(outside.iterdir()) == []
 
@@ -132,7 +132,7 @@ def test_a_chain_of_links_that_each_look_inside_is_refused(tmp_path: Path) -> No
         [(_link("here", "."), None), (_link("up", "here/.."), None)],
     )
     target = tmp_path / "work"
-    with pytest.raises(_Refused, match="leads outside"):
+    with pytest.raises(Refused, match="leads outside"):
         unpack_archive(archive, target)
     assert not (target / "up").is_symlink()
 
@@ -144,7 +144,7 @@ def test_an_existing_symlink_in_the_target_is_not_written_through(tmp_path: Path
     target.mkdir()
     (target / "sub").symlink_to(outside)
     archive = _tar(tmp_path / "a.tar.gz", [(_file("sub/x.txt"), b"x")])
-    with pytest.raises(_Refused, match="through a symlink"):
+    with pytest.raises(Refused, match="through a symlink"):
         unpack_archive(archive, target)
     assert list(outside.iterdir()) == []
 
@@ -163,7 +163,7 @@ def test_zip_unpacks_and_refuses_zip_slip_and_symlinks_out(tmp_path: Path) -> No
     ]
     for i, (entries, links, why) in enumerate(cases):
         archive = _zip(tmp_path / f"evil{i}.zip", entries, links)
-        with pytest.raises(_Refused, match=why):
+        with pytest.raises(Refused, match=why):
             unpack_archive(archive, tmp_path / f"w{i}")
         assert not (tmp_path / f"w{i}" / "ok.txt").exists()
     assert not list(tmp_path.rglob("slip.txt"))
@@ -172,11 +172,11 @@ def test_zip_unpacks_and_refuses_zip_slip_and_symlinks_out(tmp_path: Path) -> No
 def test_not_an_archive_or_corrupt(tmp_path: Path) -> None:
     plain = tmp_path / "x.tar.gz"
     plain.write_bytes(b"hello")
-    with pytest.raises(_Refused, match=r"not a \.zip or \.tar\.gz"):
+    with pytest.raises(Refused, match=r"not a \.zip or \.tar\.gz"):
         unpack_archive(plain, tmp_path / "w")
     broken = tmp_path / "y.tar.gz"
     broken.write_bytes(b"\x1f\x8b\x08\x00" + b"\0" * 20)
-    with pytest.raises(_Refused, match="corrupt"):
+    with pytest.raises(Refused, match="corrupt"):
         unpack_archive(broken, tmp_path / "w2")
 
 
@@ -245,11 +245,11 @@ async def test_git_checks_out_a_commit_by_sha(
 async def test_git_failures_say_why(tmp_path: Path, repo: tuple[Path, dict[str, str]]) -> None:
     bare, _ = repo
     allowed = HostPaths.of([tmp_path], [])
-    with pytest.raises(_Refused, match="no branch, tag or commit 'nope'"):
+    with pytest.raises(Refused, match="no branch, tag or commit 'nope'"):
         await clone_git(f"file://{bare}#nope", tmp_path / "a", allowed)
-    with pytest.raises(_Refused, match="git fetch failed"):
+    with pytest.raises(Refused, match="git fetch failed"):
         await clone_git(f"file://{tmp_path}/missing.git", tmp_path / "b", allowed)
-    with pytest.raises(_Refused, match="a git ref is"):
+    with pytest.raises(Refused, match="a git ref is"):
         await clone_git("--upload-pack=touch /tmp/pwned", tmp_path / "c")
 
 

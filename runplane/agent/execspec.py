@@ -1,0 +1,150 @@
+"""The executor's contract (``docs/executor.md``): what the agent hands it
+(:class:`ExecSpec`, a pod's :class:`PodService`) and what it reports (:class:`Started`,
+:class:`LogLines`, :class:`Metric`, then exactly one :class:`Finished`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol, TypeAlias
+
+import trio
+
+from runplane.agent.isolation import JobUser
+from runplane.agent.launch import SANDBOX_STREAMS_DIR, Launch
+from runplane.agent.streams import STREAMS_ENV
+
+Stream: TypeAlias = Literal["stdout", "stderr", "system"]
+Outcome: TypeAlias = Literal["succeeded", "failed", "timeout", "cancelled"]
+Stage: TypeAlias = Literal["setup", "requirements", "command"]
+
+# PATH for the job when the agent itself has none.
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True, slots=True)
+class ExecSpec:
+    """One job, as the node agent hands it to the executor."""
+
+    job_id: str
+    command: list[str]
+    env: dict[str, str]
+    workdir: Path
+    setup: str | None = None
+    timeout_sec: float | None = None
+    inline_files: dict[str, str] = field(default_factory=dict)
+    grace_sec: float = 10.0
+    #: run every process of the job as this user (its primary group, no supplementary
+    #: groups), the workdir handed to it first; None: as the agent's own user
+    user: JobUser | None = None
+    #: how the processes start when limits or the sandbox apply (cgroups, bubblewrap,
+    #: setpriv; ``runplane/agent/launch.py``); None: directly
+    launch: Launch | None = None
+    #: the job's streams directory (``runplane/agent/streams.py``), already made: the job
+    #: sees it as ``RUNPLANE_STREAMS_DIR`` (``/streams`` in the sandbox, which binds it)
+    streams_dir: Path | None = None
+    #: a session's pod: its services run instead of ``command`` (``runplane/agent/pod.py``)
+    pod: tuple[PodService, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PodHealth:
+    command: list[str]
+    period_sec: float
+    timeout_sec: float
+    retries: int
+
+
+@dataclass(frozen=True, slots=True)
+class PodService:
+    """One service of a pod: a process group of the pod's job, started once every service
+    it ``needs`` is up (started, and past its health gate when it has one)."""
+
+    name: str
+    command: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    needs: tuple[str, ...] = ()
+    health: PodHealth | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """A process of the job started: the setup shell, the requirements.txt install, then
+    the command."""
+
+    pid: int
+    stage: Stage
+    #: the job is up (False for a pod service started before the pod is ready: its pid is
+    #: the job's, but the job is not ``running`` yet)
+    ready: bool = True
+
+
+#: One log line: (stream, text), or (stream, text, service) for a pod's service.
+Line: TypeAlias = tuple[Stream, str] | tuple[Stream, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class LogLines:
+    """A batch of log lines in the order the executor read them."""
+
+    lines: tuple[Line, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """One ``::metric`` line of the command's stdout."""
+
+    step: int | None
+    values: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The last event of a job; also the return value of :func:`run_job`."""
+
+    outcome: Outcome
+    exit_code: int | None
+    error: str | None
+    final_metrics: dict[str, float]
+    duration_sec: float
+    #: the signal that ended the command's process (``SIGTERM``, ``SIGKILL``), if one did
+    signal: str | None = None
+
+
+Event: TypeAlias = Started | LogLines | Metric | Finished
+ReportFn: TypeAlias = Callable[[Event], Awaitable[None]]
+Report: TypeAlias = ReportFn | trio.MemorySendChannel[Event]
+
+
+class CancelSignal(Protocol):
+    """What :func:`run_job` needs of a cancel request; :class:`trio.Event` is one."""
+
+    def is_set(self) -> bool: ...
+
+    async def wait(self) -> None: ...
+
+
+def job_environment(spec: ExecSpec, agent_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment the job's processes get.
+
+    A minimal base (PATH and LANG from the agent when set, HOME = the workdir,
+    ``PYTHONUNBUFFERED=1``, ``RUNPLANE_JOB_ID``) with ``spec.env`` on top, then
+    ``RUNPLANE_STREAMS_DIR`` when the job has a streams directory. Nothing else of the
+    agent's own environment (tokens, ``RUNPLANE_*`` settings, cloud credentials) is
+    passed on.
+    """
+    agent = os.environ if agent_env is None else agent_env
+    env = {
+        "PATH": agent.get("PATH") or DEFAULT_PATH,
+        "HOME": str(spec.workdir.absolute()),
+        "LANG": agent.get("LANG") or "C.UTF-8",
+        "PYTHONUNBUFFERED": "1",
+        "RUNPLANE_JOB_ID": spec.job_id,
+    }
+    env.update(spec.env)
+    if spec.streams_dir is not None:
+        sandboxed = spec.launch is not None and spec.launch.sandboxed
+        env[STREAMS_ENV] = SANDBOX_STREAMS_DIR if sandboxed else str(spec.streams_dir.absolute())
+    return env

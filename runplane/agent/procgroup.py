@@ -1,0 +1,103 @@
+"""A job's process groups: signalled, watched for live members (zombies do not count),
+and the bound on reading a pipe once the group is gone (``docs/executor.md``, Timeout,
+cancel and signals)."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from typing import Literal
+
+import trio
+
+# Once the job's process group is gone, a pipe still held open by a process that left the
+# group (setsid) is read until it has been quiet this long, and never longer than the cap.
+DRAIN_IDLE_SEC = 1.0
+DRAIN_CAP_SEC = 10.0
+
+
+def signal_group(pgid: int, sig: signal.Signals) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def live_members(pgid: int) -> list[int] | None:
+    """Non-zombie pids of process group ``pgid`` from /proc; ``None`` without /proc."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    members: list[int] = []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # "pid (comm) state ppid pgrp ..."; comm may contain spaces and parentheses.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            members.append(int(name))
+    return members
+
+
+async def group_alive(pgid: int) -> bool:
+    """Whether any live process is left in the group (zombies waiting for a reaper don't count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    members = await trio.to_thread.run_sync(live_members, pgid)
+    return True if members is None else bool(members)
+
+
+@dataclass(slots=True)
+class ProcResult:
+    start_error: str | None = None
+    returncode: int | None = None
+    stopped: Literal["timeout", "cancelled"] | None = None
+    sigkilled: bool = False  # our stop needed SIGKILL after the grace period
+
+
+class PipeDrain:
+    """Bounds reading a pipe once every process of the job's group is gone."""
+
+    def __init__(self) -> None:
+        self._cap = math.inf
+        self._scopes: set[trio.CancelScope] = set()
+
+    def start(self) -> None:
+        now = trio.current_time()
+        self._cap = now + DRAIN_CAP_SEC
+        for scope in self._scopes:
+            scope.deadline = min(now + DRAIN_IDLE_SEC, self._cap)
+
+    def _deadline(self) -> float:
+        if self._cap == math.inf:
+            return math.inf
+        return min(trio.current_time() + DRAIN_IDLE_SEC, self._cap)
+
+    @contextmanager
+    def read_scope(self) -> Iterator[trio.CancelScope]:
+        scope = trio.CancelScope(deadline=self._deadline())
+        self._scopes.add(scope)
+        try:
+            with scope:
+                yield scope
+        finally:
+            self._scopes.discard(scope)
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
