@@ -36,7 +36,6 @@ from typing import Literal
 
 log = logging.getLogger("runplane.agent")
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 #: The directory under the agent's own cgroup that holds one cgroup per running job.
 JOBS_DIR = "runplane-jobs"
 #: The controllers a job's limits use, by limit.

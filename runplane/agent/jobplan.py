@@ -18,7 +18,12 @@ from typing import Literal
 from runplane.agent.gpus import Device, GpuPool, visible_env
 from runplane.agent.isolation import JobUser
 from runplane.agent.launch import Launch
-from runplane.agent.limits import BEST_EFFORT_CAPABILITY, Enforcement, JobLimits
+from runplane.agent.limits import (
+    BEST_EFFORT_CAPABILITY,
+    SANDBOX_CAPABILITY,
+    Enforcement,
+    JobLimits,
+)
 from runplane.agent.protocol import RunLimits
 
 Executor = Literal["process", "sandbox"]
@@ -60,7 +65,7 @@ class NodeRules:
         if self.best_effort:
             caps.append(BEST_EFFORT_CAPABILITY)
         if self.executor == "sandbox":
-            caps.append("executor-sandbox")
+            caps.append(SANDBOX_CAPABILITY)
         return caps
 
     def plan(

@@ -74,11 +74,6 @@ def _segments(glob: str) -> tuple[str, ...]:
     return parts
 
 
-def glob_matches(glob: str, rel: str) -> bool:
-    """Whether the relative path ``rel`` matches ``glob`` (see the module doc)."""
-    return _match(_segments(normalize_glob(glob)), tuple(rel.split("/")))
-
-
 def _match(pattern: tuple[str, ...], path: tuple[str, ...]) -> bool:
     @functools.cache
     def go(i: int, j: int) -> bool:

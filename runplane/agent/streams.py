@@ -29,7 +29,7 @@ from typing import Any, TypeAlias
 import trio
 
 from runplane.agent.isolation import JobUser
-from runplane.agent.protocol import JobStream, StreamChunkIn, Teleop
+from runplane.agent.protocol import TELEOP_SUFFIX, JobStream, StreamChunkIn, Teleop
 from runplane.agent.stream_files import MAX_CHUNK_BYTES, DirEvents, DirWatch, Reading, StreamFiles
 
 #: The job's environment variable naming its streams directory.
@@ -91,7 +91,7 @@ def append_teleop(directory: Path, msg: Teleop, *, user: JobUser | None = None) 
     it). The job owns the directory, so what is there is not trusted: no symlink is
     followed, and an existing file must be a regular file of the job's user with one link.
     Raises OSError."""
-    path = directory / f"{msg.stream}.teleop"
+    path = directory / f"{msg.stream}{TELEOP_SUFFIX}"
     line = teleop_line(msg)
     fd = _open_teleop(path, user)
     try:

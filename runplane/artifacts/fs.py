@@ -59,10 +59,6 @@ class _FsWriter(ObjectWriter):
         )
         self._done = False
 
-    @property
-    def sha256_hex(self) -> str:
-        return self._hash.hexdigest()
-
     def _write_sync(self, data: bytes) -> None:
         assert self._fd is not None
         self._hash.update(data)

@@ -64,7 +64,3 @@ def check_prefix(prefix: str) -> str:
     trimmed = prefix[:-1] if prefix.endswith("/") else prefix
     _check(trimmed, "artifact prefix")
     return trimmed
-
-
-def key_segments(key: str) -> list[str]:
-    return check_key(key).split("/")

@@ -56,11 +56,6 @@ class ObjectWriter(ABC):
     key: str
     size: int
 
-    @property
-    @abstractmethod
-    def sha256_hex(self) -> str:
-        """Hex SHA-256 of the bytes written so far."""
-
     @abstractmethod
     async def write(self, data: bytes) -> None: ...
 
@@ -140,11 +135,6 @@ class ArtifactStore(ABC):
                 await w.write(chunk)
             return await w.commit()
 
-    async def put_bytes(self, key: str, data: bytes) -> ObjectInfo:
-        async with self.writer(key) as w:
-            await w.write(data)
-            return await w.commit()
-
     @asynccontextmanager
     async def reader(
         self, key: str, *, chunk_bytes: int = CHUNK_BYTES
@@ -154,11 +144,3 @@ class ArtifactStore(ABC):
             yield r
         finally:
             await r.aclose()
-
-    async def get_bytes(self, key: str) -> bytes:
-        """The whole object (tests and small objects only)."""
-        out = bytearray()
-        async with self.reader(key) as r:
-            async for chunk in r.chunks():
-                out += chunk
-        return bytes(out)

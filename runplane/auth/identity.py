@@ -451,23 +451,6 @@ async def member_role(store: Store, org_id: str, user_id: str) -> str | None:
     return None if row is None else str(row["role"])
 
 
-async def issue_login_token(store: Store, user_id: str, org_id: str) -> str:
-    """A new login token for a member of ``org_id`` (operator tooling); 404 if not a member."""
-    now = _now()
-
-    def run(tx: Tx) -> str:
-        if (
-            tx.fetchone(
-                "SELECT role FROM org_members WHERE org_id = ? AND user_id = ?", (org_id, user_id)
-            )
-            is None
-        ):
-            raise not_found("member")
-        return _insert_login_token(tx, user_id, org_id, now)
-
-    return await store.transaction(run)
-
-
 async def exchange(store: Store, login_token: str) -> SessionGranted:
     """Trade a login token (once) for a session. InvalidCredential when the token is
     unknown, used, revoked or expired, or its user left the org."""

@@ -28,7 +28,6 @@ from runplane.persistence import Store, from_json, now_ms, to_json
 
 SHARE_PREFIX, EMBED_PREFIX = "rpsh_", "rpem_"
 _CONTEXT = {"share": b"runplane share link v1", "embed": b"runplane embed grant v1"}
-CATEGORIES = ("logs", "metrics", "streams", "artifacts")
 Category = Literal["logs", "metrics", "streams", "artifacts"]
 SHARE_TTL_HOURS = 720
 EMBED_TTL_HOURS, EMBED_MAX_HOURS = 24, 720

@@ -569,10 +569,6 @@ def _session_call(ctx: click.Context, output: str, call: Callable[[Client], JSON
         click.echo(f"  {service['name']} ({service.get('stack') or service.get('image')})")
 
 
-#: The verbs ``runplane`` hands to this module (``serve`` and ``agent`` stay in runplane/cli.py).
-VERBS = frozenset(cli.commands)
-
-
 def main(argv: Sequence[str]) -> int:
     try:
         cli.main(args=list(argv), prog_name="runplane", standalone_mode=False)

@@ -50,7 +50,6 @@ class Elector:
         self.role = "follower"
         self.elected = trio.Event()
         self.lost = trio.Event()
-        self.lost_reason = ""
         self._lock = trio.Lock()  # one call on the lease connection at a time
         #: while leading: the trio time before which the lease surely still runs
         self._ends = -math.inf
@@ -130,7 +129,6 @@ class Elector:
 
     def lose(self, reason: str) -> None:
         self.role = "lost"
-        self.lost_reason = reason
         log.error("lost the lease", extra={"epoch": self.epoch, "reason": reason})
         self.lost.set()
 

@@ -31,10 +31,6 @@ class Caller:
     def superuser(self) -> bool:
         return self.principal is not None and self.principal.superuser
 
-    def sees(self, org_id: str) -> bool:
-        """Whether a resource of ``org_id`` is visible to this caller."""
-        return self.read_org is None or self.read_org == org_id
-
 
 def current_caller() -> Caller:
     principal = current_principal()

@@ -49,7 +49,6 @@ class Phase(enum.StrEnum):
 
 TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.TIMEOUT, Phase.CANCELLED})
 ON_NODE = frozenset({Phase.ASSIGNED, Phase.PULLING, Phase.RUNNING})
-LIVE = frozenset(Phase) - TERMINAL
 PHASES = tuple(p.value for p in Phase)
 
 

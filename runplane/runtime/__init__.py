@@ -10,10 +10,6 @@ from .broadcast import (
     HubStatistics,
     Ring,
     RingStatistics,
-    Subscription,
-    SubscriptionStatistics,
-    Topic,
-    TopicStatistics,
 )
 from .errors import (
     ActorCrashed,
@@ -56,11 +52,7 @@ __all__ = [
     "Restart",
     "Ring",
     "RingStatistics",
-    "Subscription",
-    "SubscriptionStatistics",
     "Supervisor",
     "SupervisorEscalated",
     "SupervisorStatistics",
-    "Topic",
-    "TopicStatistics",
 ]

@@ -1,21 +1,19 @@
-"""Broadcast without backpressure: topics, replayable rings, and a hub of them.
+"""Broadcast without backpressure: replayable rings, and a hub of them.
 
 Publishing never blocks and never waits for a subscriber; a subscriber that
 falls behind loses items and is told how many with :class:`Lagged`.
 
-- :class:`Topic`: live fan-out, one bounded buffer per subscriber; when it is
-  full the oldest item is dropped (tokio's ``broadcast`` lag semantics).
 - :class:`Ring`: a per-stream ring buffer with sequence numbers from 1, and a
   cursor per subscriber reading the shared ring (tractor's
   ``trionics/_broadcast.py``; Centrifugo's offset history): replay from a
   sequence number, then the live tail.
-- :class:`Hub`: named topics and rings, made on demand, discarded explicitly;
+- :class:`Hub`: named rings, made on demand, discarded explicitly;
   closed rings are kept for late replay up to a bound.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -28,25 +26,6 @@ from trio.lowlevel import ParkingLot, cancel_shielded_checkpoint, checkpoint_if_
 from .errors import Lagged
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class TopicStatistics:
-    name: str
-    subscribers: int
-    capacity: int  # buffer per subscriber
-    published: int
-    dropped: int  # items dropped across all subscribers
-    max_depth: int  # the fullest subscriber buffer
-    closed: bool
-
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionStatistics:
-    depth: int
-    capacity: int
-    dropped: int  # in total
-    lag: int  # dropped and not yet reported by a Lagged
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +42,6 @@ class RingStatistics:
 
 @dataclass(frozen=True, slots=True)
 class HubStatistics:
-    topics: int
     rings: int
     closed_rings: int
     retained: int  # items held by all rings
@@ -82,134 +60,6 @@ class _Closing:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-# -- topics -------------------------------------------------------------------
-
-
-class Subscription(_Closing, Generic[T]):
-    """One subscriber's bounded buffer on a :class:`Topic`.
-
-    ``receive`` raises :class:`Lagged` once after items were dropped, then
-    continues with the oldest item kept; ``trio.EndOfChannel`` after the topic
-    closed and the buffer is drained. ``async for`` ends at the close (and
-    lets :class:`Lagged` out: catch it and iterate again to continue).
-    """
-
-    def __init__(self, topic: Topic[T], capacity: int) -> None:
-        self._topic = topic
-        self._capacity = capacity
-        self._items: deque[T] = deque()
-        self._lag = 0
-        self._dropped = 0
-        self._lot = ParkingLot()
-        self._closed = False
-
-    def _offer(self, item: T) -> None:
-        if len(self._items) >= self._capacity:
-            self._items.popleft()
-            self._lag += 1
-            self._dropped += 1
-            self._topic._dropped += 1
-        self._items.append(item)
-        self._lot.unpark_all()
-
-    async def receive(self) -> T:
-        await checkpoint_if_cancelled()
-        while True:
-            if self._closed:
-                raise trio.ClosedResourceError("subscription is closed")
-            if self._lag:
-                lag, self._lag = self._lag, 0
-                await cancel_shielded_checkpoint()
-                raise Lagged(lag)
-            if self._items:
-                item = self._items.popleft()
-                await cancel_shielded_checkpoint()
-                return item
-            if self._topic.closed:
-                raise trio.EndOfChannel
-            await self._lot.park()
-
-    def close(self) -> None:
-        """Unsubscribe (also on leaving ``with``)."""
-        if not self._closed:
-            self._closed = True
-            self._items.clear()
-            self._topic._subscribers.discard(self)
-            self._lot.unpark_all()
-
-    def statistics(self) -> SubscriptionStatistics:
-        return SubscriptionStatistics(len(self._items), self._capacity, self._dropped, self._lag)
-
-    def __enter__(self) -> Subscription[T]:
-        return self
-
-    def __aiter__(self) -> Subscription[T]:
-        return self
-
-    async def __anext__(self) -> T:
-        try:
-            return await self.receive()
-        except trio.EndOfChannel:
-            raise StopAsyncIteration from None
-
-
-class Topic(Generic[T]):
-    """Live fan-out: each subscriber gets every item published after it subscribed,
-    unless its buffer (``capacity`` items) overflows."""
-
-    def __init__(self, name: str = "", *, capacity: int = 64) -> None:
-        if capacity < 1:
-            raise ValueError("capacity must be >= 1")
-        self.name = name
-        self.capacity = capacity
-        self._subscribers: WeakSet[Subscription[T]] = WeakSet()  # a dropped one unsubscribes
-        self._published = 0
-        self._dropped = 0
-        self._closed = False
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def publish(self, item: T) -> int:
-        """Hand ``item`` to every subscriber, never waiting; returns how many."""
-        if self._closed:
-            raise trio.ClosedResourceError(f"topic {self.name!r} is closed")
-        self._published += 1
-        for subscription in self._subscribers:
-            subscription._offer(item)
-        return len(self._subscribers)
-
-    def subscribe(self, *, capacity: int | None = None) -> Subscription[T]:
-        """A new subscriber (use ``with``); ``capacity`` overrides the topic's."""
-        if self._closed:
-            raise trio.ClosedResourceError(f"topic {self.name!r} is closed")
-        capacity = self.capacity if capacity is None else capacity
-        if capacity < 1:
-            raise ValueError("capacity must be >= 1")
-        subscription = Subscription(self, capacity)
-        self._subscribers.add(subscription)
-        return subscription
-
-    def close(self) -> None:
-        """No more items: subscribers drain their buffers, then their iteration ends."""
-        if not self._closed:
-            self._closed = True
-            for subscription in self._subscribers:
-                subscription._lot.unpark_all()
-
-    def statistics(self) -> TopicStatistics:
-        return TopicStatistics(
-            name=self.name,
-            subscribers=len(self._subscribers),
-            capacity=self.capacity,
-            published=self._published,
-            dropped=self._dropped,
-            max_depth=max((len(s._items) for s in self._subscribers), default=0),
-            closed=self._closed,
-        )
 
 
 # -- rings --------------------------------------------------------------------
@@ -396,7 +246,7 @@ class Ring(Generic[T]):
 
 
 class Hub:
-    """Named topics and rings, created on first use.
+    """Named rings, created on first use.
 
     Memory stays bounded: every ring holds at most ``ring_capacity`` items, a
     ring is dropped by :meth:`discard_ring`, and closed rings (finished
@@ -407,14 +257,11 @@ class Hub:
     def __init__(
         self,
         *,
-        topic_capacity: int = 64,
         ring_capacity: int = 1024,
         max_closed_rings: int = 1000,
     ) -> None:
-        self.topic_capacity = topic_capacity
         self.ring_capacity = ring_capacity
         self.max_closed_rings = max_closed_rings
-        self._topics: dict[str, Topic[Any]] = {}
         self._rings: dict[str, Ring[Any]] = {}
         self._closed_rings: OrderedDict[str, None] = OrderedDict()
 
@@ -422,19 +269,6 @@ class Hub:
         """Open cursors on the rings whose names start with ``prefix`` (``job/``: job
         event followers; ``stream/``: stream subscribers)."""
         return sum(r.subscribers for name, r in self._rings.items() if name.startswith(prefix))
-
-    def topic(self, name: str) -> Topic[Any]:
-        """The topic ``name``, created if needed (or if the old one was closed)."""
-        topic = self._topics.get(name)
-        if topic is None or topic.closed:
-            topic = self._topics[name] = Topic(name, capacity=self.topic_capacity)
-        return topic
-
-    def discard_topic(self, name: str) -> None:
-        """Close and forget the topic ``name`` (no-op if there is none)."""
-        topic = self._topics.pop(name, None)
-        if topic is not None:
-            topic.close()
 
     def ring(self, name: str, *, next_seq: int = 1, capacity: int | None = None) -> Ring[Any]:
         """The ring ``name``, created if needed (``next_seq`` and ``capacity``, by default
@@ -472,7 +306,6 @@ class Hub:
 
     def statistics(self) -> HubStatistics:
         return HubStatistics(
-            topics=len(self._topics),
             rings=len(self._rings),
             closed_rings=len(self._closed_rings),
             retained=sum(ring._size for ring in self._rings.values()),

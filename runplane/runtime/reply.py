@@ -28,11 +28,6 @@ class Reply:
         """An answer (value or error) was given."""
         return self._done
 
-    @property
-    def abandoned(self) -> bool:
-        """The asker stopped waiting before an answer came."""
-        return self._abandoned
-
     def send(self, value: Any) -> bool:
         """Answer with ``value``. ``False`` if already answered or abandoned."""
         if self._done or self._abandoned:

@@ -17,8 +17,6 @@ from pydantic_core import PydanticCustomError
 FieldType = Literal["int", "number", "bool", "enum", "select", "string"]
 Mode = Literal["run", "session"]
 
-FIELD_TYPES: tuple[str, ...] = ("int", "number", "bool", "enum", "select", "string")
-MODES: tuple[str, ...] = ("run", "session")
 
 # Validation context key: ``{"skip_checks": True}`` lets the manifest parser run the
 # consistency checks itself, so that each problem keeps its own field path.

@@ -22,6 +22,8 @@ PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
 #: What a row delivers: a webhook message, or a commit status to a git provider (its
 #: ``endpoint_id`` is then the git connection; docs/git.md#commit-statuses)
 WEBHOOK, GIT_STATUS = "webhook", "git_status"
+#: The synthetic event of ``POST /v1/webhooks/{id}/test`` (no run).
+PING = "ping"
 #: A run's end phase -> its event (a timeout is a failure: conventions).
 EVENT_OF = {
     "succeeded": "run.succeeded",
@@ -106,7 +108,7 @@ async def queue_ping(store: Store, endpoint_id: str, org_id: str) -> str:
     delivery_id = new_id(DELIVERY_PREFIX)
     now = now_ms()
     await store.execute(
-        _INSERT, (delivery_id, endpoint_id, org_id, "ping", None, None, PENDING, now, now, now)
+        _INSERT, (delivery_id, endpoint_id, org_id, PING, None, None, PENDING, now, now, now)
     )
     return delivery_id
 

@@ -26,9 +26,9 @@ from runplane.timefmt import iso_ms
 
 ENDPOINT_PREFIX = "wh_"
 SECRET_PREFIX = "whsec_"
-#: The run events (spec); ``ping`` is the synthetic event of ``POST .../test`` (no run).
+#: The run events (spec); ``ping`` is the synthetic event of ``POST .../test`` (no run,
+#: ``deliveries.PING``).
 EVENTS = ("run.succeeded", "run.failed", "run.cancelled")
-PING = "ping"
 _COLUMNS = "id, org_id, url, events, enabled, secret, created_by, created_at"
 
 

@@ -11,9 +11,15 @@ import pytest
 import trio
 
 from runplane.agent import outputs as out
-from runplane.agent.outputs import collect_outputs, glob_matches, match_outputs
+from runplane.agent.outputs import _match, _segments, collect_outputs, match_outputs, normalize_glob
 from runplane.agent.protocol import OutputGlob
+from tests.artifacts.bytes import get_bytes
 from tests.e2e.conftest import LiveServer, e2e_settings, start_server
+
+
+def glob_matches(glob: str, rel: str) -> bool:
+    """Whether the relative path ``rel`` matches ``glob`` (as output globs are matched)."""
+    return _match(_segments(normalize_glob(glob)), tuple(rel.split("/")))
 
 
 @pytest.mark.parametrize(
@@ -130,8 +136,8 @@ async def test_collect_outputs_uploads_and_reports_refs(live: LiveServer, tmp_pa
     assert "/v1/artifacts/job_01test/out/with%20space.txt" in by_ref
     assert by_ref["/v1/artifacts/job_01test/out/empty"]["size"] == 0
     store = live.app.extensions["runplane"].artifacts
-    assert await store.get_bytes("job_01test/out/model.bin") == blob
-    assert await store.get_bytes("job_01test/out/with space.txt") == b"s"
+    assert await get_bytes(store, "job_01test/out/model.bin") == blob
+    assert await get_bytes(store, "job_01test/out/with space.txt") == b"s"
     assert notes and notes[-1].startswith("uploaded 3 output files")
 
 

@@ -23,6 +23,7 @@ from runplane.artifacts import (
 )
 from runplane.artifacts.fs import STALE_TEMP_SEC
 from runplane.artifacts.zipstream import zip_objects
+from tests.artifacts.bytes import get_bytes, put_bytes
 
 
 @pytest.fixture
@@ -37,10 +38,10 @@ def _leftovers(store: FilesystemStore) -> list[str]:
 
 
 async def test_put_get_stat_list_delete(store: FilesystemStore) -> None:
-    info = await store.put_bytes("job_1/out/a.txt", b"hello")
+    info = await put_bytes(store, "job_1/out/a.txt", b"hello")
     assert info.size == 5 and info.sha256 == hashlib.sha256(b"hello").hexdigest()
-    assert await store.get_bytes("job_1/out/a.txt") == b"hello"
-    await store.put_bytes("job_1/b.bin", b"\0" * 10)
+    assert await get_bytes(store, "job_1/out/a.txt") == b"hello"
+    await put_bytes(store, "job_1/b.bin", b"\0" * 10)
     stat = await store.stat("job_1/b.bin")
     assert stat is not None and stat.size == 10
     assert await store.stat("job_1") is None  # a prefix, not an object
@@ -59,7 +60,7 @@ async def test_put_get_stat_list_delete(store: FilesystemStore) -> None:
 async def test_bad_keys_never_reach_the_disk(store: FilesystemStore, tmp_path: Path) -> None:
     for key in ("../escape", "/abs", "a/../../b", "a\\b"):
         with pytest.raises(BadKey):
-            await store.put_bytes(key, b"x")
+            await put_bytes(store, key, b"x")
         with pytest.raises(BadKey):
             await store.open_reader(key)
     assert not (tmp_path / "escape").exists()
@@ -103,25 +104,25 @@ async def test_max_bytes_is_enforced_while_writing(store: FilesystemStore) -> No
 
 
 async def test_key_conflicts(store: FilesystemStore) -> None:
-    await store.put_bytes("a/b", b"object")
+    await put_bytes(store, "a/b", b"object")
     with pytest.raises(KeyConflict):
-        await store.put_bytes("a/b/c", b"under an object")
+        await put_bytes(store, "a/b/c", b"under an object")
     with pytest.raises(KeyConflict):
-        await store.put_bytes("a", b"over a prefix")
-    assert await store.get_bytes("a/b") == b"object"
+        await put_bytes(store, "a", b"over a prefix")
+    assert await get_bytes(store, "a/b") == b"object"
     assert _leftovers(store) == []
 
 
 async def test_replacing_keeps_readers_on_their_version(store: FilesystemStore) -> None:
     old, new = b"A" * 3_000_000, b"B" * 2_000_000
-    await store.put_bytes("k/v", old)
+    await put_bytes(store, "k/v", old)
     async with store.reader("k/v", chunk_bytes=65536) as reader:
         chunks = reader.chunks()
         first = await chunks.__anext__()
-        await store.put_bytes("k/v", new)  # replaced while the reader is half way
+        await put_bytes(store, "k/v", new)  # replaced while the reader is half way
         rest = b"".join([c async for c in chunks])
     assert first + rest == old
-    assert await store.get_bytes("k/v") == new
+    assert await get_bytes(store, "k/v") == new
 
 
 async def test_concurrent_readers_during_writes_never_see_partial_content(
@@ -129,7 +130,7 @@ async def test_concurrent_readers_during_writes_never_see_partial_content(
 ) -> None:
     versions = [bytes([65 + i]) * (1_000_000 + 7919 * i) for i in range(6)]
     digests = {hashlib.sha256(v).hexdigest() for v in versions}
-    await store.put_bytes("k/hot", versions[0])
+    await put_bytes(store, "k/hot", versions[0])
     seen: list[str] = []
     writing = True
 
@@ -145,7 +146,7 @@ async def test_concurrent_readers_during_writes_never_see_partial_content(
 
     async def reader() -> None:
         while writing:
-            data = await store.get_bytes("k/hot")
+            data = await get_bytes(store, "k/hot")
             seen.append(hashlib.sha256(data).hexdigest())
             await trio.lowlevel.checkpoint()
 
@@ -173,8 +174,8 @@ async def test_stale_temp_files_are_removed_at_open(tmp_path: Path) -> None:
 async def test_zip_stream_holds_every_object_with_relative_names(store: FilesystemStore) -> None:
     blobs = {"job_9/out/a.txt": b"alpha", "job_9/out/deep/b.bin": os.urandom(700_000)}
     for key, data in blobs.items():
-        await store.put_bytes(key, data)
-    await store.put_bytes("job_10/other.txt", b"not mine")
+        await put_bytes(store, key, data)
+    await put_bytes(store, "job_10/other.txt", b"not mine")
     objects = await store.list("job_9")
     parts = [chunk async for chunk in zip_objects(store, objects, "job_9")]
     assert len(parts) > 1  # streamed, not one blob

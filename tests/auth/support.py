@@ -7,11 +7,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runplane.auth import identity
-from runplane.persistence import Store
+from runplane.persistence import Store, Tx
 
 ADMIN = "admin-token-for-tests-0123456789"  # the same value as tests/http/conftest.py
 
 _seq = itertools.count(1)
+
+
+async def issue_login_token(store: Store, user_id: str, org_id: str) -> str:
+    """A new login token for a member of ``org_id`` (what an operator's tooling would mint)."""
+    now = identity._now()
+
+    def run(tx: Tx) -> str:
+        member = tx.fetchone(
+            "SELECT role FROM org_members WHERE org_id = ? AND user_id = ?", (org_id, user_id)
+        )
+        assert member is not None, f"{user_id} is not a member of {org_id}"
+        return identity._insert_login_token(tx, user_id, org_id, now)
+
+    return await store.transaction(run)
 
 
 def bearer(secret: str) -> dict[str, str]:
@@ -60,7 +74,7 @@ async def exchange(client: Any, login_token: str) -> dict[str, Any]:
 
 async def login(client: Any, store: Store, user_id: str, org_id: str) -> str:
     """A session token for a member of ``org_id`` (login token issued in Python)."""
-    login_token = await identity.issue_login_token(store, user_id, org_id)
+    login_token = await issue_login_token(store, user_id, org_id)
     return str((await exchange(client, login_token))["session_token"])
 
 

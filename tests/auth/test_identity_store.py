@@ -12,6 +12,7 @@ from runplane.ids import hash_secret
 from runplane.persistence import Store
 from runplane.problems import Problem
 from runplane.runtime import clock
+from tests.auth.support import issue_login_token
 
 SU = identity.SUPERUSER
 
@@ -80,7 +81,7 @@ async def test_expiry(store: Store, frozen_wall: list[float]) -> None:
     with pytest.raises(InvalidCredential, match="expired"):
         await identity.exchange(store, seated.login_token)
 
-    fresh = await identity.issue_login_token(store, seated.user.id, seated.org_id)
+    fresh = await issue_login_token(store, seated.user.id, seated.org_id)
     granted = await identity.exchange(store, fresh)
     await identity.verify_session(store, granted.session_token)
     frozen_wall[0] += identity.SESSION_TTL_MS / 1000 + 1

@@ -11,7 +11,6 @@ import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -214,5 +213,3 @@ async def online_nodes(client: httpx.AsyncClient) -> list[dict[str, Any]]:
     nodes = (await client.get("/v1/nodes")).json()
     return [n for n in nodes if n["status"] == "online"]
 
-
-partial_ = partial  # re-exported for tests that build settings variants

@@ -42,6 +42,7 @@ from tests.auth.support import (
     bearer,
     build_world,
     exchange,
+    issue_login_token,
     login,
     store_of,
     unique,
@@ -139,7 +140,7 @@ def expected(case: Case, persona: str) -> int:
 
 async def _fresh_login_token(ctx: Ctx) -> Req:
     store = store_of(ctx.app)
-    secret = await identity.issue_login_token(store, ctx.world.owner_id, ctx.world.org_a)
+    secret = await issue_login_token(store, ctx.world.owner_id, ctx.world.org_a)
     return Req("/v1/auth/token", json={"token": secret})
 
 
@@ -882,7 +883,7 @@ async def test_session_acts_in_another_org_of_its_user(served: Any) -> None:
 
 async def test_exchange_is_public_but_single_use(served: Any) -> None:
     _, client, world = served
-    secret = await identity.issue_login_token(store_of(served[0]), world.owner_id, world.org_a)
+    secret = await issue_login_token(store_of(served[0]), world.owner_id, world.org_a)
     granted = await exchange(client, secret)
     assert granted["org_id"] == world.org_a and granted["role"] == "owner"
     again = await client.post("/v1/auth/token", json={"token": secret})

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import trio
 
-from runplane.runtime import Cursor, Hub, Lagged, Ring, Topic
+from runplane.runtime import Cursor, Hub, Lagged, Ring
 
 
 async def read(cursor: Cursor[Any], n: int) -> list[tuple[int, Any]]:
@@ -179,97 +179,14 @@ async def test_ring_stalled_subscriber_does_not_slow_100_others(
     assert await stalled.receive() == (n - 31, n - 31)
 
 
-# -- topics -------------------------------------------------------------------
-
-
-async def test_topic_drops_the_oldest_and_counts(autojump_clock: trio.abc.Clock) -> None:
-    topic: Topic[int] = Topic("nodes", capacity=3)
-    slow = topic.subscribe()
-    roomy = topic.subscribe(capacity=10)
-    for i in range(1, 6):
-        assert topic.publish(i) == 2
-    assert slow.statistics().lag == 2
-    with pytest.raises(Lagged) as caught:
-        await slow.receive()
-    assert caught.value.dropped == 2
-    assert [await slow.receive() for _ in range(3)] == [3, 4, 5]
-    assert [await roomy.receive() for _ in range(5)] == [1, 2, 3, 4, 5]
-    stats = topic.statistics()
-    assert (stats.subscribers, stats.capacity, stats.published, stats.dropped) == (2, 3, 5, 2)
-    assert slow.statistics().dropped == 2 and slow.statistics().lag == 0
-    topic.publish(6)
-    assert topic.statistics().max_depth == 1
-    slow.close()
-    roomy.close()
-    assert topic.statistics().subscribers == 0
-    assert topic.publish(7) == 0
-
-
-async def test_topic_subscribers_see_only_later_items_and_end_on_close(
-    autojump_clock: trio.abc.Clock,
-) -> None:
-    topic: Topic[str] = Topic()
-    topic.publish("before")
-    seen: list[str] = []
-
-    async def follow(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        with topic.subscribe() as sub:
-            task_status.started()
-            async for item in sub:
-                seen.append(item)
-
-    async with trio.open_nursery() as nursery:
-        await nursery.start(follow)
-        topic.publish("a")
-        topic.publish("b")
-        topic.close()
-    assert seen == ["a", "b"]
-
-
-async def test_topic_stalled_subscriber_does_not_slow_100_others(
-    autojump_clock: trio.abc.Clock,
-) -> None:
-    topic: Topic[int] = Topic(capacity=16)
-    n = 300
-    received: list[list[int]] = []
-
-    async def reader(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        got: list[int] = []
-        received.append(got)
-        with topic.subscribe() as sub:
-            task_status.started()
-            async for item in sub:
-                got.append(item)
-
-    stalled = topic.subscribe()
-    async with trio.open_nursery() as nursery:
-        for _ in range(100):
-            await nursery.start(reader)
-        t0 = trio.current_time()
-        for i in range(n):
-            topic.publish(i)
-            await trio.sleep(0.01)
-        published_in = trio.current_time() - t0
-        topic.close()
-    assert published_in == pytest.approx(n * 0.01)
-    assert all(got == list(range(n)) for got in received) and len(received) == 100
-    assert stalled.statistics().dropped == n - 16
-    assert topic.statistics().dropped == n - 16
-    with pytest.raises(Lagged):
-        await stalled.receive()
-    assert [item async for item in stalled] == list(range(n - 16, n))
-
-
 # -- hub ----------------------------------------------------------------------
 
 
 async def test_hub_makes_on_demand_and_discards() -> None:
-    hub = Hub(ring_capacity=4, topic_capacity=2)
+    hub = Hub(ring_capacity=4)
     ring = hub.ring("job-1")
     assert hub.ring("job-1") is ring and ring.capacity == 4
     assert hub.find_ring("job-2") is None
-    assert hub.topic("nodes") is hub.topic("nodes")
-    assert hub.topic("nodes").capacity == 2
     ring.publish("x")
     cursor = ring.subscribe(from_seq=0)
     hub.discard_ring("job-1")
@@ -278,8 +195,7 @@ async def test_hub_makes_on_demand_and_discards() -> None:
     with pytest.raises(trio.EndOfChannel):
         await cursor.receive()
     assert hub.ring("job-1") is not ring  # a fresh stream
-    hub.discard_topic("nodes")
-    assert hub.statistics().topics == 0
+    assert hub.statistics().rings == 1
 
 
 async def test_hub_keeps_a_bounded_number_of_closed_rings() -> None:
@@ -296,18 +212,3 @@ async def test_hub_keeps_a_bounded_number_of_closed_rings() -> None:
     # a closed ring still replays until it is evicted
     with hub.ring("job-4").subscribe(from_seq=0) as cursor:
         assert [entry async for entry in cursor] == [(1, 4)]
-
-
-async def test_a_dropped_subscription_unsubscribes() -> None:
-    topic: Topic[int] = Topic()
-    ring: Ring[int] = Ring()
-    kept = topic.subscribe()
-    topic.subscribe()  # dropped at once
-    cursor = ring.subscribe()
-    ring.subscribe()
-    assert topic.statistics().subscribers == 1
-    assert ring.statistics().subscribers == 1
-    assert topic.publish(1) == 1
-    assert await kept.receive() == 1
-    del cursor
-    assert ring.statistics().subscribers == 0
