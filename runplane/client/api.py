@@ -23,9 +23,9 @@ from types import TracebackType
 from typing import Any, Self
 
 import httpx
+from httpx_sse import EventSource
 
 from .config import ClientConfig
-from .sse import parse
 
 TERMINAL = frozenset({"succeeded", "failed", "timeout", "cancelled"})
 #: methods sent again after a 502/503 or a cut connection (as are requests with an
@@ -237,9 +237,9 @@ class Client:
                         response.read()
                         _answer(response)
                     failing_since, delay = None, 0.25
-                    for event in parse(response.iter_lines()):
+                    for event in EventSource(response).iter_sse():
                         data: JSONObject = json.loads(event.data)
-                        if event.id is not None:
+                        if event.id:  # the last event id seen (kept across events)
                             last = int(event.id)
                         yield data
                         if event.event == "phase" and data.get("phase") in TERMINAL:
