@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from runplane.agent import execspec, executor, output, requirements
+from runplane.agent import execspec, executor, output, procgroup, requirements
 from runplane.agent.executor import (
     MAX_BATCH_LINES,
     MAX_LINE_BYTES,
@@ -549,7 +549,7 @@ async def test_background_processes_are_killed_when_the_command_exits(tmp_path: 
 async def test_a_process_that_left_the_group_does_not_hold_the_job(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(executor, "DRAIN_IDLE_SEC", 0.2)
+    monkeypatch.setattr(procgroup, "DRAIN_IDLE_SEC", 0.2)
     started = time.monotonic()
     finished, rec = await run(spec(tmp_path, ["sh", "-c", "setsid sleep 30 & echo $!; sleep 0.3"]))
     escaped = int(rec.texts("stdout")[0])
