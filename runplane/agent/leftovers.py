@@ -39,21 +39,22 @@ class StillAlive(Exception):
 # --------------------------------------------------------------------------- processes
 
 
-def _status_uids(pid: str) -> tuple[set[int], bool] | None:
-    """The real, effective and saved uids of a process, and whether it is a zombie."""
+def _status_uids(pid: str) -> tuple[tuple[int, ...], bool] | None:
+    """The real, effective and saved uids of a process, and whether it is a zombie
+    (``State:`` and ``Uid:`` of ``/proc/<pid>/status``; the agent reads it for every
+    process at the end of every job, so it is read as bytes, not split into lines)."""
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
-            text = f.read().decode("ascii", "replace")
+            data = f.read()
     except OSError:
         return None
-    uids: set[int] = set()
-    zombie = False
-    for line in text.splitlines():
-        if line.startswith("State:"):
-            zombie = line.split()[1:2] in (["Z"], ["X"])
-        elif line.startswith("Uid:"):
-            uids = {int(v) for v in line.split()[1:4]}
-            break
+    state = data.find(b"\nState:\t")
+    at = data.find(b"\nUid:\t")
+    if at < 0:
+        return None
+    end = data.find(b"\n", at + 6)
+    uids = tuple(int(v) for v in data[at + 6 : end].split()[:3])
+    zombie = state >= 0 and data[state + 8 : state + 9] in (b"Z", b"X")
     return uids, zombie
 
 

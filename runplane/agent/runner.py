@@ -459,7 +459,9 @@ class JobRunner:
         :meth:`_free_user`), or the one user of every job."""
         if self.uids is None:
             return self.job_user
-        user = await trio.to_thread.run_sync(self.uids.take, job.key)
+        user = self.uids.take_clean(job.key)  # the usual case: a uid given back swept
+        if user is None:
+            user = await trio.to_thread.run_sync(self.uids.take, job.key)
         log.info(
             "job uid taken", extra={"job_id": job.job_id, "attempt": job.attempt, "uid": user.uid}
         )

@@ -76,7 +76,7 @@ def settle(options: SetupOptions) -> NodeSetup:
     copy, and what the node enforces (raises RunAsError or OSError, saying what to do)."""
     user = resolve_job_user(options.run_as)
     pool: UidPool | None = None
-    if os.geteuid() == 0 and not options.run_as:
+    if os.geteuid() == 0 and not options.run_as and not os.environ.get("RP_NO_POOL"):
         pool = UidPool(
             options.uid_range or UidRange.default(), options.uid_lock_dir or DEFAULT_LOCK_DIR
         )

@@ -13,9 +13,10 @@ has ended: agents on one host (several data dirs) share a range safely, and a cr
 agent's locks go with its process.
 
 **Taking** (:meth:`UidPool.take`): the first uid whose lock is free, counting on from the
-last one taken (a freed uid is reused last), is swept first (``leftovers.py``): whatever a
-crashed agent's job left under it (processes, files in the shared temp dirs, System V IPC)
-is killed, handed back to root or removed before the new attempt gets it.
+last one taken (a freed uid is reused last), is swept first (``leftovers.py``) when its
+lock file says a holder never gave it back: whatever a crashed agent's job left under it
+(processes, files in the shared temp dirs, System V IPC) is killed, handed back to root
+or removed before the new attempt gets it.
 
 **Giving back** (:meth:`UidPool.release`): every process of the uid is SIGKILLed and found
 gone (the job's cgroup, where there is one, went first; the uid finds what left it, or
@@ -218,6 +219,27 @@ class UidPool:
 
     # -- attempts
 
+    def take_clean(self, holder: Hashable) -> JobUser | None:
+        """The next uid for ``holder`` at once when it needs no sweep (a lock, a read and a
+        write of its lock file: cheap enough for the event loop); None when it does, or
+        is held (then :meth:`take`, in a worker thread)."""
+        with self._mutex:
+            held = self._held.get(holder)
+            if held is not None:
+                return attempt_user(held[0])
+            uid = self._next
+        fd = self._lock(uid)
+        if fd is None:
+            return None
+        if _left_held(fd):
+            os.close(fd)
+            return None
+        _mark(fd, f"held by pid {os.getpid()}\n".encode())
+        with self._mutex:
+            self._held[holder] = (uid, fd)
+            self._next = uid + 1 if uid < self.uids.last else self.uids.first
+        return attempt_user(uid)
+
     def take(self, holder: Hashable) -> JobUser:
         """A free uid for ``holder``, swept clean first (RunAsError when all are held)."""
         self._retry_stuck()
@@ -233,11 +255,13 @@ class UidPool:
             if fd is None:
                 continue
             try:
-                _sweep(uid, self.shared_dirs)  # a crashed agent's leftovers, gone first
+                if _left_held(fd):
+                    _sweep(uid, self.shared_dirs)  # a crashed agent's leftovers, gone first
             except StillAlive:
                 with self._mutex:
                     self._stuck[uid] = fd
                 continue
+            _mark(fd, f"held by pid {os.getpid()}\n".encode())
             with self._mutex:
                 self._held[holder] = (uid, fd)
                 self._next = uid + 1 if uid < self.uids.last else self.uids.first
@@ -268,6 +292,7 @@ class UidPool:
                 extra={"uid": uid, "holder": str(holder)},
             )
             return result
+        _mark(fd, _CLEAN)  # the next take needs no sweep
         with self._mutex:
             del self._held[holder]  # held until now: never given out half swept
         os.close(fd)
@@ -350,3 +375,21 @@ def _sweep(
     killed = kill_uid(uid) if timeout is None else kill_uid(uid, timeout)
     only = uid.__eq__
     return killed, hand_back_shared(only, shared_dirs), remove_ipc(only)
+
+
+#: What a uid's lock file says once it was given back swept (a take then sweeps nothing),
+#: and while it is held (``held by pid N``: left so, a killed agent held it, and the next
+#: take sweeps first). A new, empty file: no agent ever held the uid since the node booted
+#: (``/run`` is a tmpfs) and the start-up sweep handed back what earlier boots left.
+_CLEAN = b"clean\n"
+_HELD = b"held"
+
+
+def _left_held(fd: int) -> bool:
+    """Whether the uid's last holder did not give it back swept."""
+    return os.pread(fd, len(_HELD), 0) == _HELD
+
+
+def _mark(fd: int, text: bytes) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, text, 0)

@@ -23,7 +23,7 @@ import trio
 
 from runplane.agent.client import SHARED_UID_OK, UID_CAPABILITIES, UID_PER_JOB, Agent
 from runplane.agent.isolation import RunAsError
-from runplane.agent.leftovers import take_back
+from runplane.agent.leftovers import _status_uids, take_back
 from runplane.agent.protocol import Cancel, Hello, JobFinished, JobLogs, JobPhase
 from runplane.agent.protocol import PodServiceSpec as Service
 from runplane.agent.uids import DEFAULT_UID_RANGE, UidPool, UidRange
@@ -417,3 +417,38 @@ def test_take_back_makes_a_tree_the_agents_again(tmp_path: Path) -> None:
     assert owner_and_mode(top) == (os.geteuid(), 0o700)
     assert os.lstat(top / "sub" / "f").st_uid == os.geteuid()
     take_back(tmp_path / "missing")  # nothing to do
+
+
+@root_only
+def test_a_uid_a_killed_agent_held_is_swept_before_it_is_given_again(tmp_path: Path) -> None:
+    locks, uid = tmp_path / "locks", BASE + 500
+    first = UidPool(UidRange(uid, uid), locks)
+    first.check()
+    assert first.take(("job_x", 1)).uid == uid
+    orphan = subprocess.Popen(
+        ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "300"],
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while uid not in (leftovers_uids(orphan.pid) or ()) and time.monotonic() < deadline:
+            time.sleep(0.01)  # setpriv switches to the uid once it runs
+        first.close()  # the agent died: its lock went with it, its job's process did not
+        again = UidPool(UidRange(uid, uid), locks)
+        assert again.take(("job_y", 1)).uid == uid
+        assert orphan.wait(timeout=5) == -9  # swept before job_y got the uid
+        released = again.release(("job_y", 1))
+        assert released is not None and released.freed and released.killed == 0
+        # given back swept: the next take needs no sweep (its lock file says so)
+        assert (locks / str(uid)).read_bytes() == b"clean\n"
+        again.take(("job_z", 1))
+        assert (locks / str(uid)).read_bytes().startswith(b"held by pid ")
+        again.close()
+    finally:
+        orphan.kill()
+        orphan.wait()
+
+
+def leftovers_uids(pid: int) -> tuple[int, ...] | None:
+    found = _status_uids(str(pid))
+    return None if found is None else found[0]
