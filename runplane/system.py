@@ -224,7 +224,7 @@ class Root:
         # point (a yield per transition had tripled the paced submit-to-running latency).
         webhooks = self.webhooks
 
-        async def phase_changed(row: JobRow, phase: str) -> None:
+        async def phase_changed(row: JobRow, phase: Phase) -> None:
             await admission.tell_now(PhaseChanged(row.id, phase, row.org_id, row.submitted_by))
             if phase in TERMINAL:
                 await webhooks.ended(row.org_id)  # its deliveries were queued with its end

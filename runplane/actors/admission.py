@@ -19,7 +19,7 @@ import logging
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
 from runplane.jobs import repo
 from runplane.jobs.phase import Phase
@@ -81,7 +81,7 @@ class PhaseChanged:
     one recounted) is counted at its next transition."""
 
     job_id: str
-    phase: str
+    phase: Phase
     org_id: str = ""
     subject: str = ""
 
@@ -234,6 +234,8 @@ class AdmissionActor(Actor[AdmissionMsg]):
                     on_node_per_org=dict(self._org_on_node),
                     per_user=dict(self._user),
                 )
+            case _:
+                assert_never(msg)
         return None
 
     # -- decisions ----------------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import assert_never
 
 from runplane.nodes import repo as nodes_repo
 from runplane.persistence import Store
@@ -84,6 +85,8 @@ class HeartbeatLog(Actor[BeatMsg]):
                 return await self._flush()
             case LatestBeats():
                 return dict(self.pending)
+            case _:
+                assert_never(msg)
 
     async def on_stop(self) -> None:
         await self._flush()

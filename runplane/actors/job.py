@@ -12,7 +12,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, assert_never
 
 from runplane import sealed_env, vault
 from runplane.agent import protocol as p
@@ -47,6 +47,7 @@ from runplane.jobs.phase import (
 from runplane.jobs.phase import Event as PhaseEvent
 from runplane.jobs.rows import JobRow
 from runplane.jobs.spec import retry_policy
+from runplane.nodes.status import AttemptOutcome
 from runplane.persistence import Store, now_ms, to_json
 from runplane.runtime import Actor, ActorKind, Asks, Hub, Ring
 from runplane.streams.acks import AckKey, Pending, TeleopAcks
@@ -74,7 +75,7 @@ class Assign(Asks["AssignAnswer"]):
 class AgentPhase:
     node_id: str
     attempt: int
-    phase: str  # pulling | running
+    phase: Phase  # PULLING | RUNNING
     #: the GPU devices the agent assigned to the attempt (sent with ``pulling``)
     gpus: tuple[str, ...] = ()
 
@@ -103,7 +104,7 @@ class AgentMetric:
 class AgentFinished(Asks[bool]):
     node_id: str
     attempt: int
-    outcome: str
+    outcome: Phase  # a terminal one
     error: str | None
     final_metrics: dict[str, float]
     #: ArtifactRefs of the outputs the agent uploaded (checked before they are recorded)
@@ -229,7 +230,7 @@ class AssignAnswer:
     on_node: str | None = None
 
 
-async def _no_phase_hook(row: JobRow, phase: str) -> None:
+async def _no_phase_hook(row: JobRow, phase: Phase) -> None:
     return None
 
 
@@ -276,7 +277,7 @@ class JobDeps:
     release: Callable[[str], Awaitable[None]]
     reprioritize: Callable[[str, int], Awaitable[None]]
     #: the node lost (or finished) an attempt: reliability counters
-    node_outcome: Callable[[str, str], Awaitable[None]]
+    node_outcome: Callable[[str, AttemptOutcome], Awaitable[None]]
     #: build the agent's run order for (job row, attempt, git auth, org secret values,
     #: more values to mask)
     run_order: Callable[[JobRow, int, dict[str, str], dict[str, str], list[str]], p.Run]
@@ -292,7 +293,7 @@ class JobDeps:
     #: mask), for the run order (runplane/sealed_env.py; never stored opened)
     open_spec: Callable[[JobRow], tuple[dict[str, Any], list[str]]] = lambda row: (row.spec, [])
     #: the job's phase changed (durably): the admission ledger counts live work by it
-    phase_changed: Callable[[JobRow, str], Awaitable[None]] = _no_phase_hook
+    phase_changed: Callable[[JobRow, Phase], Awaitable[None]] = _no_phase_hook
     #: a pipeline stage job's phase changed (durably): (row, phase, error, final metrics)
     #: for its pipeline actor (``runplane/actors/pipeline.py``)
     stage_changed: Callable[[JobRow, str, str | None, dict[str, float]], Awaitable[None]] = (
@@ -478,7 +479,7 @@ class JobActor(Actor[JobMsg]):
             case AgentPhase(node_id, attempt, phase, gpus):
                 if not self._from_current_node(node_id, attempt):
                     return False
-                event: PhaseEvent = Pulling(attempt) if phase == "pulling" else Running(attempt)
+                event: PhaseEvent = Pulling(attempt) if phase == Phase.PULLING else Running(attempt)
                 self._gpus = gpus or None
                 try:
                     return await self._apply(event) is not None
@@ -545,8 +546,10 @@ class JobActor(Actor[JobMsg]):
                 if self.state.phase is Phase.QUEUED:
                     await self.deps.reprioritize(self.id, priority)
                 return True
+            case _:
+                assert_never(msg)  # a new message must be handled (mypy says where)
 
-    def _retry_in_ms(self, outcome: str) -> int | None:
+    def _retry_in_ms(self, outcome: Phase) -> int | None:
         """The backoff before another try when the retry policy allows one after a try
         ending in ``outcome``; None when the outcome ends the job."""
         policy = retry_policy(self.row.spec)
@@ -731,7 +734,7 @@ class JobActor(Actor[JobMsg]):
         changed_to_terminal = after.phase.terminal and after.phase is not before.phase
         self._publish(events, terminal=changed_to_terminal)
         if after.phase is not before.phase:
-            await self.deps.phase_changed(self.row, after.phase.value)
+            await self.deps.phase_changed(self.row, after.phase)
             if self.row.pipeline_run_id is not None:
                 await self.deps.stage_changed(
                     self.row, after.phase.value, after.error, dict(self.final_metrics)
@@ -800,7 +803,7 @@ class JobActor(Actor[JobMsg]):
                         secrets = await self.deps.env_secrets(row)
                     order = self.deps.run_order(row, after.attempt, auth, secrets, masked)
                     delivered = await self.deps.deliver(after.node_id, order)
-                    await self.deps.node_outcome(after.node_id, "placed")
+                    await self.deps.node_outcome(after.node_id, AttemptOutcome.PLACED)
                     if not delivered:  # the node vanished between plan and order
                         reason = f"node {after.node_id} went away before the run order"
                         self.context.start_soon(self._undelivered, after.attempt, reason)
@@ -812,13 +815,13 @@ class JobActor(Actor[JobMsg]):
                     await self.deps.enqueue(replace(self.row, phase=after.phase))
                 case Effect.COUNT_LOST:
                     if before.node_id:
-                        await self.deps.node_outcome(before.node_id, "lost")
+                        await self.deps.node_outcome(before.node_id, AttemptOutcome.LOST)
                 case Effect.RETRY_LATER:
                     self._await_backoff()
                 case Effect.CANCEL_ON_NODE:
                     pass  # delivered by _cancel, which knows whether it reached the node
         if after.phase.terminal and before.node_id and after.phase is Phase.SUCCEEDED:
-            await self.deps.node_outcome(before.node_id, "ok")
+            await self.deps.node_outcome(before.node_id, AttemptOutcome.OK)
 
     async def _undelivered(self, attempt: int, reason: str) -> None:
         await self.context.ref.tell(OrderUndelivered(attempt, reason))

@@ -39,6 +39,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import assert_never
 
 import trio
 
@@ -46,6 +47,7 @@ from runplane.agent import protocol as p
 from runplane.nodes import repo as nodes_repo
 from runplane.nodes import update
 from runplane.nodes.shape import shape_of
+from runplane.nodes.status import NodeStatus
 from runplane.persistence import Store
 from runplane.placement import NodeShape
 from runplane.runtime import Actor, ActorKind, Asks, clock
@@ -147,9 +149,6 @@ NodeMsg = (
     | UpdateReported
 )
 
-#: The node status while its agent drains (``online``, ``disconnected``, ``offline`` besides).
-DRAINING = "draining"
-
 
 def drained_reason(node_id: str) -> str:
     """Why an attempt handed back by a draining agent was requeued (the job's ``error``
@@ -214,7 +213,7 @@ class NodeActor(Actor[NodeMsg]):
         self.last_seen = clock.now() + (self.deps.reconnect_grace if self.outbox is None else 0.0)
         if self.outbox is not None:
             row = await nodes_repo.get(self.deps.store, self.node_id)
-            self.draining = row is not None and row.status == DRAINING
+            self.draining = row is not None and row.status == NodeStatus.DRAINING
             if row is not None and not self.draining:
                 await self.deps.node_up(shape_of(row))
         self.context.start_soon(self._watch)
@@ -247,7 +246,7 @@ class NodeActor(Actor[NodeMsg]):
                         return None
                     log.info("node disconnected", extra={"node_id": self.node_id})
                     # status first: a placement rebuilding meanwhile leaves it out
-                    await self._set_status("disconnected")
+                    await self._set_status(NodeStatus.DISCONNECTED)
                     await self._unready()
                 return None
             case Beat():
@@ -300,6 +299,8 @@ class NodeActor(Actor[NodeMsg]):
                 )
                 await update.record_status(self.deps.store, self.node_id, version, phase, error)
                 return None
+            case _:
+                assert_never(msg)
 
     def _offer(self, version: str, channel: str | None) -> bool:
         hello = self.hello
@@ -362,7 +363,7 @@ class NodeActor(Actor[NodeMsg]):
         for job_id, attempt in reported.items():
             if self.attempts.get(job_id) != attempt:
                 self._deliver(p.Cancel(job_id=job_id, attempt=attempt))
-        await self._set_status("online")
+        await self._set_status(NodeStatus.ONLINE)
         row = await self._announce()
         if row is not None:
             await self._offer_on_hello(hello, row.update.target)
@@ -383,7 +384,7 @@ class NodeActor(Actor[NodeMsg]):
                 "jobs": sorted(self.attempts),
             },
         )
-        await self._set_status(DRAINING)
+        await self._set_status(NodeStatus.DRAINING)
         await self.deps.node_down(self.node_id)
 
     def _released(self, job_id: str, attempt: int) -> str | None:
@@ -403,7 +404,7 @@ class NodeActor(Actor[NodeMsg]):
         the grace period (a reconnect activates a new node actor)."""
         log.info("node drained and gone", extra={"node_id": self.node_id})
         self.lost = True
-        await self._set_status("offline")
+        await self._set_status(NodeStatus.OFFLINE)
         self.context.stop()
 
     async def _check(self) -> None:
@@ -422,7 +423,7 @@ class NodeActor(Actor[NodeMsg]):
         log.warning("node lost", extra={"node_id": self.node_id, "jobs": sorted(self.attempts)})
         # offline in the store first: a placement rebuilding meanwhile leaves it out, or
         # has it removed by the NodeDown that follows
-        await self._set_status("offline")
+        await self._set_status(NodeStatus.OFFLINE)
         await self.deps.node_down(self.node_id)
         for job_id, attempt in list(self.attempts.items()):
             await self.deps.lose_attempt(job_id, attempt, reason)
@@ -437,7 +438,7 @@ class NodeActor(Actor[NodeMsg]):
             await self.deps.node_up(shape_of(row))
         return row
 
-    async def _set_status(self, status: str) -> None:
+    async def _set_status(self, status: NodeStatus) -> None:
         """Written at once (not batched), with the last beat: after a crash the row says
         when a disconnected or lost node was last heard from (a node activated at
         start-up and never attached keeps the row's beat)."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
 import trio
 
@@ -189,7 +189,8 @@ class PipelineActor(Actor[PipelineMsg]):
             case Sync():
                 await self._write()
                 return self.state.status
-        raise TypeError(f"not a pipeline message: {msg!r}")  # pragma: no cover
+            case _:
+                assert_never(msg)
 
     # -- transitions and their writes ---------------------------------------------------
     #

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, assert_never
 
 from runplane.jobs import repo as jobs_repo
 from runplane.jobs.demand import demand_of
@@ -347,6 +347,8 @@ class PlacementActor(Actor[PlacementMsg]):
                 now = clock.now()
                 for job_id in list(self.held):
                     self._tell_reason(job_id, now)
+            case _:
+                assert_never(msg)
         return None
 
     def _forget_reason(self, job_id: str) -> None:

@@ -21,6 +21,7 @@ import heapq
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import assert_never
 
 import trio
 
@@ -96,6 +97,8 @@ class Scheduler(Actor[SchedulerMsg]):
             case Tick():
                 self.timer, self.timer_at = None, None
                 await self._tick()
+            case _:
+                assert_never(msg)
         return None
 
     def _track(self, schedule_id: str, next_run_at: int | None) -> None:

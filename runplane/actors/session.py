@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import assert_never
 
 import trio
 
@@ -116,7 +117,8 @@ class SessionActor(Actor[SessionMsg]):
                 return None
             case Sync():
                 return None
-        raise TypeError(f"not a session message: {msg!r}")  # pragma: no cover
+            case _:
+                assert_never(msg)
 
     async def _apply(self, event: Event, *, cancel: bool = True) -> Outcome:
         outcome = transition(self.state, event)

@@ -25,6 +25,7 @@ import random
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import assert_never
 
 import trio
 
@@ -145,6 +146,8 @@ class WebhookDispatcher(Actor[DispatchMsg]):
                     due = trio.current_time() + retry_in
                     heapq.heappush(self._due, (due, delivery_id, endpoint_id))
                 self._pump()
+            case _:
+                assert_never(msg)
 
     async def _read(self, after: str | None) -> None:
         rows = await deliveries.pending(self.deps.store, after_id=after)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runplane.jobs.phase import ON_NODE, Phase
+from runplane.nodes.status import AttemptOutcome, NodeStatus
 from runplane.persistence import Store, from_json, now_ms, to_json
 
 from .facts import NodeFacts
@@ -118,7 +119,7 @@ async def upsert_attached(store: Store, node: Attached) -> None:
             node.agent_version,
             node.channel,
             int(node.auto_update),
-            "online",
+            NodeStatus.ONLINE.value,
             now,
             now,
             now,
@@ -126,7 +127,9 @@ async def upsert_attached(store: Store, node: Attached) -> None:
     )
 
 
-async def set_status(store: Store, node_id: str, status: str, last_beat_ms: int | None) -> None:
+async def set_status(
+    store: Store, node_id: str, status: NodeStatus, last_beat_ms: int | None
+) -> None:
     """Written at once, with the last beat when known (a node never attached keeps its
     row's beat)."""
     await store.execute(
@@ -148,10 +151,14 @@ async def connected_ids(store: Store) -> list[str]:
     return [r["id"] for r in rows]
 
 
-_OUTCOME_COLUMN = {"placed": "attempts_total", "lost": "attempts_lost", "ok": "attempts_ok"}
+_OUTCOME_COLUMN = {
+    AttemptOutcome.PLACED: "attempts_total",
+    AttemptOutcome.LOST: "attempts_lost",
+    AttemptOutcome.OK: "attempts_ok",
+}
 
 
-async def count_outcome(store: Store, node_id: str, outcome: str) -> None:
+async def count_outcome(store: Store, node_id: str, outcome: AttemptOutcome) -> None:
     """One more attempt ``placed`` on, ``lost`` with, or finished ``ok`` by the node."""
     column = _OUTCOME_COLUMN[outcome]
     await store.execute(f"UPDATE nodes SET {column} = {column} + 1 WHERE id = ?", (node_id,))

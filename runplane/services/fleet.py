@@ -37,6 +37,7 @@ from runplane.nodes import repo as nodes_repo
 from runplane.nodes import update
 from runplane.nodes.connect import identify
 from runplane.nodes.enrollment import NodeIdentity
+from runplane.nodes.status import AttemptOutcome
 from runplane.nodes.view import node_view
 from runplane.persistence import Store
 from runplane.problems import not_found
@@ -210,7 +211,7 @@ class Fleet:
             )
         return offered
 
-    async def node_outcome(self, node_id: str, outcome: str) -> None:
+    async def node_outcome(self, node_id: str, outcome: AttemptOutcome) -> None:
         await nodes_repo.count_outcome(self.store, node_id, outcome)
 
     async def views(

@@ -31,6 +31,7 @@ from runplane.actors.node import AttemptEnded, Beat, Drain, NodeMsg, Released, U
 from runplane.agent import protocol as p
 from runplane.http.context import services
 from runplane.jobs import repo
+from runplane.jobs.phase import Phase
 from runplane.nodes.connect import ConnectRefused
 from runplane.runtime import ActorGone, ActorRef, MailboxClosed, Registry
 
@@ -156,7 +157,7 @@ async def _dispatch(
             # 400 times a second; docs/benchmarks.md "agents")
             await node.tell_now(Beat(tuple((r.job_id, r.attempt) for r in running)))
         case p.JobPhase(job_id=job_id, attempt=attempt, phase=phase, gpus=gpus):
-            await _to_job(registry, job_id, AgentPhase(node_id, attempt, phase, tuple(gpus)))
+            await _to_job(registry, job_id, AgentPhase(node_id, attempt, Phase(phase), tuple(gpus)))
         case p.JobLogs(job_id=job_id, attempt=attempt, lines=lines, n=n):
             await _to_job(registry, job_id, AgentLogs(node_id, attempt, tuple(lines), n))
         case p.JobMetric(job_id=job_id, attempt=attempt, step=step, values=values, n=n):
@@ -165,7 +166,7 @@ async def _dispatch(
             finished = AgentFinished(
                 node_id,
                 done.attempt,
-                done.outcome,
+                Phase(done.outcome),
                 done.error,
                 dict(done.final_metrics),
                 tuple(done.artifacts),
