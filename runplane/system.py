@@ -33,7 +33,8 @@ from runplane.actors import placement as pl
 from runplane.actors.admission import AdmissionActor, AdmissionMsg, PhaseChanged
 from runplane.actors.channels import ChannelMsg, ChannelTargets, get_targets
 from runplane.actors.janitor import Janitor, JanitorMsg, SweepNow, Swept
-from runplane.actors.job import JOBS, Assign, JobDeps, LoseAttempt, WaitReason
+from runplane.actors.job_deps import JobDeps
+from runplane.actors.job_messages import JOBS, Assign, LoseAttempt, WaitReason
 from runplane.actors.node import NodeDeps
 from runplane.actors.sampler import NodeSampler
 from runplane.actors.scheduler import Scheduler, SchedulerDeps, SchedulerMsg

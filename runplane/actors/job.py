@@ -9,12 +9,32 @@ million finished jobs are rows, not tasks.
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, assert_never
 
 from runplane import sealed_env, vault
+from runplane.actors.job_deps import JobDeps
+from runplane.actors.job_messages import (
+    AgentFinished,
+    AgentLogs,
+    AgentMetric,
+    AgentPhase,
+    AgentStream,
+    Assign,
+    AssignAnswer,
+    BackoffOver,
+    Cancel,
+    CancelOutcome,
+    JobMsg,
+    LoseAttempt,
+    OpenStream,
+    OrderUndelivered,
+    SendTeleop,
+    SetPriority,
+    TeleopOrder,
+    WaitReason,
+)
 from runplane.agent import protocol as p
 from runplane.jobs import repo
 from runplane.jobs.events import (
@@ -45,13 +65,13 @@ from runplane.jobs.phase import (
     transition,
 )
 from runplane.jobs.phase import Event as PhaseEvent
+from runplane.jobs.reports import attempt_note, checked_artifacts
 from runplane.jobs.rows import JobRow
 from runplane.jobs.spec import retry_policy
 from runplane.nodes.status import AttemptOutcome
-from runplane.persistence import Store, now_ms, to_json
-from runplane.runtime import Actor, ActorKind, Asks, Hub, Ring
-from runplane.streams.acks import AckKey, Pending, TeleopAcks
-from runplane.streams.chunks import DEFAULT_RING, StreamChunk
+from runplane.persistence import now_ms, to_json
+from runplane.runtime import Actor, Ring
+from runplane.streams.acks import AckKey
 from runplane.streams.job_streams import JobStreams
 from runplane.timefmt import iso_ms
 
@@ -59,189 +79,6 @@ log = logging.getLogger("runplane.jobs")
 
 #: Log lines one job may keep; past it lines are counted, not stored, and a system line says so.
 LOG_CAP = 50_000
-
-
-# messages -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Assign(Asks["AssignAnswer"]):
-    """Placement hands the job to ``node_id``."""
-
-    node_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class AgentPhase:
-    node_id: str
-    attempt: int
-    phase: Phase  # PULLING | RUNNING
-    #: the GPU devices the agent assigned to the attempt (sent with ``pulling``)
-    gpus: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class AgentLogs:
-    node_id: str
-    attempt: int
-    #: (stream, line), or (stream, line, service) for a line of a pod's service
-    lines: tuple[tuple[str, ...], ...]
-    #: the agent's number of this report in the attempt (None: an agent that does not
-    #: number them); one already stored is a resent duplicate
-    n: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class AgentMetric:
-    node_id: str
-    attempt: int
-    step: int | None
-    values: dict[str, float]
-    n: int | None = None  # as AgentLogs.n
-
-
-@dataclass(frozen=True, slots=True)
-class AgentFinished(Asks[bool]):
-    node_id: str
-    attempt: int
-    outcome: Phase  # a terminal one
-    error: str | None
-    final_metrics: dict[str, float]
-    #: ArtifactRefs of the outputs the agent uploaded (checked before they are recorded)
-    artifacts: tuple[dict[str, Any], ...] = ()
-    #: how the process ended: exit code (None if a signal ended it) and the signal's name
-    exit_code: int | None = None
-    signal: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LoseAttempt:
-    attempt: int
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class OrderUndelivered:
-    """The run order of ``attempt`` did not reach the node (sent to self), or the node
-    declined it before running anything (``counted`` False: not the node's loss)."""
-
-    attempt: int
-    reason: str
-    counted: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class Cancel(Asks["CancelOutcome"]):
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class SetPriority(Asks[bool]):
-    priority: int
-
-
-@dataclass(frozen=True, slots=True)
-class WaitReason:
-    """Placement's reason why the queued job waits, told when it changed: stored as a
-    ``phase`` event carrying ``reason`` (and on the row), unless the job has it already."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class BackoffOver:
-    """The backoff of retry number ``retries`` is over (sent to self by its timer)."""
-
-    retries: int
-
-
-@dataclass(frozen=True, slots=True)
-class AgentStream:
-    """Chunks of one stream the job wrote (``job_stream``), in order."""
-
-    node_id: str
-    attempt: int
-    stream: str
-    chunks: tuple[Any, ...]  # protocol.StreamChunkIn
-
-
-@dataclass(frozen=True, slots=True)
-class OpenStream(Asks[Ring[StreamChunk] | None]):
-    """The replay ring of one of the job's streams; None once the job is terminal."""
-
-    stream: str
-
-
-@dataclass(frozen=True, slots=True)
-class SendTeleop(Asks["TeleopOrder"]):
-    """Number a teleop frame (compact JSON text) and send it to the job's node."""
-
-    stream: str
-    frame: str
-
-
-@dataclass(frozen=True, slots=True)
-class TeleopOrder:
-    """What became of a teleop frame: ``not_live`` (409) says why the run cannot take it;
-    else ``sent`` tells whether the node's connection took it, and ``pending`` waits for
-    the agent's confirmation."""
-
-    not_live: str | None = None
-    sent: bool = False
-    seq: int = 0
-    key: AckKey | None = None
-    pending: Pending | None = None
-
-
-JobMsg = (
-    Assign
-    | AgentPhase
-    | AgentLogs
-    | AgentMetric
-    | AgentFinished
-    | LoseAttempt
-    | OrderUndelivered
-    | Cancel
-    | SetPriority
-    | WaitReason
-    | BackoffOver
-    | AgentStream
-    | OpenStream
-    | SendTeleop
-)
-
-#: The job actors, one per live job, addressed by job id in the registry.
-JOBS = ActorKind[JobMsg]("job")
-
-
-@dataclass(frozen=True, slots=True)
-class CancelOutcome:
-    cancelled: bool
-    killed_on_node: bool
-
-
-@dataclass(frozen=True, slots=True)
-class AssignAnswer:
-    """``taken``: the job is now assigned to the node. Refused, ``on_node`` names the node
-    the job already holds (an assignment of a placement incarnation that crashed won the
-    race), so the placer counts that reservation instead of releasing it."""
-
-    taken: bool
-    on_node: str | None = None
-
-
-async def _no_phase_hook(row: JobRow, phase: Phase) -> None:
-    return None
-
-
-async def _no_stage_hook(
-    row: JobRow, phase: str, error: str | None, final_metrics: dict[str, float]
-) -> None:
-    return None
-
-
-async def _nothing() -> dict[str, str]:
-    return {}
 
 
 def _both(
@@ -261,132 +98,6 @@ def _both(
 def _clones(row: JobRow) -> bool:
     """Whether a job's mounts clone with a git connection's credential."""
     return bool(connection_ids(row.spec))
-
-
-@dataclass(frozen=True, slots=True)
-class JobDeps:
-    """What a job actor talks to, injected so it knows no HTTP and no socket."""
-
-    store: Store
-    hub: Hub
-    #: deliver a protocol message to a node's agent; True when handed to a live connection
-    deliver: Callable[[str, p.Run | p.Cancel | p.Teleop], Awaitable[bool]]
-    #: placement hooks
-    enqueue: Callable[[JobRow], Awaitable[None]]
-    dequeue: Callable[[str], Awaitable[None]]
-    release: Callable[[str], Awaitable[None]]
-    reprioritize: Callable[[str, int], Awaitable[None]]
-    #: the node lost (or finished) an attempt: reliability counters
-    node_outcome: Callable[[str, AttemptOutcome], Awaitable[None]]
-    #: build the agent's run order for (job row, attempt, git auth, org secret values,
-    #: more values to mask)
-    run_order: Callable[[JobRow, int, dict[str, str], dict[str, str], list[str]], p.Run]
-    cancel_order: Callable[[str, int], p.Cancel]
-    #: the credentials a job's mounts fetch git connections' repositories with through the
-    #: server (connection id -> Authorization header with the attempt's ticket), made when
-    #: its run order is built (docs/git.md)
-    mount_auth: Callable[[JobRow, int], Awaitable[dict[str, str]]] = lambda row, attempt: _nothing()
-    #: the values of the org secrets a job's env references, read when its run order is
-    #: built (docs/secrets.md; never stored with the job)
-    env_secrets: Callable[[JobRow], Awaitable[dict[str, str]]] = lambda row: _nothing()
-    #: the job's spec with its sealed plain env values opened, and those values (to
-    #: mask), for the run order (runplane/sealed_env.py; never stored opened)
-    open_spec: Callable[[JobRow], tuple[dict[str, Any], list[str]]] = lambda row: (row.spec, [])
-    #: the job's phase changed (durably): the admission ledger counts live work by it
-    phase_changed: Callable[[JobRow, Phase], Awaitable[None]] = _no_phase_hook
-    #: a pipeline stage job's phase changed (durably): (row, phase, error, final metrics)
-    #: for its pipeline actor (``runplane/actors/pipeline.py``)
-    stage_changed: Callable[[JobRow, str, str | None, dict[str, float]], Awaitable[None]] = (
-        _no_stage_hook
-    )
-    #: a session's pod job's phase changed (durably), for its session actor
-    #: (``runplane/actors/session.py``); the same arguments
-    session_changed: Callable[[JobRow, str, str | None, dict[str, float]], Awaitable[None]] = (
-        _no_stage_hook
-    )
-    #: the run ended: the part of the transaction storing its end that queues its
-    #: webhook deliveries, or None (``runplane/services/webhooks.py`` ``end_tx``)
-    end_tx: Callable[
-        [JobRow, JobState, dict[str, float], list[dict[str, Any]]], Callable[[Any], Any] | None
-    ] = lambda row, state, metrics, artifacts: None
-    #: the job's phase changed: a part of the transaction storing it (the commit status of
-    #: a run from a git connection, ``runplane/services/git.py`` ``status_tx``), or None
-    phase_tx: Callable[[JobRow, JobState], Callable[[Any], Any] | None] = lambda row, state: None
-    #: streams: the kind of each stream a stack declares (stack name -> {name: kind}),
-    #: chunks a stream's ring keeps, and teleop frames waiting for their agent
-    stream_kinds: Callable[[str], dict[str, str]] = lambda stack: {}
-    stream_ring: int = DEFAULT_RING
-    teleop_acks: TeleopAcks = field(default_factory=TeleopAcks)
-    #: the server's stream counters (runplane/services/streams.py ``Streams.counters``)
-    stream_counters: dict[str, int] = field(default_factory=dict)
-
-
-#: Most ArtifactRefs one job records (the agent uploads at most as many outputs).
-MAX_ARTIFACTS = 10_000
-_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
-
-
-def checked_artifacts(job_id: str, items: Any) -> list[dict[str, Any]]:
-    """The agent's ArtifactRefs that are well formed and under this job's own key prefix
-    (an agent cannot claim another job's artifacts); the rest are dropped with a warning."""
-    prefix = f"/v1/artifacts/{job_id}/"
-    kept: list[dict[str, Any]] = []
-    dropped = 0
-    for item in list(items or ())[: MAX_ARTIFACTS + 1]:
-        try:
-            ref = item["ref"]
-            entry = {
-                "artifact": str(item["artifact"])[:256],
-                "ref": ref,
-                "sha256": item["sha256"],
-                "size": item["size"],
-            }
-            valid = (
-                isinstance(ref, str)
-                and ref.startswith(prefix)
-                and len(ref) > len(prefix)
-                and ".." not in ref.split("/")
-                and isinstance(entry["sha256"], str)
-                and bool(_SHA256_HEX.match(entry["sha256"]))
-                and isinstance(entry["size"], int)
-                and not isinstance(entry["size"], bool)
-                and entry["size"] >= 0
-            )
-        except (KeyError, TypeError):
-            valid = False
-        if valid and len(kept) < MAX_ARTIFACTS:
-            kept.append(entry)
-        else:
-            dropped += 1
-    if dropped:
-        log.warning("agent artifacts dropped", extra={"job_id": job_id, "dropped": dropped})
-    return kept
-
-
-def attempt_note(before: JobState, after: JobState, event: PhaseEvent) -> str | None:
-    """The system line of an attempt that starts or is lost, in the Job view's words:
-    ``attempt`` is the run number (1-based), ``attempts`` the requeues so far."""
-    if before.phase is Phase.QUEUED and after.phase is Phase.ASSIGNED:
-        try_ = f" (try {after.retries + 1})" if after.retries else ""
-        return (
-            f"attempt {after.attempt}{try_} on node {after.node_id} "
-            f"(requeues so far: {after.attempts})"
-        )
-    if isinstance(event, NodeLost) and after.phase is Phase.QUEUED:
-        return (
-            f"attempt {before.attempt} requeued (requeues so far: {after.attempts}): {event.reason}"
-        )
-    if isinstance(event, Undelivered):
-        return f"attempt {before.attempt} never started: {event.reason}; back in the queue"
-    if isinstance(event, Finished) and after.phase is Phase.QUEUED:
-        why = f": {event.error}" if event.error else ""
-        return (
-            f"try {after.retries} {event.outcome.value}{why}; retry {after.retries} "
-            f"(try {after.retries + 1}) after a {(event.retry_in_ms or 0) / 1000:g} s backoff"
-        )
-    if isinstance(event, RetryDue):
-        return f"retry {after.retries}: try {after.retries + 1} goes back in the queue"
-    return None
 
 
 class JobActor(Actor[JobMsg]):
@@ -470,52 +181,18 @@ class JobActor(Actor[JobMsg]):
 
     async def handle(self, msg: JobMsg) -> object:
         match msg:
-            case Assign(node_id):
-                effects = await self._apply(Assigned(node_id))
-                if effects is None:
-                    on_node = self.state.node_id if self.state.phase.on_node else None
-                    return AssignAnswer(taken=False, on_node=on_node)
-                return AssignAnswer(taken=True)
-            case AgentPhase(node_id, attempt, phase, gpus):
-                if not self._from_current_node(node_id, attempt):
-                    return False
-                event: PhaseEvent = Pulling(attempt) if phase == Phase.PULLING else Running(attempt)
-                self._gpus = gpus or None
-                try:
-                    return await self._apply(event) is not None
-                finally:
-                    self._gpus = None
-            case AgentLogs(node_id, attempt, lines, n):
-                if not self._from_current_node(node_id, attempt):
-                    return False
-                if self.state.phase.terminal and not self._after_cancel():
-                    return False
-                if self._stored(n):
-                    return True
-                await self._logs(lines, n)  # after a cancel: the process's last words
-                return True
-            case AgentMetric(node_id, attempt, step, values, n):
-                if not self._from_current_node(node_id, attempt) or self.state.phase.terminal:
-                    return False
-                if not self._stored(n):
-                    await self._metric(step, values, n)
-                return True
-            case AgentFinished(
-                node_id, attempt, outcome, error, final_metrics, artifacts, exit_code, signal
-            ):
-                if not self._from_current_node(node_id, attempt):
-                    return False
-                if self._after_cancel():
-                    return await self._late_finish(final_metrics, exit_code, signal)
-                self.final_metrics.update(final_metrics)
-                self._finish_artifacts = checked_artifacts(self.id, artifacts)
-                self._finish_exit = (exit_code, signal)
-                finished = Finished(attempt, Phase(outcome), error, self._retry_in_ms(outcome))
-                try:
-                    return await self._apply(finished) is not None
-                finally:
-                    self._finish_artifacts = None
-                    self._finish_exit = None
+            case Assign():
+                return await self._on_assign(msg)
+            case AgentPhase():
+                return await self._on_agent_phase(msg)
+            case AgentLogs():
+                return await self._on_agent_logs(msg)
+            case AgentMetric():
+                return await self._on_agent_metric(msg)
+            case AgentFinished():
+                return await self._on_agent_finished(msg)
+            case AgentStream():
+                return await self._on_agent_stream(msg)
             case LoseAttempt(attempt, reason):
                 return await self._apply(NodeLost(attempt, reason)) is not None
             case OrderUndelivered(attempt, reason, counted):
@@ -524,30 +201,85 @@ class JobActor(Actor[JobMsg]):
                 return await self._cancel()
             case WaitReason(reason):
                 return await self._wait_reason(reason)
-            case BackoffOver(retries):
-                if self.state.retry_at is None or retries != self.state.retries:
-                    return False  # cancelled meanwhile, or a stale timer
-                return await self._apply(RetryDue(retries)) is not None
-            case AgentStream(node_id, attempt, stream, chunks):
-                if not self._from_current_node(node_id, attempt) or self.state.phase.terminal:
-                    return False
-                await self.streams.receive(stream, chunks)
-                return True
+            case BackoffOver():
+                return await self._on_backoff_over(msg)
             case OpenStream(stream):
                 return None if self.state.phase.terminal else self.streams.ring(stream)
             case SendTeleop(stream, frame):
                 return await self._teleop(stream, frame)
-            case SetPriority(priority):
-                await self.deps.store.execute(
-                    "UPDATE jobs SET priority = ?, updated_at = ? WHERE id = ?",
-                    (priority, now_ms(), self.id),
-                )
-                self.row = replace(self.row, priority=priority)
-                if self.state.phase is Phase.QUEUED:
-                    await self.deps.reprioritize(self.id, priority)
-                return True
+            case SetPriority():
+                return await self._on_set_priority(msg)
             case _:
                 assert_never(msg)  # a new message must be handled (mypy says where)
+
+    # -- one method per message ----------------------------------------------------------
+
+    async def _on_assign(self, msg: Assign) -> AssignAnswer:
+        if await self._apply(Assigned(msg.node_id)) is None:
+            on_node = self.state.node_id if self.state.phase.on_node else None
+            return AssignAnswer(taken=False, on_node=on_node)
+        return AssignAnswer(taken=True)
+
+    async def _on_agent_phase(self, msg: AgentPhase) -> bool:
+        if not self._from_current_node(msg.node_id, msg.attempt):
+            return False
+        attempt = msg.attempt
+        event: PhaseEvent = Pulling(attempt) if msg.phase == Phase.PULLING else Running(attempt)
+        self._gpus = msg.gpus or None
+        try:
+            return await self._apply(event) is not None
+        finally:
+            self._gpus = None
+
+    async def _on_agent_logs(self, msg: AgentLogs) -> bool:
+        if not self._from_current_node(msg.node_id, msg.attempt):
+            return False
+        if self.state.phase.terminal and not self._after_cancel():
+            return False
+        if not self._stored(msg.n):
+            await self._logs(msg.lines, msg.n)  # after a cancel: the process's last words
+        return True
+
+    async def _on_agent_metric(self, msg: AgentMetric) -> bool:
+        if not self._from_current_node(msg.node_id, msg.attempt) or self.state.phase.terminal:
+            return False
+        if not self._stored(msg.n):
+            await self._metric(msg.step, msg.values, msg.n)
+        return True
+
+    async def _on_agent_finished(self, msg: AgentFinished) -> bool:
+        if not self._from_current_node(msg.node_id, msg.attempt):
+            return False
+        if self._after_cancel():
+            return await self._late_finish(msg.final_metrics, msg.exit_code, msg.signal)
+        self.final_metrics.update(msg.final_metrics)
+        self._finish_artifacts = checked_artifacts(self.id, msg.artifacts)
+        self._finish_exit = (msg.exit_code, msg.signal)
+        outcome = Phase(msg.outcome)
+        finished = Finished(msg.attempt, outcome, msg.error, self._retry_in_ms(outcome))
+        try:
+            return await self._apply(finished) is not None
+        finally:
+            self._finish_artifacts = None
+            self._finish_exit = None
+
+    async def _on_agent_stream(self, msg: AgentStream) -> bool:
+        if not self._from_current_node(msg.node_id, msg.attempt) or self.state.phase.terminal:
+            return False
+        await self.streams.receive(msg.stream, msg.chunks)
+        return True
+
+    async def _on_backoff_over(self, msg: BackoffOver) -> bool:
+        if self.state.retry_at is None or msg.retries != self.state.retries:
+            return False  # cancelled meanwhile, or a stale timer
+        return await self._apply(RetryDue(msg.retries)) is not None
+
+    async def _on_set_priority(self, msg: SetPriority) -> bool:
+        await repo.set_priority(self.deps.store, self.id, msg.priority)
+        self.row = replace(self.row, priority=msg.priority)
+        if self.state.phase is Phase.QUEUED:
+            await self.deps.reprioritize(self.id, msg.priority)
+        return True
 
     def _retry_in_ms(self, outcome: Phase) -> int | None:
         """The backoff before another try when the retry policy allows one after a try
@@ -647,76 +379,22 @@ class JobActor(Actor[JobMsg]):
         try:
             after, effects = transition(before, event, now_ms())
         except (InvalidTransition, StaleAttempt) as exc:
-            # after a cancel, the attempt's late reports (phase, node loss) are routine
-            routine = before.phase is Phase.CANCELLED
-            log.log(
-                logging.DEBUG if routine else logging.WARNING,
-                "late report after a cancel ignored" if routine else "transition refused",
-                extra={"job_id": self.id, "reason": str(exc)},
-            )
+            self._log_refused(before, exc)
             return None
         events: list[StoredEvent] = []
         extra: dict[str, Any] = {}
         if after.attempt != before.attempt:  # reports are numbered per attempt
             self.report_n = extra["report_n"] = 0
         if after.phase.terminal:
-            extra["final_metrics"] = to_json(self.final_metrics)
-            if self._finish_artifacts is not None:
-                extra["artifacts"] = to_json(self._finish_artifacts)
-            if self._finish_exit is not None:
-                extra["exit_code"], extra["signal"] = self._finish_exit
-            # lines past the cap write nothing while they arrive: the counts land here
-            extra["log_lines"], extra["log_dropped"] = self.log_lines, self.log_dropped
-            if self.log_dropped:
-                self._system_line(
-                    events,
-                    f"log truncated: {self.log_dropped} lines "
-                    f"after the first {LOG_CAP} were not kept",
-                )
+            self._terminal_columns(extra, events)
         retrying = Effect.RETRY_LATER in effects and isinstance(event, Finished)
-        if after.phase is not before.phase:
-            self.seq += 1
-            retry = after.retries if retrying else 0
-            placed = None
-            if after.phase is Phase.ASSIGNED and after.node_id is not None:
-                placed = (after.node_id, after.attempt)
-            events.append(
-                phase_event(
-                    self.id, self.seq, after.phase.value, now_ms(), after.error, retry, placed
-                )
-            )
-        note = attempt_note(before, after, event)
-        if note is not None:
-            self._system_line(events, note)
-        wait_reason: str | None = None
+        self._transition_events(before, after, event, events, retrying)
+        wait_reason = None
         if retrying:
             assert isinstance(event, Finished)
-            tries = (*self.row.tries, self._try_record(before, after, event))
-            extra["tries"] = to_json(list(tries))
-            self.row = replace(self.row, tries=tries, retries=after.retries)
-            self.final_metrics = {}  # the next try's own; the record keeps this one's
-            extra["final_metrics"] = "{}"
-            wait_reason = (
-                f"retry {after.retries}: waiting out its backoff until "
-                f"{iso_ms(after.retry_at or now_ms())}"
-            )
-        if after.phase is Phase.QUEUED:
-            extra["wait_reason"] = wait_reason
-            if self.row.gpus:
-                extra["gpus"] = None
-                self.row = replace(self.row, gpus=())
-        elif self._gpus is not None:
-            extra["gpus"] = to_json(list(self._gpus))
-            self.row = replace(self.row, gpus=self._gpus)
+            wait_reason = self._retry_columns(before, after, event, extra)
+        self._queue_columns(after, extra, wait_reason)
         ends = after.phase.terminal and not before.phase.terminal
-        also = None
-        if ends:
-            artifacts = self._finish_artifacts
-            if artifacts is None:
-                artifacts = list(self.row.artifacts)
-            also = self.deps.end_tx(self.row, after, dict(self.final_metrics), artifacts)
-        if after.phase is not before.phase:
-            also = _both(also, self.deps.phase_tx(self.row, after))
         await self.deps.store.transaction(
             repo.save_state(
                 self.id,
@@ -724,25 +402,16 @@ class JobActor(Actor[JobMsg]):
                 events,
                 self.seq,
                 ended_org=self.row.org_id if ends else None,
-                also=also,
+                also=self._also(before, after, ends),
                 **extra,
             )
         )
         self.state = after
         if after.phase is Phase.QUEUED:
             self.wait_reason = wait_reason
-        changed_to_terminal = after.phase.terminal and after.phase is not before.phase
-        self._publish(events, terminal=changed_to_terminal)
+        self._publish(events, terminal=after.phase.terminal and after.phase is not before.phase)
         if after.phase is not before.phase:
-            await self.deps.phase_changed(self.row, after.phase)
-            if self.row.pipeline_run_id is not None:
-                await self.deps.stage_changed(
-                    self.row, after.phase.value, after.error, dict(self.final_metrics)
-                )
-            if self.row.session_id is not None:
-                await self.deps.session_changed(
-                    self.row, after.phase.value, after.error, dict(self.final_metrics)
-                )
+            await self._phase_hooks(after)
         log.info(
             "job phase",
             extra={
@@ -758,6 +427,108 @@ class JobActor(Actor[JobMsg]):
             self.ring.close()
             self.streams.close()
         return effects
+
+    def _log_refused(self, before: JobState, exc: Exception) -> None:
+        # after a cancel, the attempt's late reports (phase, node loss) are routine
+        routine = before.phase is Phase.CANCELLED
+        log.log(
+            logging.DEBUG if routine else logging.WARNING,
+            "late report after a cancel ignored" if routine else "transition refused",
+            extra={"job_id": self.id, "reason": str(exc)},
+        )
+
+    # -- what a transition writes --------------------------------------------------------
+
+    def _terminal_columns(self, extra: dict[str, Any], events: list[StoredEvent]) -> None:
+        """The columns an ending stores: metrics, artifacts, how the process ended, the
+        log counts (lines past the cap wrote nothing while they arrived)."""
+        extra["final_metrics"] = to_json(self.final_metrics)
+        if self._finish_artifacts is not None:
+            extra["artifacts"] = to_json(self._finish_artifacts)
+        if self._finish_exit is not None:
+            extra["exit_code"], extra["signal"] = self._finish_exit
+        extra["log_lines"], extra["log_dropped"] = self.log_lines, self.log_dropped
+        if self.log_dropped:
+            self._system_line(
+                events,
+                f"log truncated: {self.log_dropped} lines after the first {LOG_CAP} were not kept",
+            )
+
+    def _transition_events(
+        self,
+        before: JobState,
+        after: JobState,
+        event: PhaseEvent,
+        events: list[StoredEvent],
+        retrying: bool,
+    ) -> None:
+        """The ``phase`` event of a new phase, then the attempt's system line, if any."""
+        if after.phase is not before.phase:
+            self.seq += 1
+            retry = after.retries if retrying else 0
+            placed = None
+            if after.phase is Phase.ASSIGNED and after.node_id is not None:
+                placed = (after.node_id, after.attempt)
+            events.append(
+                phase_event(
+                    self.id, self.seq, after.phase.value, now_ms(), after.error, retry, placed
+                )
+            )
+        note = attempt_note(before, after, event)
+        if note is not None:
+            self._system_line(events, note)
+
+    def _retry_columns(
+        self, before: JobState, after: JobState, event: Finished, extra: dict[str, Any]
+    ) -> str:
+        """A try that ends in a retry: its record kept, the next try's metrics fresh; the
+        wait reason while its backoff runs."""
+        tries = (*self.row.tries, self._try_record(before, after, event))
+        extra["tries"] = to_json(list(tries))
+        self.row = replace(self.row, tries=tries, retries=after.retries)
+        self.final_metrics = {}  # the next try's own; the record keeps this one's
+        extra["final_metrics"] = "{}"
+        until = iso_ms(after.retry_at or now_ms())
+        return f"retry {after.retries}: waiting out its backoff until {until}"
+
+    def _queue_columns(
+        self, after: JobState, extra: dict[str, Any], wait_reason: str | None
+    ) -> None:
+        """Back in the queue: its wait reason, its GPUs gone; on a node: the GPUs the agent
+        reported with the phase."""
+        if after.phase is Phase.QUEUED:
+            extra["wait_reason"] = wait_reason
+            if self.row.gpus:
+                extra["gpus"] = None
+                self.row = replace(self.row, gpus=())
+        elif self._gpus is not None:
+            extra["gpus"] = to_json(list(self._gpus))
+            self.row = replace(self.row, gpus=self._gpus)
+
+    def _also(self, before: JobState, after: JobState, ends: bool) -> Callable[[Any], Any] | None:
+        """What other services store in the transition's transaction: the run's end
+        (webhook deliveries), the phase change (a commit status)."""
+        also = None
+        if ends:
+            artifacts = self._finish_artifacts
+            if artifacts is None:
+                artifacts = list(self.row.artifacts)
+            also = self.deps.end_tx(self.row, after, dict(self.final_metrics), artifacts)
+        if after.phase is not before.phase:
+            also = _both(also, self.deps.phase_tx(self.row, after))
+        return also
+
+    async def _phase_hooks(self, after: JobState) -> None:
+        """Tell who follows the job's phase durably: admission, its pipeline, its session."""
+        await self.deps.phase_changed(self.row, after.phase)
+        if self.row.pipeline_run_id is not None:
+            await self.deps.stage_changed(
+                self.row, after.phase.value, after.error, dict(self.final_metrics)
+            )
+        if self.row.session_id is not None:
+            await self.deps.session_changed(
+                self.row, after.phase.value, after.error, dict(self.final_metrics)
+            )
 
     async def _teleop(self, stream: str, frame: str) -> TeleopOrder:
         node_id, attempt = self.state.node_id, self.state.attempt

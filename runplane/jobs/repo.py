@@ -377,6 +377,13 @@ async def live_columns(store: Store, columns: str) -> list[dict[str, Any]]:
     )
 
 
+async def set_priority(store: Store, job_id: str, priority: int) -> None:
+    """A job's new priority (its actor's; placement's queue is told by it)."""
+    await store.execute(
+        "UPDATE jobs SET priority = ?, updated_at = ? WHERE id = ?", (priority, now_ms(), job_id)
+    )
+
+
 def save_state(
     job_id: str,
     state: JobState,

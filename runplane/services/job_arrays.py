@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runplane.actors import admission as adm
-from runplane.actors.job import JOBS, Cancel, CancelOutcome
+from runplane.actors.job_messages import JOBS, Cancel, CancelOutcome
 from runplane.auth.audit import ArrayEntry
 from runplane.ids import new_id
 from runplane.jobs import arrays, repo

@@ -23,7 +23,9 @@ import trio
 from runplane import runs, sealed_env, vault
 from runplane.actors import admission as adm
 from runplane.actors import placement as pl
-from runplane.actors.job import JOBS, Cancel, CancelOutcome, JobActor, JobDeps, SetPriority
+from runplane.actors.job import JobActor
+from runplane.actors.job_deps import JobDeps
+from runplane.actors.job_messages import JOBS, Cancel, CancelOutcome, SetPriority
 from runplane.histogram import Histogram
 from runplane.ids import new_id
 from runplane.jobs import repo

@@ -11,7 +11,7 @@ from typing import Any
 
 import trio
 
-from runplane.actors.job import JOBS, OpenStream, SendTeleop, TeleopOrder
+from runplane.actors.job_messages import JOBS, OpenStream, SendTeleop, TeleopOrder
 from runplane.jobs.rows import JobRow
 from runplane.persistence import Store
 from runplane.runtime import ActorGone, Hub, Lagged, MailboxClosed, Registry, Ring

@@ -18,7 +18,7 @@ import trio
 
 from runplane.actors import admission as adm
 from runplane.actors import placement as pl
-from runplane.actors.job import JOBS, AgentFinished, AgentPhase
+from runplane.actors.job_messages import JOBS, AgentFinished, AgentPhase
 from runplane.agent import protocol as p
 from runplane.jobs import repo
 from runplane.jobs.spec import SubmitJobBody

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runplane.actors.job import AgentFinished, AgentLogs
+from runplane.actors.job_messages import AgentFinished, AgentLogs
 from runplane.jobs import repo
 from runplane.persistence import Store
 

@@ -14,7 +14,7 @@ import pytest
 
 from runplane.actors import admission as adm
 from runplane.actors import placement as pl
-from runplane.actors.job import AgentFinished, AgentLogs
+from runplane.actors.job_messages import AgentFinished, AgentLogs
 from runplane.actors.node import NODES, Beat, Deliver
 from runplane.jobs import repo
 from runplane.persistence import Store

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import trio
 
-from runplane.actors.job import JOBS, AgentFinished, Cancel
+from runplane.actors.job_messages import JOBS, AgentFinished, Cancel
 from runplane.jobs import repo
 from runplane.jobs.spec import SubmitJobBody
 from runplane.jobs.view import job_view

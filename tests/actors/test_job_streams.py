@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from runplane.actors.job import AgentStream
+from runplane.actors.job_messages import AgentStream
 from runplane.agent.protocol import StreamChunkIn
 from runplane.jobs import repo
 from runplane.persistence import Store

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from runplane.actors import placement as pl
-from runplane.actors.job import JOBS, LoseAttempt
+from runplane.actors.job_messages import JOBS, LoseAttempt
 from runplane.actors.node import NODES, AttemptEnded, Deliver, Drain, Released, drained_reason
 from runplane.agent import protocol as p
 from runplane.jobs import repo

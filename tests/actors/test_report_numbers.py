@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runplane.actors.job import AgentLogs, AgentMetric, LoseAttempt
+from runplane.actors.job_messages import AgentLogs, AgentMetric, LoseAttempt
 from runplane.jobs import repo
 from runplane.persistence import Store
 

@@ -20,7 +20,9 @@ import pytest
 import trio
 
 from runplane.actors import placement as pl
-from runplane.actors.job import JobActor, JobDeps, WaitReason
+from runplane.actors.job import JobActor
+from runplane.actors.job_deps import JobDeps
+from runplane.actors.job_messages import WaitReason
 from runplane.agent import protocol as p
 from runplane.jobs import repo
 from runplane.jobs.events import JobEvent, StoredEvent, ring_name
@@ -164,7 +166,7 @@ async def test_a_changed_wait_reason_is_one_stored_event_and_a_repeat_none(
 async def test_a_job_off_the_queue_ignores_wait_reasons_until_requeued(store: Store) -> None:
     """And the attempt lines say what the view says: ``attempt`` (the run number) and
     ``attempts`` (the requeues so far)."""
-    from runplane.actors.job import Assign, LoseAttempt
+    from runplane.actors.job_messages import Assign, LoseAttempt
 
     row = await insert(store, "job_wait2")
     calls = Calls()

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from runplane.actors.job import checked_artifacts
 from runplane.jobs import repo
 from runplane.jobs.orders import run_order
+from runplane.jobs.reports import checked_artifacts
 from runplane.jobs.spec import Mount, OutputSpecBody, SubmitJobBody, resolve
 from runplane.stacks import load_catalog
 

@@ -212,4 +212,3 @@ async def submit(client: httpx.AsyncClient, body: dict[str, Any]) -> str:
 async def online_nodes(client: httpx.AsyncClient) -> list[dict[str, Any]]:
     nodes = (await client.get("/v1/nodes")).json()
     return [n for n in nodes if n["status"] == "online"]
-

@@ -16,7 +16,7 @@ import trio
 from pydantic import ValidationError
 from quart import Blueprint, current_app, websocket
 
-from runplane.actors.job import (
+from runplane.actors.job_messages import (
     JOBS,
     AgentFinished,
     AgentLogs,

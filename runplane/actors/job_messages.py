@@ -1,0 +1,178 @@
+"""The job actor's messages (``runplane/actors/job.py``): what placement, the agents'
+connections, the routes and the job's own timers send it, and its answers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from runplane.jobs.phase import Phase
+from runplane.runtime import ActorKind, Asks, Ring
+from runplane.streams.acks import AckKey, Pending
+from runplane.streams.chunks import StreamChunk
+
+
+@dataclass(frozen=True, slots=True)
+class Assign(Asks["AssignAnswer"]):
+    """Placement hands the job to ``node_id``."""
+
+    node_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class AgentPhase:
+    node_id: str
+    attempt: int
+    phase: Phase  # PULLING | RUNNING
+    #: the GPU devices the agent assigned to the attempt (sent with ``pulling``)
+    gpus: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AgentLogs:
+    node_id: str
+    attempt: int
+    #: (stream, line), or (stream, line, service) for a line of a pod's service
+    lines: tuple[tuple[str, ...], ...]
+    #: the agent's number of this report in the attempt (None: an agent that does not
+    #: number them); one already stored is a resent duplicate
+    n: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentMetric:
+    node_id: str
+    attempt: int
+    step: int | None
+    values: dict[str, float]
+    n: int | None = None  # as AgentLogs.n
+
+
+@dataclass(frozen=True, slots=True)
+class AgentFinished(Asks[bool]):
+    node_id: str
+    attempt: int
+    outcome: Phase  # a terminal one
+    error: str | None
+    final_metrics: dict[str, float]
+    #: ArtifactRefs of the outputs the agent uploaded (checked before they are recorded)
+    artifacts: tuple[dict[str, Any], ...] = ()
+    #: how the process ended: exit code (None if a signal ended it) and the signal's name
+    exit_code: int | None = None
+    signal: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoseAttempt:
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class OrderUndelivered:
+    """The run order of ``attempt`` did not reach the node (sent to self), or the node
+    declined it before running anything (``counted`` False: not the node's loss)."""
+
+    attempt: int
+    reason: str
+    counted: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel(Asks["CancelOutcome"]):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class SetPriority(Asks[bool]):
+    priority: int
+
+
+@dataclass(frozen=True, slots=True)
+class WaitReason:
+    """Placement's reason why the queued job waits, told when it changed: stored as a
+    ``phase`` event carrying ``reason`` (and on the row), unless the job has it already."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class BackoffOver:
+    """The backoff of retry number ``retries`` is over (sent to self by its timer)."""
+
+    retries: int
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStream:
+    """Chunks of one stream the job wrote (``job_stream``), in order."""
+
+    node_id: str
+    attempt: int
+    stream: str
+    chunks: tuple[Any, ...]  # protocol.StreamChunkIn
+
+
+@dataclass(frozen=True, slots=True)
+class OpenStream(Asks[Ring[StreamChunk] | None]):
+    """The replay ring of one of the job's streams; None once the job is terminal."""
+
+    stream: str
+
+
+@dataclass(frozen=True, slots=True)
+class SendTeleop(Asks["TeleopOrder"]):
+    """Number a teleop frame (compact JSON text) and send it to the job's node."""
+
+    stream: str
+    frame: str
+
+
+@dataclass(frozen=True, slots=True)
+class TeleopOrder:
+    """What became of a teleop frame: ``not_live`` (409) says why the run cannot take it;
+    else ``sent`` tells whether the node's connection took it, and ``pending`` waits for
+    the agent's confirmation."""
+
+    not_live: str | None = None
+    sent: bool = False
+    seq: int = 0
+    key: AckKey | None = None
+    pending: Pending | None = None
+
+
+JobMsg = (
+    Assign
+    | AgentPhase
+    | AgentLogs
+    | AgentMetric
+    | AgentFinished
+    | LoseAttempt
+    | OrderUndelivered
+    | Cancel
+    | SetPriority
+    | WaitReason
+    | BackoffOver
+    | AgentStream
+    | OpenStream
+    | SendTeleop
+)
+
+#: The job actors, one per live job, addressed by job id in the registry.
+JOBS = ActorKind[JobMsg]("job")
+
+
+@dataclass(frozen=True, slots=True)
+class CancelOutcome:
+    cancelled: bool
+    killed_on_node: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AssignAnswer:
+    """``taken``: the job is now assigned to the node. Refused, ``on_node`` names the node
+    the job already holds (an assignment of a placement incarnation that crashed won the
+    race), so the placer counts that reservation instead of releasing it."""
+
+    taken: bool
+    on_node: str | None = None
