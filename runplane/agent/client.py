@@ -294,13 +294,8 @@ class Agent:
         self.core.notify()
 
     def drain(self, timeout: float | None = None) -> None:
-        """Stop gracefully without cancelling jobs: take no new work (the server is told
-        ``draining``; a ``run`` arriving now is handed back at once), let the running jobs
-        finish for up to ``timeout`` seconds (default ``drain_timeout``; 0: not at all),
-        then stop the ones left (SIGTERM, SIGKILL after ``grace_sec``, as a cancel) and
-        hand them back (``job_released``: the server requeues them), then stop as
-        :meth:`request_stop` does (``run()`` returns). Jobs that end meanwhile report their
-        real outcome. A second call hands the running jobs back at once."""
+        """Stop gracefully without cancelling jobs (default ``drain_timeout``; a second
+        call hands the running jobs back at once): see :meth:`Lifecycle.drain`."""
         self.lifecycle.drain(timeout)
 
     def stop_now(self) -> None:

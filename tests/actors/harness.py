@@ -87,6 +87,9 @@ async def _tree(
 class Agent:
     """A node agent played by the test: its session outbox receives the server's orders."""
 
+    #: what its hello reports; a simulated node runs nothing, so it enforces nothing
+    capabilities: tuple[str, ...] = ("limits-best-effort",)
+
     def __init__(self, root: Root, nursery: trio.Nursery, node_id: str, cpu: int) -> None:
         self.root = root
         self.nursery = nursery
@@ -112,8 +115,7 @@ class Agent:
                 arch="x86_64",
                 os="linux",
                 max_concurrency=8,
-                # a simulated node runs nothing, so it enforces nothing: best effort
-                capabilities=["limits-best-effort"],
+                capabilities=list(self.capabilities),
             ),
         )
         identity = NodeIdentity(node_id=self.node_id, tier="community", org_id="org_default")

@@ -12,9 +12,7 @@ from pathlib import Path
 import pytest
 
 from runplane.actors import placement as pl
-from runplane.agent import protocol as p
 from runplane.jobs.spec import SubmitJobBody
-from runplane.nodes.enrollment import NodeIdentity
 from runplane.persistence import Store
 from runplane.placement import isolation_capability
 from runplane.system import Root
@@ -31,24 +29,6 @@ class SandboxNode(Agent):
     """A node whose executor reports ``capabilities`` (a container executor would)."""
 
     capabilities: tuple[str, ...] = ()
-
-    async def connect(self) -> None:
-        hello = p.Hello(
-            protocol=p.PROTOCOL_VERSION,
-            agent_version="test",
-            facts=p.Facts(
-                name=self.node_id,
-                cpu_cores=self.cpu,
-                ram_gb=64,
-                arch="x86_64",
-                os="linux",
-                max_concurrency=8,
-                capabilities=list(self.capabilities),
-            ),
-        )
-        identity = NodeIdentity(node_id=self.node_id, tier="community", org_id="org_default")
-        await self.root.fleet.attach(identity, hello, self._send)
-        self.nursery.start_soon(self._read)
 
 
 async def submit_isolated(root: Root, isolation: str) -> str:

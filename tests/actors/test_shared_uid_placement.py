@@ -12,9 +12,7 @@ from pathlib import Path
 import pytest
 
 from runplane.actors import placement as pl
-from runplane.agent import protocol as p
 from runplane.jobs.spec import SubmitJobBody
-from runplane.nodes.enrollment import NodeIdentity
 from runplane.persistence import Store
 from runplane.services.jobs import Submitter
 from runplane.system import Root
@@ -36,27 +34,6 @@ BUSY = (
 
 class Node(Agent):
     """A node reporting how it keeps its jobs apart (its ``capabilities``)."""
-
-    capabilities: tuple[str, ...] = ("limits-best-effort",)
-
-    async def connect(self) -> None:
-        hello = p.Hello(
-            protocol=p.PROTOCOL_VERSION,
-            running=[p.RunningJob(job_id=j, attempt=a) for j, a in self.runs.items()],
-            agent_version="test",
-            facts=p.Facts(
-                name=self.node_id,
-                cpu_cores=self.cpu,
-                ram_gb=64,
-                arch="x86_64",
-                os="linux",
-                max_concurrency=8,
-                capabilities=list(self.capabilities),
-            ),
-        )
-        identity = NodeIdentity(node_id=self.node_id, tier="community", org_id="org_default")
-        await self.root.fleet.attach(identity, hello, self._send)
-        self.nursery.start_soon(self._read)
 
 
 async def submit(root: Root, who: Submitter) -> str:

@@ -21,11 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import trio
 from quart_trio import QuartTrio
 
 from runplane.actors import admission as adm
@@ -33,6 +31,8 @@ from runplane.actors.admission import AdmissionActor, AdmissionMsg, GetUsage, Re
 from runplane.http.context import Services
 from runplane.runtime import DEFAULT_ASK_TIMEOUT, ActorRef, MailboxFull
 from tests.auth.support import ADMIN_H
+from tests.http import holding
+from tests.http.holding import held, hold_actor
 
 PROBLEM = "application/problem+json"
 #: Real seconds an ask waits while the actor is held (the default is 5 s).
@@ -46,27 +46,10 @@ ROUTES = [
 ]
 
 
-@dataclass(eq=False)
-class Hold:
-    """A message the patched admission actor blocks on until ``release`` is set."""
-
-    entered: trio.Event = field(default_factory=trio.Event)
-    release: trio.Event = field(default_factory=trio.Event)
-
-
 @pytest.fixture
 def holdable(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The admission actor blocks on a :class:`Hold`; everything else as before."""
-    original = AdmissionActor.handle
-
-    async def handle(self: AdmissionActor, msg: Any) -> object:
-        if isinstance(msg, Hold):
-            msg.entered.set()
-            await msg.release.wait()
-            return None
-        return await original(self, msg)
-
-    monkeypatch.setattr(AdmissionActor, "handle", handle)
+    """The admission actor blocks on a Hold; everything else as before."""
+    holding.holdable(monkeypatch, AdmissionActor)
 
 
 def admission_of(app: QuartTrio) -> ActorRef[AdmissionMsg]:
@@ -88,22 +71,6 @@ def short_asks() -> Iterator[None]:
         for defaults in all_defaults:
             assert defaults is not None
             defaults["timeout"] = DEFAULT_ASK_TIMEOUT
-
-
-@contextmanager
-def held(admission: ActorRef[AdmissionMsg]) -> Iterator[Hold]:
-    """Yields once ``admission`` is blocked handling a Hold; released on leaving."""
-    hold = Hold()
-    try:
-        yield hold
-    finally:
-        hold.release.set()
-
-
-async def hold_actor(admission: ActorRef[AdmissionMsg], hold: Hold) -> None:
-    admission.try_tell(hold)  # type: ignore[arg-type]
-    with trio.fail_after(DEFAULT_ASK_TIMEOUT):
-        await hold.entered.wait()
 
 
 def fill(admission: ActorRef[AdmissionMsg]) -> int:
@@ -145,7 +112,7 @@ async def test_full_mailbox_answers_503_then_recovers(
     app: QuartTrio, client: Any, method: str, path: str, body: Any
 ) -> None:
     admission = admission_of(app)
-    with held(admission) as hold:
+    with held() as hold:
         await hold_actor(admission, hold)
         received = admission.statistics().received
         queued = fill(admission)
@@ -172,7 +139,7 @@ async def test_ask_timeout_answers_503_then_recovers(
     app: QuartTrio, client: Any, method: str, path: str, body: Any
 ) -> None:
     admission = admission_of(app)
-    with held(admission) as hold:
+    with held() as hold:
         await hold_actor(admission, hold)
         with short_asks():
             await assert_overloaded(await call(client, method, path, body))
@@ -195,7 +162,7 @@ async def test_full_mailbox_with_try_ask_answers_503_at_once(
 
     monkeypatch.setattr(adm, "usage", usage)
     admission = admission_of(app)
-    with held(admission) as hold:
+    with held() as hold:
         await hold_actor(admission, hold)
         queued = fill(admission)
         refused = admission.statistics().refused

@@ -10,9 +10,6 @@ Placement (the root's ``placement`` child) is held by a test message that blocks
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -22,54 +19,26 @@ from quart_trio import QuartTrio
 from runplane.actors import placement as pl
 from runplane.actors.placement import PlacementActor, PlacementMsg
 from runplane.http.context import Services
-from runplane.runtime import DEFAULT_ASK_TIMEOUT, ActorRef
+from runplane.runtime import ActorRef
 from runplane.services import jobs as jobs_service
 from tests.auth.support import ADMIN_H
+from tests.http import holding
+from tests.http.holding import held, hold_actor
 
 BODY = {"stack": "shell", "command": ["true"]}
 
 
-@dataclass(eq=False)
-class Hold:
-    entered: trio.Event = field(default_factory=trio.Event)
-    release: trio.Event = field(default_factory=trio.Event)
-
-
 @pytest.fixture
 def holdable(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Placement blocks on a :class:`Hold`; everything else as before."""
-    original = PlacementActor.handle
-
-    async def handle(self: PlacementActor, msg: Any) -> object:
-        if isinstance(msg, Hold):
-            msg.entered.set()
-            await msg.release.wait()
-            return None
-        return await original(self, msg)
-
-    monkeypatch.setattr(PlacementActor, "handle", handle)
-    # a late answer is waited for this long (the default is 1 s): real time in this app
+    """Placement blocks on a Hold; a late answer is waited for 0.2 s (the default is 1 s:
+    real time in this app)."""
+    holding.holdable(monkeypatch, PlacementActor)
     monkeypatch.setattr(jobs_service, "BEST_EFFORT_ASK_SEC", 0.2)
 
 
 def placement_of(app: QuartTrio) -> ActorRef[PlacementMsg]:
     services: Services = app.extensions["runplane"]
     return services.root.placement
-
-
-@contextmanager
-def held() -> Iterator[Hold]:
-    hold = Hold()
-    try:
-        yield hold
-    finally:
-        hold.release.set()
-
-
-async def hold_actor(placement: ActorRef[PlacementMsg], hold: Hold) -> None:
-    placement.try_tell(hold)  # type: ignore[arg-type]
-    with trio.fail_after(DEFAULT_ASK_TIMEOUT):
-        await hold.entered.wait()
 
 
 @pytest.mark.usefixtures("holdable")
