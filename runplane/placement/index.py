@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
 from typing import Literal
 
+from . import walks
 from .explain import EMPTY_FLEET, Placement, Unplaced, unplaced
 from .filters import (
     CLASS_FILTERS,
@@ -52,9 +53,12 @@ from .filters import (
     first_rejection,
     gpu_verdict,
 )
-from .model import Gpu, JobDemand, NodeLoad, NodeShape
-from .scoring import fullness, score_breakdown, score_gpu_fit
-from .sortedlist import Item, SortedList
+from .model import JobDemand, NodeLoad, NodeShape
+from .scoring import score_breakdown, score_gpu_fit
+from .shelves import Entry, FleetClass, Shape, ShapeKey, Shelf
+from .sortedlist import Item
+from .verdicts import BaseVerdicts, ClassVerdict, Feasibility, StaticBase
+from .walks import STREAM_LISTS, Scope
 from .weights import BINPACK, DLPERF, GPU_FIT, RELIABILITY, SPREAD
 
 #: Fitting nodes each candidate stream contributes.
@@ -75,8 +79,6 @@ _CACHE_LIMIT = 512
 _ORG_CACHE_LIMIT = 8192
 
 Walk = Literal["auto", "scan", "merge", "enumerate"]
-ShapeKey = tuple[str, tuple[Gpu, ...]]  # (arch, GPUs): what decides GPU eligibility
-Shape = int  # a fleet-local id of a ShapeKey (hashing Gpu tuples on every decision is slow)
 
 #: The candidate streams of each scorer (the ``fit`` stream is always walked).
 SCORER_STREAMS: dict[str, tuple[str, ...]] = {
@@ -86,18 +88,6 @@ SCORER_STREAMS: dict[str, tuple[str, ...]] = {
     DLPERF: ("dlperf",),
     RELIABILITY: ("reliable",),
 }
-#: The sorted list each stream walks (``gpu_fit``: ``fit``, best GPU shape first).
-STREAM_LISTS: dict[str, str] = {
-    "fit": "fit",
-    "roomy": "roomy",
-    "full": "full",
-    "empty": "empty",
-    "dlperf": "dlperf",
-    "reliable": "reliable",
-    "gpu_fit": "fit",
-}
-#: Streams that only visit nodes with enough free CPU (their list is entered at it).
-RANGED_STREAMS = frozenset({"fit", "roomy", "gpu_fit"})
 
 
 def _static_view(node: NodeShape) -> tuple[object, ...]:
@@ -124,223 +114,6 @@ def streams_for(job: JobDemand) -> list[str]:
             if stream not in out:
                 out.append(stream)
     return out
-
-
-class _Entry:
-    """One node's shape and load plus derived values. Never mutated once built (copies of
-    the fleet share entries)."""
-
-    __slots__ = ("cid", "free_cpu", "free_gpu", "free_ram", "full", "load", "node", "walkable")
-
-    def __init__(self, node: NodeShape, load: NodeLoad, cid: int) -> None:
-        self.node = node
-        self.load = load
-        self.cid = cid
-        self.free_cpu = node.cpu_cores - load.used_cpu
-        self.free_ram = node.ram_gb - load.used_ram
-        self.free_gpu = len(node.gpus) - load.used_gpu
-        self.full = fullness(node, load)
-        self.walkable = cid >= 0 and load.active_jobs < node.max_concurrency
-
-    def fits(self, job: JobDemand) -> bool:
-        """CPU, RAM and disk: capacity and free; one org at a time where the jobs share a
-        uid (what eligibility leaves to check)."""
-        node = self.node
-        return (
-            self.free_cpu >= job.cpu
-            and self.free_ram >= job.ram
-            and node.cpu_cores >= job.cpu_min
-            and node.ram_gb >= job.ram_min
-            and node.disk_gb >= job.disk_min
-            and not (node.one_org and self.load.runs_other_org(job.org_id))
-        )
-
-
-def _item_fit(e: _Entry) -> Item:
-    return (e.free_cpu, e.free_ram, e.node.id)
-
-
-def _item_roomy(e: _Entry) -> Item:
-    return (-e.free_cpu, -e.free_ram, e.node.id)
-
-
-def _item_full(e: _Entry) -> Item:
-    return (-e.full, e.node.id)
-
-
-def _item_empty(e: _Entry) -> Item:
-    return (e.full, e.node.id)
-
-
-def _item_dlperf(e: _Entry) -> Item:
-    return (-e.node.dlperf, e.node.id)
-
-
-def _item_reliable(e: _Entry) -> Item:
-    return (-e.node.reliability, e.node.id)
-
-
-#: Each sorted list and its item (the sort key, node id last).
-ITEMS: dict[str, Callable[[_Entry], Item]] = {
-    "fit": _item_fit,
-    "roomy": _item_roomy,
-    "full": _item_full,
-    "empty": _item_empty,
-    "dlperf": _item_dlperf,
-    "reliable": _item_reliable,
-}
-_LOAD_LISTS = ("fit", "roomy", "full", "empty")
-
-
-def entry(node: NodeShape, load: NodeLoad) -> _Entry:
-    """A detached entry, to compute sort items outside a fleet (the reference)."""
-    return _Entry(node, load, 0)
-
-
-class _Shelf:
-    """The sorted lists (:data:`ITEMS`) over a set of walkable nodes."""
-
-    __slots__ = ("lists",)
-
-    def __init__(self) -> None:
-        self.lists: dict[str, SortedList] = {name: SortedList() for name in ITEMS}
-
-    def __len__(self) -> int:
-        return len(self.lists["fit"])
-
-    def add(self, e: _Entry) -> None:
-        for name, item in ITEMS.items():
-            self.lists[name].add(item(e))
-
-    def discard(self, e: _Entry) -> None:
-        for name, item in ITEMS.items():
-            self.lists[name].remove(item(e))
-
-    def move(self, old: _Entry, new: _Entry) -> None:
-        """Re-sort a node whose load changed (the static lists stay)."""
-        for name in _LOAD_LISTS:
-            item = ITEMS[name]
-            lst = self.lists[name]
-            lst.remove(item(old))
-            lst.add(item(new))
-
-    def copy(self) -> _Shelf:
-        other = _Shelf.__new__(_Shelf)
-        other.lists = {name: lst.copy() for name, lst in self.lists.items()}
-        return other
-
-
-class _Class:
-    __slots__ = ("cid", "key", "members", "owner", "rep", "shape", "walkable")
-
-    def __init__(self, cid: int, key: tuple[object, ...], rep: NodeShape, shape: Shape) -> None:
-        self.cid = cid
-        self.key = key
-        self.rep = rep  # any member: class filters read only class attributes
-        self.shape = shape
-        self.owner = rep.owner
-        self.members: set[str] = set()
-        self.walkable = 0
-
-    def copy(self) -> _Class:
-        other = _Class(self.cid, self.key, self.rep, self.shape)
-        other.members = set(self.members)
-        other.walkable = self.walkable
-        return other
-
-
-@dataclass(frozen=True, slots=True)
-class Feasibility:
-    """What the class filters say of a job class signature (cached per signature).
-
-    ``thresholds``: feasible class id -> least free GPU count of an eligible node
-    (``need + total - qualifying``: busy GPUs are assumed to be qualifying ones; very
-    negative when the job needs none). ``shapes``: GPU shape -> its threshold, for shapes
-    with a feasible class; ``gpu_fit``: the job's ``gpu_fit`` score on each (it reads only
-    the GPUs). ``groups``: shapes by ``gpu_fit``, best first. ``owners``: the owners (None:
-    unowned) of the feasible classes: the shelves worth walking.
-    """
-
-    thresholds: dict[int, int]
-    shapes: dict[Shape, int]
-    owners: tuple[str | None, ...]
-    shape_classes: dict[Shape, tuple[int, ...]]
-    gpu_fit: dict[Shape, float]
-    groups: tuple[tuple[float, tuple[Shape, ...]], ...]
-
-
-_Found = tuple[int, int, Shape, float]  # class id, GPU threshold, shape, gpu_fit
-
-
-@dataclass(slots=True)
-class _Base:
-    """The classes a job signature passes (every class filter but ``owner``), by who may
-    use them: ``universal`` (no owner), ``by_owner`` and ``by_grantee`` (an owned class is
-    listed under its owner and under each of its grantees); ``every`` is all of them."""
-
-    every: list[_Found] = field(default_factory=list)
-    universal: list[_Found] = field(default_factory=list)
-    by_owner: dict[str, list[_Found]] = field(default_factory=dict)
-    by_grantee: dict[str, list[_Found]] = field(default_factory=dict)
-    #: class id -> the first class filter but ``owner`` it fails (the reason any org gets)
-    rejected: dict[int, str] = field(default_factory=dict)
-
-    def add(self, rep: NodeShape, found: _Found) -> None:
-        self.every.append(found)
-        if rep.owner is None:
-            self.universal.append(found)
-            return
-        self.by_owner.setdefault(rep.owner, []).append(found)
-        for grantee in rep.grantees:
-            self.by_grantee.setdefault(grantee, []).append(found)
-
-
-@dataclass(frozen=True, slots=True)
-class _ClassVerdict:
-    """A class's static verdict for any org: rejection counts, the passing node ids."""
-
-    counts: dict[str, int]
-    matching: list[str]
-    members: int
-
-
-@dataclass(slots=True)
-class _StaticBase:
-    """The static verdicts of every class for a job static signature without the org:
-    the unowned classes' summed; the owned ones by class id, indexed by owner and by
-    grantee (what each org may use); ``owned_members``: nodes in owned classes."""
-
-    universal_counts: Counter[str] = field(default_factory=Counter)
-    universal_matching: list[str] = field(default_factory=list)
-    owned: dict[int, _ClassVerdict] = field(default_factory=dict)
-    by_owner: dict[str, list[int]] = field(default_factory=dict)
-    by_grantee: dict[str, list[int]] = field(default_factory=dict)
-    owned_members: int = 0
-
-    def add(self, rep: NodeShape, cid: int, verdict: _ClassVerdict) -> None:
-        if rep.owner is None:
-            self.universal_counts.update(verdict.counts)
-            self.universal_matching.extend(verdict.matching)
-            return
-        self.owned[cid] = verdict
-        self.owned_members += verdict.members
-        self.by_owner.setdefault(rep.owner, []).append(cid)
-        for grantee in rep.grantees:
-            self.by_grantee.setdefault(grantee, []).append(cid)
-
-
-@dataclass(slots=True)
-class _Scope:
-    """The shelves one walk may take from: ``shelves`` (selected by shape and free GPUs)
-    holding ``size`` nodes, and ``members`` nodes in the feasible classes of ``classes``."""
-
-    thresholds: dict[int, int]
-    classes: tuple[int, ...]
-    shelves: list[_Shelf]
-    size: int
-    owners: tuple[str | None, ...]
-    members: int = field(default=-1)
-    scanned: list[_Shelf] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,23 +149,23 @@ class FleetIndex:
         self.per_stream = per_stream
         self.stream_budget = stream_budget
         self.walk: Walk = walk
-        self._entries: dict[str, _Entry] = {}
-        self._classes: dict[int, _Class] = {}
+        self._entries: dict[str, Entry] = {}
+        self._classes: dict[int, FleetClass] = {}
         self._class_ids: dict[tuple[object, ...], int] = {}
         self._next_cid = 0
         self._shape_ids: dict[ShapeKey, Shape] = {}
         self._disabled: set[str] = set()
         #: owner (None: unowned) -> a shelf of its walkable nodes: a scan walks the ones of
         #: the owners a job may use
-        self._all: dict[str | None, _Shelf] = {}
-        self._shelves: dict[Shape, dict[int, _Shelf]] = {}  # shape -> free GPUs -> shelf
+        self._all: dict[str | None, Shelf] = {}
+        self._shelves: dict[Shape, dict[int, Shelf]] = {}  # shape -> free GPUs -> shelf
         self._class_cache: dict[tuple[object, ...], Feasibility] = {}
         #: per class signature without the job's org: the classes the other class filters
         #: pass, as (class id, GPU threshold, shape, gpu_fit); the owner filter runs on it
-        self._base_cache: dict[tuple[object, ...], _Base] = {}
+        self._base_cache: dict[tuple[object, ...], BaseVerdicts] = {}
         self._static_cache: dict[tuple[object, ...], tuple[dict[str, int], tuple[str, ...]]] = {}
         #: per static signature without the job's org (what ``static_summary`` starts from)
-        self._static_base_cache: dict[tuple[object, ...], _StaticBase] = {}
+        self._static_base_cache: dict[tuple[object, ...], StaticBase] = {}
         for item in nodes:
             if isinstance(item, NodeShape):
                 self.upsert(item)
@@ -482,7 +255,7 @@ class FleetIndex:
         old = self._entries[node_id]
         if load == old.load:
             return
-        new = _Entry(old.node, load, old.cid)
+        new = Entry(old.node, load, old.cid)
         self._entries[node_id] = new
         if old.cid < 0:
             return
@@ -510,7 +283,7 @@ class FleetIndex:
     def _insert(self, node: NodeShape, load: NodeLoad) -> None:
         if node.disabled:
             self._disabled.add(node.id)
-            self._entries[node.id] = _Entry(node, load, -1)
+            self._entries[node.id] = Entry(node, load, -1)
             return
         key = node.class_key
         cid = self._class_ids.get(key)
@@ -518,17 +291,17 @@ class FleetIndex:
             cid = self._next_cid
             self._next_cid += 1
             shape = self._shape_ids.setdefault((node.arch, node.gpus), len(self._shape_ids))
-            self._classes[cid] = _Class(cid, key, node, shape)
+            self._classes[cid] = FleetClass(cid, key, node, shape)
             self._class_ids[key] = cid
             self._class_cache.clear()
             self._base_cache.clear()
         cls = self._classes[cid]
         cls.members.add(node.id)
-        new = _Entry(node, load, cid)
+        new = Entry(node, load, cid)
         self._entries[node.id] = new
         self._shelve(cls, new)
 
-    def _drop(self, e: _Entry) -> None:
+    def _drop(self, e: Entry) -> None:
         nid = e.node.id
         del self._entries[nid]
         if e.cid < 0:
@@ -543,7 +316,7 @@ class FleetIndex:
             self._class_cache.clear()
             self._base_cache.clear()
 
-    def _shelve(self, cls: _Class, e: _Entry) -> None:
+    def _shelve(self, cls: FleetClass, e: Entry) -> None:
         if not e.walkable:
             return
         by_free = self._shelves.get(cls.shape)
@@ -551,15 +324,15 @@ class FleetIndex:
             by_free = self._shelves[cls.shape] = {}
         shelf = by_free.get(e.free_gpu)
         if shelf is None:
-            shelf = by_free[e.free_gpu] = _Shelf()
+            shelf = by_free[e.free_gpu] = Shelf()
         shelf.add(e)
         owned = self._all.get(cls.owner)
         if owned is None:
-            owned = self._all[cls.owner] = _Shelf()
+            owned = self._all[cls.owner] = Shelf()
         owned.add(e)
         cls.walkable += 1
 
-    def _unshelve(self, cls: _Class, e: _Entry) -> None:
+    def _unshelve(self, cls: FleetClass, e: Entry) -> None:
         if not e.walkable:
             return
         by_free = self._shelves[cls.shape]
@@ -625,14 +398,14 @@ class FleetIndex:
         self._class_cache[sig] = result
         return result
 
-    def _base_feasible(self, job: JobDemand) -> _Base:
+    def _base_feasible(self, job: JobDemand) -> BaseVerdicts:
         """The classes every class filter but ``owner`` passes for ``job`` (any org)."""
         key = job.class_signature[:-1]  # the signature's last item is the org
         hit = self._base_cache.get(key)
         if hit is not None:
             return hit
         anyone = job if job.org_id is None else replace(job, org_id=None)
-        base = _Base()
+        base = BaseVerdicts()
         for cid, cls in self._classes.items():
             rep = cls.rep
             rejection = first_rejection(rep, _ZERO, anyone, CLASS_FILTERS)
@@ -670,9 +443,9 @@ class FleetIndex:
         assert best is not None
         return Placement(best[1], best[0], best[2], len(entries))
 
-    def _scope(self, feas: Feasibility, shapes: Iterable[Shape], whole: bool) -> _Scope:
+    def _scope(self, feas: Feasibility, shapes: Iterable[Shape], whole: bool) -> Scope:
         classes: list[int] = []
-        shelves: list[_Shelf] = []
+        shelves: list[Shelf] = []
         size = 0
         for shape in shapes:
             classes.extend(feas.shape_classes[shape])
@@ -685,7 +458,7 @@ class FleetIndex:
                     shelves.append(shelf)
                     size += len(shelf)
         thresholds = feas.thresholds if whole else {cid: feas.thresholds[cid] for cid in classes}
-        return _Scope(thresholds, tuple(classes), shelves, size, feas.owners)
+        return Scope(thresholds, tuple(classes), shelves, size, feas.owners)
 
     def stream_takes(self, job: JobDemand) -> dict[str, list[str]]:
         """What each of ``job``'s streams takes, in order (node ids): for tests and for
@@ -696,14 +469,14 @@ class FleetIndex:
             for stream, found in self._takes(job, shortcut=False).items()
         }
 
-    def _candidates(self, job: JobDemand) -> list[_Entry]:
-        chosen: dict[str, _Entry] = {}
+    def _candidates(self, job: JobDemand) -> list[Entry]:
+        chosen: dict[str, Entry] = {}
         for found in self._takes(job, shortcut=True).values():
             for e in found:
                 chosen[e.node.id] = e
         return list(chosen.values())
 
-    def _takes(self, job: JobDemand, *, shortcut: bool) -> dict[str, list[_Entry]]:
+    def _takes(self, job: JobDemand, *, shortcut: bool) -> dict[str, list[Entry]]:
         feas = self.feasibility(job)
         if not feas.thresholds:
             return {}
@@ -725,10 +498,10 @@ class FleetIndex:
 
     def _walk_gpu_fit(
         self, job: JobDemand, feas: Feasibility, need: int, budget: int
-    ) -> list[_Entry]:
+    ) -> list[Entry]:
         """The ``fit`` order within each group of shapes of equal ``gpu_fit``, best group
         first, sharing one budget."""
-        out: list[_Entry] = []
+        out: list[Entry] = []
         for _, shapes in feas.groups:
             if len(out) >= need or budget <= 0:
                 break
@@ -741,8 +514,8 @@ class FleetIndex:
         return out
 
     def _walk(
-        self, stream: str, job: JobDemand, scope: _Scope, need: int, budget: int
-    ) -> tuple[list[_Entry], int]:
+        self, stream: str, job: JobDemand, scope: Scope, need: int, budget: int
+    ) -> tuple[list[Entry], int]:
         """``(the first need fitting nodes among the first budget eligible nodes of scope
         in the stream's order, eligible nodes visited)``."""
         name = STREAM_LISTS[stream]
@@ -791,17 +564,23 @@ class FleetIndex:
                     if len(alls) == 1
                     else heapq.merge(*(shelf.lists[name].irange(start) for shelf in alls))
                 )
-                got = self._scan(items, stop, job, scope.thresholds, need, budget, limit)
+                got = walks.scan(
+                    self._entries, items, stop, job, scope.thresholds, need, budget, limit
+                )
             elif way == "merge":
                 iters = [shelf.lists[name].irange(start) for shelf in scope.shelves]
-                got = self._merge(iters, stop, job, scope.thresholds, need, budget, limit)
+                got = walks.merge(
+                    self._entries, iters, stop, job, scope.thresholds, need, budget, limit
+                )
             else:
-                got = self._enumerate(stream, job, scope, need, budget)
+                got = walks.enumerate_members(
+                    self._entries, self._classes, stream, job, scope, need, budget
+                )
             if got is not None:
                 return got
         raise AssertionError("enumeration always completes")
 
-    def _scanned(self, scope: _Scope) -> list[_Shelf]:
+    def _scanned(self, scope: Scope) -> list[Shelf]:
         """What a scan walks: the all-nodes shelves of the owners of the scope's classes
         (one list in a fleet no org owns a node of; set on the scope once)."""
         if scope.scanned is None:
@@ -811,110 +590,6 @@ class FleetIndex:
             else:
                 scope.scanned = [alls[owner] for owner in scope.owners if owner in alls]
         return scope.scanned
-
-    def _scan(
-        self,
-        items: Iterator[Item],
-        stop: float | None,
-        job: JobDemand,
-        thresholds: dict[int, int],
-        need: int,
-        budget: int,
-        limit: int,
-    ) -> tuple[list[_Entry], int] | None:
-        """Walk the all-nodes shelf, skipping ineligible nodes; ``None`` past ``limit``."""
-        entries = self._entries
-        out: list[_Entry] = []
-        visits = seen = 0
-        for item in items:
-            if stop is not None and item[0] > stop:
-                break
-            visits += 1
-            if visits > limit:
-                return None
-            e = entries[item[-1]]
-            threshold = thresholds.get(e.cid)
-            if threshold is None or e.free_gpu < threshold:
-                continue
-            if seen >= budget:
-                break
-            seen += 1
-            if e.fits(job):
-                out.append(e)
-                if len(out) >= need:
-                    break
-        return out, seen
-
-    def _merge(
-        self,
-        iters: list[Iterator[Item]],
-        stop: float | None,
-        job: JobDemand,
-        thresholds: dict[int, int],
-        need: int,
-        budget: int,
-        limit: int,
-    ) -> tuple[list[_Entry], int] | None:
-        """Heap-merge the selected shelves (their nodes have enough free GPUs), skipping
-        nodes of ineligible classes; ``None`` past ``limit`` visits."""
-        entries = self._entries
-        heap: list[tuple[Item, int]] = []
-        for idx, it in enumerate(iters):
-            item = next(it, None)
-            if item is not None and (stop is None or item[0] <= stop):
-                heap.append((item, idx))
-        heapq.heapify(heap)
-        out: list[_Entry] = []
-        visits = seen = 0
-        while heap:
-            item, idx = heap[0]
-            visits += 1
-            if visits > limit:
-                return None
-            e = entries[item[-1]]
-            if e.cid in thresholds:
-                if seen >= budget:
-                    break
-                seen += 1
-                if e.fits(job):
-                    out.append(e)
-                    if len(out) >= need:
-                        break
-            nxt = next(iters[idx], None)
-            if nxt is None or (stop is not None and nxt[0] > stop):
-                heapq.heappop(heap)
-            else:
-                heapq.heapreplace(heap, (nxt, idx))
-        return out, seen
-
-    def _enumerate(
-        self, stream: str, job: JobDemand, scope: _Scope, need: int, budget: int
-    ) -> tuple[list[_Entry], int]:
-        """Sort the eligible members of the scope's classes: cheap when they are few."""
-        entries = self._entries
-        ranged = stream in RANGED_STREAMS
-        eligible: list[_Entry] = []
-        for cid in scope.classes:
-            threshold = scope.thresholds[cid]
-            for nid in self._classes[cid].members:
-                e = entries[nid]
-                if not e.walkable or e.free_gpu < threshold:
-                    continue
-                if ranged and e.free_cpu < job.cpu:
-                    continue
-                eligible.append(e)
-        eligible.sort(key=ITEMS[STREAM_LISTS[stream]])
-        out: list[_Entry] = []
-        seen = 0
-        for e in eligible:
-            if seen >= budget:
-                break
-            seen += 1
-            if e.fits(job):
-                out.append(e)
-                if len(out) >= need:
-                    break
-        return out, seen
 
     # --- explaining --------------------------------------------------------------------
 
@@ -955,7 +630,7 @@ class FleetIndex:
         self._static_cache[sig] = result
         return result
 
-    def _static_base(self, job: JobDemand) -> _StaticBase:
+    def _static_base(self, job: JobDemand) -> StaticBase:
         """Every static filter but ``owner``, for any org: class filters once per class,
         node filters once per member of a class they pass."""
         key = (job.class_signature[:-1], *job.static_signature[1:])
@@ -965,11 +640,11 @@ class FleetIndex:
         anyone = job if job.org_id is None else replace(job, org_id=None)
         rejected = self._base_feasible(anyone).rejected
         entries = self._entries
-        base = _StaticBase()
+        base = StaticBase()
         for cid, cls in self._classes.items():
             reason = rejected.get(cid)
             if reason is not None:
-                verdict = _ClassVerdict({reason: len(cls.members)}, [], len(cls.members))
+                verdict = ClassVerdict({reason: len(cls.members)}, [], len(cls.members))
             else:
                 counts: Counter[str] = Counter()
                 matching: list[str] = []
@@ -979,7 +654,7 @@ class FleetIndex:
                         matching.append(nid)
                     else:
                         counts[rejection.reason] += 1
-                verdict = _ClassVerdict(counts, matching, len(cls.members))
+                verdict = ClassVerdict(counts, matching, len(cls.members))
             base.add(cls.rep, cid, verdict)
         if len(self._static_base_cache) >= _CACHE_LIMIT:
             self._static_base_cache.clear()

@@ -8,18 +8,11 @@ from dataclasses import dataclass, field
 
 from .explain import EMPTY_FLEET, Placement, Unplaced, unplaced
 from .filters import FILTERS, first_rejection
-from .index import (
-    DEFAULT_PER_STREAM,
-    ITEMS,
-    RANGED_STREAMS,
-    STREAM_BUDGET,
-    STREAM_LISTS,
-    FleetIndex,
-    entry,
-    streams_for,
-)
+from .index import DEFAULT_PER_STREAM, STREAM_BUDGET, FleetIndex, streams_for
 from .model import JobDemand, NodeLoad, NodeShape
 from .scoring import score_breakdown, score_gpu_fit
+from .shelves import ITEMS, entry
+from .walks import RANGED_STREAMS, STREAM_LISTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +122,7 @@ _FITS = tuple(f for f in FILTERS if f.name not in _ELIGIBILITY)
 
 def stream_key(stream: str, job: JobDemand) -> Callable[[NodeShape, NodeLoad], tuple[object, ...]]:
     """The order a candidate stream visits nodes in (smallest key first): the index's
-    sorted-list item (:data:`~runplane.placement.index.ITEMS`); for ``gpu_fit``, the
+    sorted-list item (:data:`~runplane.placement.shelves.ITEMS`); for ``gpu_fit``, the
     ``fit`` item behind the node's ``gpu_fit`` score, best first."""
     if stream == "gpu_fit":
         fit = ITEMS["fit"]

@@ -1,0 +1,137 @@
+"""What the fleet index is made of (``index.py``): one :class:`Entry` per node (its shape,
+load and derived free capacity), the :class:`Shelf` of sorted lists over walkable nodes
+(:data:`ITEMS`), and the :class:`FleetClass` of nodes the class filters judge alike."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .model import Gpu, JobDemand, NodeLoad, NodeShape
+from .scoring import fullness
+from .sortedlist import Item, SortedList
+
+ShapeKey = tuple[str, tuple[Gpu, ...]]  # (arch, GPUs): what decides GPU eligibility
+Shape = int  # a fleet-local id of a ShapeKey (hashing Gpu tuples on every decision is slow)
+
+
+class Entry:
+    """One node's shape and load plus derived values. Never mutated once built (copies of
+    the fleet share entries)."""
+
+    __slots__ = ("cid", "free_cpu", "free_gpu", "free_ram", "full", "load", "node", "walkable")
+
+    def __init__(self, node: NodeShape, load: NodeLoad, cid: int) -> None:
+        self.node = node
+        self.load = load
+        self.cid = cid
+        self.free_cpu = node.cpu_cores - load.used_cpu
+        self.free_ram = node.ram_gb - load.used_ram
+        self.free_gpu = len(node.gpus) - load.used_gpu
+        self.full = fullness(node, load)
+        self.walkable = cid >= 0 and load.active_jobs < node.max_concurrency
+
+    def fits(self, job: JobDemand) -> bool:
+        """CPU, RAM and disk: capacity and free; one org at a time where the jobs share a
+        uid (what eligibility leaves to check)."""
+        node = self.node
+        return (
+            self.free_cpu >= job.cpu
+            and self.free_ram >= job.ram
+            and node.cpu_cores >= job.cpu_min
+            and node.ram_gb >= job.ram_min
+            and node.disk_gb >= job.disk_min
+            and not (node.one_org and self.load.runs_other_org(job.org_id))
+        )
+
+
+def _item_fit(e: Entry) -> Item:
+    return (e.free_cpu, e.free_ram, e.node.id)
+
+
+def _item_roomy(e: Entry) -> Item:
+    return (-e.free_cpu, -e.free_ram, e.node.id)
+
+
+def _item_full(e: Entry) -> Item:
+    return (-e.full, e.node.id)
+
+
+def _item_empty(e: Entry) -> Item:
+    return (e.full, e.node.id)
+
+
+def _item_dlperf(e: Entry) -> Item:
+    return (-e.node.dlperf, e.node.id)
+
+
+def _item_reliable(e: Entry) -> Item:
+    return (-e.node.reliability, e.node.id)
+
+
+#: Each sorted list and its item (the sort key, node id last).
+ITEMS: dict[str, Callable[[Entry], Item]] = {
+    "fit": _item_fit,
+    "roomy": _item_roomy,
+    "full": _item_full,
+    "empty": _item_empty,
+    "dlperf": _item_dlperf,
+    "reliable": _item_reliable,
+}
+LOAD_LISTS = ("fit", "roomy", "full", "empty")
+
+
+def entry(node: NodeShape, load: NodeLoad) -> Entry:
+    """A detached entry, to compute sort items outside a fleet (the reference)."""
+    return Entry(node, load, 0)
+
+
+class Shelf:
+    """The sorted lists (:data:`ITEMS`) over a set of walkable nodes."""
+
+    __slots__ = ("lists",)
+
+    def __init__(self) -> None:
+        self.lists: dict[str, SortedList] = {name: SortedList() for name in ITEMS}
+
+    def __len__(self) -> int:
+        return len(self.lists["fit"])
+
+    def add(self, e: Entry) -> None:
+        for name, item in ITEMS.items():
+            self.lists[name].add(item(e))
+
+    def discard(self, e: Entry) -> None:
+        for name, item in ITEMS.items():
+            self.lists[name].remove(item(e))
+
+    def move(self, old: Entry, new: Entry) -> None:
+        """Re-sort a node whose load changed (the static lists stay)."""
+        for name in LOAD_LISTS:
+            item = ITEMS[name]
+            lst = self.lists[name]
+            lst.remove(item(old))
+            lst.add(item(new))
+
+    def copy(self) -> Shelf:
+        other = Shelf.__new__(Shelf)
+        other.lists = {name: lst.copy() for name, lst in self.lists.items()}
+        return other
+
+
+class FleetClass:
+    __slots__ = ("cid", "key", "members", "owner", "rep", "shape", "walkable")
+
+    def __init__(self, cid: int, key: tuple[object, ...], rep: NodeShape, shape: Shape) -> None:
+        self.cid = cid
+        self.key = key
+        self.rep = rep  # any member: class filters read only class attributes
+        self.shape = shape
+        self.owner = rep.owner
+        self.members: set[str] = set()
+        self.walkable = 0
+
+    def copy(self) -> FleetClass:
+        other = FleetClass(self.cid, self.key, self.rep, self.shape)
+        other.members = set(self.members)
+        other.walkable = self.walkable
+        return other
