@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from runplane.agent.isolation import JobUser, hand_over
+
 log = logging.getLogger("runplane.agent")
 
 #: Directories every uid may write to: a freed uid's files in them (found through their
@@ -151,14 +153,9 @@ def take_back(top: Path) -> None:
         st = os.lstat(top)
     except FileNotFoundError:
         return
-    uid, gid = os.geteuid(), os.getegid()
+    hand_over(top, JobUser("the agent", os.geteuid(), os.getegid()))  # top last
     if stat.S_ISDIR(st.st_mode):
-        for dirpath, dirnames, filenames in os.walk(top, topdown=False):
-            for name in dirnames + filenames:
-                with contextlib.suppress(FileNotFoundError):
-                    os.lchown(os.path.join(dirpath, name), uid, gid)
         os.chmod(top, 0o700)
-    os.lchown(top, uid, gid)
 
 
 def take_back_stale(work_root: Path, owned: Owned) -> int:

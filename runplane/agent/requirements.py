@@ -88,6 +88,11 @@ def with_deps(env: Mapping[str, str], target: Path) -> dict[str, str]:
     return out
 
 
+def deps_dir_of(workdir: Path) -> Path:
+    """Where the requirements of the attempt whose workdir is ``workdir`` are installed."""
+    return workdir.with_name(f"{workdir.name}.deps")
+
+
 async def install_requirements(job: _Job) -> Finished | None:
     """pip-install the workdir's ``requirements.txt``, if there is one, with the job's
     python into ``<workdir>.deps`` (``--target``: the node's interpreter is left alone),
@@ -105,7 +110,7 @@ async def install_requirements(job: _Job) -> Finished | None:
         )
         return None
     lines = requirement_lines(text)
-    target = job.workdir.with_name(f"{job.workdir.name}.deps")
+    target = deps_dir_of(job.workdir)
     launch = job.spec.launch
     if job.spec.user is not None:  # the job user may not create it next to the workdir
         try:

@@ -56,7 +56,8 @@ from runplane.agent.protocol import (
     Teleop,
     TeleopAck,
 )
-from runplane.agent.streams import append_teleop, forwarding, make_streams_dir
+from runplane.agent.requirements import deps_dir_of
+from runplane.agent.streams import append_teleop, forwarding, make_streams_dir, streams_dir_of
 from runplane.agent.uids import UidPool
 from runplane.agent.urls import http_origin
 from runplane.agent.workspace import MountError, mounts_of, prepare_mounts
@@ -474,10 +475,7 @@ class JobRunner:
         pool = self.uids
         if pool is None or pool.uid_of(job.key) is None:
             return
-        own = [
-            job.workdir,
-            *(job.workdir.with_name(f"{job.workdir.name}{s}") for s in (".deps", ".streams")),
-        ]
+        own = [job.workdir, deps_dir_of(job.workdir), streams_dir_of(job.workdir)]
         with trio.CancelScope(shield=True):
             released = await trio.to_thread.run_sync(pool.release, job.key, own)
         if released is not None and (released.killed or released.handed_back or released.removed):
