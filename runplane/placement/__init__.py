@@ -41,14 +41,7 @@ from .filters import (
     feasible,
     first_rejection,
 )
-from .index import (
-    DEFAULT_PER_STREAM,
-    SCORER_STREAMS,
-    STREAM_BUDGET,
-    FleetIndex,
-    FleetStatistics,
-    streams_for,
-)
+from .index import DEFAULT_PER_STREAM, STREAM_BUDGET, FleetIndex, FleetStatistics
 from .model import (
     DEFAULT_CPU_CORES,
     DEFAULT_RAM_GB,
@@ -77,6 +70,7 @@ from .plan import (
     reference_stream_takes,
 )
 from .scoring import SCORERS, score, score_breakdown
+from .walks import SCORER_STREAMS, streams_for
 from .weights import (
     DEFAULT_WEIGHTS,
     PRESETS,

@@ -58,8 +58,8 @@ from .scoring import score_breakdown, score_gpu_fit
 from .shelves import Entry, FleetClass, Shape, ShapeKey, Shelf
 from .sortedlist import Item
 from .verdicts import BaseVerdicts, ClassVerdict, Feasibility, StaticBase
-from .walks import STREAM_LISTS, Scope
-from .weights import BINPACK, DLPERF, GPU_FIT, RELIABILITY, SPREAD
+from .walks import STREAM_LISTS, Scope, streams_for
+from .weights import GPU_FIT
 
 #: Fitting nodes each candidate stream contributes.
 DEFAULT_PER_STREAM = 12
@@ -80,15 +80,6 @@ _ORG_CACHE_LIMIT = 8192
 
 Walk = Literal["auto", "scan", "merge", "enumerate"]
 
-#: The candidate streams of each scorer (the ``fit`` stream is always walked).
-SCORER_STREAMS: dict[str, tuple[str, ...]] = {
-    BINPACK: ("fit", "full"),
-    SPREAD: ("roomy", "empty"),
-    GPU_FIT: ("gpu_fit",),
-    DLPERF: ("dlperf",),
-    RELIABILITY: ("reliable",),
-}
-
 
 def _static_view(node: NodeShape) -> tuple[object, ...]:
     """What the static filters read of a node."""
@@ -104,16 +95,6 @@ def _static_view(node: NodeShape) -> tuple[object, ...]:
 
 def _limit(cost: float, need: int) -> int:
     return _UNBOUNDED if cost >= _UNBOUNDED else int(SLACK * cost) + need
-
-
-def streams_for(job: JobDemand) -> list[str]:
-    """The streams a job walks: ``fit`` first, then those of its weighted scorers."""
-    out = ["fit"]
-    for name, _ in job.active_weights:
-        for stream in SCORER_STREAMS[name]:
-            if stream not in out:
-                out.append(stream)
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -525,37 +506,7 @@ class FleetIndex:
             start = (job.cpu,)
         elif name == "roomy":
             stop = -job.cpu
-        if self.walk != "auto":
-            ways: list[tuple[str, int]] = [(self.walk, _UNBOUNDED)]
-        else:
-            wanted = need if budget >= _UNBOUNDED else min(budget, 2 * need)
-            alls = self._scanned(scope)
-            ranged = name in ("fit", "roomy")
-            if len(alls) == 1:
-                only = alls[0]
-                in_range = only.lists["fit"].count_from((job.cpu,)) if ranged else len(only)
-                scan = wanted * in_range / scope.size
-            else:
-                in_range = sum(
-                    shelf.lists["fit"].count_from((job.cpu,)) if ranged else len(shelf)
-                    for shelf in alls
-                )
-                scan = wanted * in_range / scope.size + SHELF_COST * (len(alls) - 1)
-            merge = SHELF_COST * len(scope.shelves) + wanted
-            if min(scan, merge) <= MEMBER_COST * len(scope.classes):
-                enum = float(_UNBOUNDED)  # each class has a member: enumerating costs more
-            else:
-                if scope.members < 0:
-                    classes = self._classes
-                    scope.members = sum(len(classes[cid].members) for cid in scope.classes)
-                enum = MEMBER_COST * scope.members
-            if enum < min(scan, merge):
-                ways = [("enumerate", _UNBOUNDED)]
-            elif scan <= merge:
-                ways = [("scan", int(SLACK * merge) + need), ("merge", _limit(enum, need))]
-            else:
-                ways = [("merge", _limit(enum, need))]
-            ways.append(("enumerate", _UNBOUNDED))
+        ways = self._ways(name, job, scope, need, budget)
         for way, limit in ways:
             if way == "scan":
                 alls = self._scanned(scope)
@@ -579,6 +530,43 @@ class FleetIndex:
             if got is not None:
                 return got
         raise AssertionError("enumeration always completes")
+
+    def _ways(
+        self, name: str, job: JobDemand, scope: Scope, need: int, budget: int
+    ) -> list[tuple[str, int]]:
+        """The ways to walk list ``name`` of ``scope``, cheapest estimate first, each with
+        the visits after which it hands over to the next (``enumerate`` always completes)."""
+        if self.walk != "auto":
+            return [(self.walk, _UNBOUNDED)]
+        wanted = need if budget >= _UNBOUNDED else min(budget, 2 * need)
+        alls = self._scanned(scope)
+        ranged = name in ("fit", "roomy")
+        if len(alls) == 1:
+            only = alls[0]
+            in_range = only.lists["fit"].count_from((job.cpu,)) if ranged else len(only)
+            scan = wanted * in_range / scope.size
+        else:
+            in_range = sum(
+                shelf.lists["fit"].count_from((job.cpu,)) if ranged else len(shelf)
+                for shelf in alls
+            )
+            scan = wanted * in_range / scope.size + SHELF_COST * (len(alls) - 1)
+        merge = SHELF_COST * len(scope.shelves) + wanted
+        if min(scan, merge) <= MEMBER_COST * len(scope.classes):
+            enum = float(_UNBOUNDED)  # each class has a member: enumerating costs more
+        else:
+            if scope.members < 0:
+                classes = self._classes
+                scope.members = sum(len(classes[cid].members) for cid in scope.classes)
+            enum = MEMBER_COST * scope.members
+        if enum < min(scan, merge):
+            ways = [("enumerate", _UNBOUNDED)]
+        elif scan <= merge:
+            ways = [("scan", int(SLACK * merge) + need), ("merge", _limit(enum, need))]
+        else:
+            ways = [("merge", _limit(enum, need))]
+        ways.append(("enumerate", _UNBOUNDED))
+        return ways
 
     def _scanned(self, scope: Scope) -> list[Shelf]:
         """What a scan walks: the all-nodes shelves of the owners of the scope's classes

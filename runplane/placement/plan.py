@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 
 from .explain import EMPTY_FLEET, Placement, Unplaced, unplaced
 from .filters import FILTERS, first_rejection
-from .index import DEFAULT_PER_STREAM, STREAM_BUDGET, FleetIndex, streams_for
+from .index import DEFAULT_PER_STREAM, STREAM_BUDGET, FleetIndex
 from .model import JobDemand, NodeLoad, NodeShape
 from .scoring import score_breakdown, score_gpu_fit
 from .shelves import ITEMS, entry
-from .walks import RANGED_STREAMS, STREAM_LISTS
+from .walks import RANGED_STREAMS, STREAM_LISTS, streams_for
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,16 @@ from dataclasses import dataclass, field
 from .model import JobDemand
 from .shelves import ITEMS, Entry, FleetClass, Shelf
 from .sortedlist import Item
+from .weights import BINPACK, DLPERF, GPU_FIT, RELIABILITY, SPREAD
 
+#: The candidate streams of each scorer (the ``fit`` stream is always walked).
+SCORER_STREAMS: dict[str, tuple[str, ...]] = {
+    BINPACK: ("fit", "full"),
+    SPREAD: ("roomy", "empty"),
+    GPU_FIT: ("gpu_fit",),
+    DLPERF: ("dlperf",),
+    RELIABILITY: ("reliable",),
+}
 #: The sorted list each stream walks (``gpu_fit``: ``fit``, best GPU shape first).
 STREAM_LISTS: dict[str, str] = {
     "fit": "fit",
@@ -26,6 +35,16 @@ STREAM_LISTS: dict[str, str] = {
 }
 #: Streams that only visit nodes with enough free CPU (their list is entered at it).
 RANGED_STREAMS = frozenset({"fit", "roomy", "gpu_fit"})
+
+
+def streams_for(job: JobDemand) -> list[str]:
+    """The streams a job walks: ``fit`` first, then those of its weighted scorers."""
+    out = ["fit"]
+    for name, _ in job.active_weights:
+        for stream in SCORER_STREAMS[name]:
+            if stream not in out:
+                out.append(stream)
+    return out
 
 
 @dataclass(slots=True)
