@@ -1,170 +1,61 @@
-"""The ``runplane`` command line: ``runplane serve``, ``runplane agent``, ``runplane --version``."""
+"""The ``runplane`` command, one click tree: ``runplane serve`` and ``runplane agent`` (here)
+beside the user verbs of the client (runplane/client/cli.py, docs/cli.md), ``--version``."""
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
+import click
 import trio
 
 from runplane import __version__, logs
+from runplane.client.cli import cli, run
 from runplane.settings import Settings, SettingsError, ensure_secret_key, load_settings
 
 log = logging.getLogger("runplane.cli")
 
 #: Seconds in-flight requests get to finish after SIGINT/SIGTERM before they are cut.
 GRACEFUL_TIMEOUT = 10.0
+LOG_LEVELS = click.Choice(["DEBUG", "INFO", "WARNING"])
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="runplane",
-        description="runplane job-orchestration control plane",
-        epilog="client commands (on a running server; `runplane submit --help` etc., "
-        "docs/cli.md): " + ", ".join(sorted(USER_VERBS)),
-    )
-    parser.add_argument("--version", action="version", version=f"runplane {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    serve = sub.add_parser("serve", help="serve the API (settings come from RUNPLANE_* env)")
-    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    serve.add_argument(
-        "--port", type=int, default=8080, help="port to bind (default 8080; 0 picks a free one)"
-    )
-    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
-    agent = sub.add_parser("agent", help="run a node agent that takes jobs from a runplane server")
-    agent.add_argument(
-        "--server",
-        required=True,
-        metavar="URL[,URL...]",
-        help="server URL, e.g. http://127.0.0.1:8080; with HA replicas, a comma list of them "
-        "(tried in turn after a failed or lost connection)",
-    )
-    agent.add_argument(
-        "--join-token",
-        metavar="TOKEN",
-        help="join token (rpj_...) to enroll with; not needed once enrolled",
-    )
-    agent.add_argument(
-        "--data-dir",
-        type=Path,
-        default=Path("./.runplane-agent"),
-        help="credential, job workdirs and caches (default ./.runplane-agent)",
-    )
-    agent.add_argument("--name", help="node name (default: the hostname)")
-    agent.add_argument(
-        "--max-concurrency",
-        type=_positive_int,
-        metavar="N",
-        help="jobs run at once (default: the number of CPU cores)",
-    )
-    agent.add_argument(
-        "--capability",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="add a capability to the detected ones (repeatable), e.g. simulator",
-    )
-    agent.add_argument(
-        "--drain-timeout",
-        type=_seconds,
-        default=60.0,
-        metavar="SECONDS",
-        help="on SIGTERM/SIGINT, how long running jobs may finish before they are stopped "
-        "and handed back to the server to requeue (default 60; 0: at once)",
-    )
-    agent.add_argument(
-        "--host-path",
-        action="append",
-        default=[],
-        type=Path,
-        metavar="DIR",
-        help="a node directory whose files jobs may copy as file/dir/git inputs (repeatable; "
-        "none by default; never the agent's data dir or job directories)",
-    )
-    agent.add_argument(
-        "--run-as",
-        metavar="USER",
-        help="run every job as this one existing user (a root agent only; root: jobs run as "
-        "root and can read the credential); by default a root agent gives each job a uid "
-        "of its own (--uid-range)",
-    )
-    agent.add_argument(
-        "--uid-range",
-        metavar="FIRST-LAST",
-        help="the uids a root agent gives its jobs, one per running job (default: "
-        "1950000000-1950065535; agents of one host may share it)",
-    )
-    agent.add_argument(
-        "--shared-uid-ok",
-        action="store_true",
-        help="where jobs share one uid (a non-root agent, --run-as), still let jobs of "
-        "several orgs run here at once (by default placement runs one org at a time)",
-    )
-    agent.add_argument(
-        "--work-dir",
-        type=Path,
-        metavar="DIR",
-        help="where job working directories live (default: <data dir>/jobs, or "
-        "/var/lib/runplane/jobs-<hash of the data dir> when jobs run as another user)",
-    )
-    agent.add_argument(
-        "--executor",
-        choices=["process", "sandbox"],
-        default="process",
-        help="how jobs run: process (a process group, the host as it is) or sandbox "
-        "(bubblewrap: the host read-only, a private /tmp, no view of the agent's data or "
-        "other jobs, its own pid namespace); see docs/executor.md",
-    )
-    agent.add_argument(
-        "--best-effort-limits",
-        action="store_true",
-        help="also run jobs whose limits this node cannot enforce (each such job's log says "
-        "which limit is not enforced); by default placement sends them elsewhere",
-    )
-    agent.add_argument(
-        "--auto-update",
-        action="store_true",
-        help="apply the release channel's target version by itself (install, let running "
-        "jobs finish, restart); without it only an operator's POST /v1/nodes/{id}/update "
-        "does; install command: RUNPLANE_AGENT_UPDATE_CMD / RUNPLANE_AGENT_UPDATE_PIP_ARGS",
-    )
-    agent.add_argument(
-        "--update-drain-timeout",
-        type=_seconds,
-        default=None,
-        metavar="SECONDS",
-        help="after a self-update installed, how long running jobs may finish before they "
-        "are handed back to the server to requeue (default: wait for them however long)",
-    )
-    agent.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
-    return parser
+@click.command(short_help="Serve the API (settings: RUNPLANE_* env).")
+@click.option("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+@click.option(
+    "--port", type=int, default=8080, help="port to bind (default 8080; 0 picks a free one)"
+)
+@click.option("--log-level", type=LOG_LEVELS, default="INFO", help="(default INFO)")
+def serve_command(host: str, port: int, log_level: str) -> int:
+    """Serve the API (settings come from RUNPLANE_* env; docs/operations.md).
 
-
-def _seconds(text: str) -> float:
+    Exits 0 after SIGINT/SIGTERM, 1 when it cannot bind, 2 for a bad setting, 3 when an HA
+    replica lost its lease."""
+    logs.configure(log_level)
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text}")
-    return value
-
-
-def _positive_int(text: str) -> int:
+        settings = ensure_secret_key(load_settings())
+    except SettingsError as exc:
+        print(f"runplane: {exc}", file=sys.stderr)
+        return 2
+    failed: list[OSError] = []
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+        trio.run(serve, settings, host, port)
+    except* OSError as group:
+        failed.extend(_leaves(group))
+    if failed:
+        print(
+            f"runplane: cannot serve on {host}:{port}: "
+            f"{failed[0].strerror or failed[0]}; free the port or pass --port",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
 
 
 async def _local_agent_credential(app: Any, data_dir: Path) -> None:
@@ -189,7 +80,6 @@ async def serve(settings: Settings, host: str, port: int) -> None:
     from hypercorn.trio import serve as hypercorn_serve
 
     from runplane import fdlimit
-    from runplane.agent.client import Agent
     from runplane.http.app import create_app
 
     fdlimit.raise_open_file_limit(log)  # soft to hard: every connection holds one (logged)
@@ -208,38 +98,52 @@ async def serve(settings: Settings, host: str, port: int) -> None:
                 partial(hypercorn_serve, app, config, shutdown_trigger=server_stop.wait)
             )
             log.info("listening", extra={"urls": binds, "version": __version__})
-            agent: Agent | None = None
+            stop_agent = None
             if settings.local_agent:
-                agent_dir = settings.data_dir / "local-agent"
-                if settings.auth == "required":
-                    await _local_agent_credential(app, agent_dir)
-                # the built-in agent runs what it cannot enforce, saying so in the job's
-                # log (a laptop without cgroups still runs jobs with limits)
-                agent = Agent(
-                    _loopback(binds[0]),
-                    agent_dir,
-                    name="local",
-                    best_effort_limits=True,
-                    executor=settings.local_agent_executor,
-                    # it is the server's process: it updates with the server, not alone
-                    self_update=False,
-                )
-                agent_done = trio.Event()
-
-                async def run_agent(agent: Agent = agent, done: trio.Event = agent_done) -> None:
-                    try:
-                        await agent.run()
-                    finally:
-                        done.set()
-
-                nursery.start_soon(run_agent)
+                stop_agent = await _start_local_agent(nursery, app, settings, binds[0])
             await stop.wait()
-            if agent is not None:
-                agent.drain(0)
-                with trio.move_on_after(GRACEFUL_TIMEOUT):
-                    await agent_done.wait()
+            if stop_agent is not None:
+                await stop_agent()
             server_stop.set()
     log.info("stopped")
+
+
+async def _start_local_agent(
+    nursery: trio.Nursery, app: Any, settings: Settings, url: str
+) -> Callable[[], Awaitable[None]]:
+    """Start the in-process agent in ``nursery``; what it returns stops it: a drain with no
+    wait, then up to GRACEFUL_TIMEOUT for it to hand its jobs back."""
+    from runplane.agent.client import Agent
+
+    agent_dir = settings.data_dir / "local-agent"
+    if settings.auth == "required":
+        await _local_agent_credential(app, agent_dir)
+    # the built-in agent runs what it cannot enforce, saying so in the job's
+    # log (a laptop without cgroups still runs jobs with limits)
+    agent = Agent(
+        _loopback(url),
+        agent_dir,
+        name="local",
+        best_effort_limits=True,
+        executor=settings.local_agent_executor,
+        # it is the server's process: it updates with the server, not alone
+        self_update=False,
+    )
+    done = trio.Event()
+
+    async def run_agent() -> None:
+        try:
+            await agent.run()
+        finally:
+            done.set()
+
+    async def stop_agent() -> None:
+        agent.drain(0)
+        with trio.move_on_after(GRACEFUL_TIMEOUT):
+            await done.wait()
+
+    nursery.start_soon(run_agent)
+    return stop_agent
 
 
 def _config(host: str, port: int) -> Any:
@@ -316,90 +220,148 @@ def _leaves(group: BaseExceptionGroup[OSError]) -> list[OSError]:
     return out
 
 
-#: The user verbs (runplane/client/cli.py, docs/cli.md): a client of a running server.
-USER_VERBS = frozenset(
-    {
-        "submit",
-        "ls",
-        "get",
-        "logs",
-        "cancel",
-        "rerun",
-        "stacks",
-        "nodes",
-        "pipeline",
-        "session",
-        "whoami",
-    }
+def _seconds(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    """An option of 0 or more seconds (a float); its errors name the option."""
+    if value is None:
+        return None
+    hint = param.opts[0]
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"not a number of seconds: {value!r}", ctx, param_hint=hint
+        ) from None
+    if not 0 <= seconds < float("inf"):
+        raise click.BadParameter(f"must be 0 or more seconds, got {value}", ctx, param_hint=hint)
+    return seconds
+
+
+DIR = click.Path(path_type=Path)
+
+
+@click.command(short_help="Run a node agent that takes jobs from a server.")
+@click.option(
+    "--server",
+    required=True,
+    metavar="URL[,URL...]",
+    help="server URL, e.g. http://127.0.0.1:8080; with HA replicas, a comma list of them "
+    "(tried in turn after a failed or lost connection)",
 )
+@click.option(
+    "--join-token",
+    metavar="TOKEN",
+    help="join token (rpj_...) to enroll with; not needed once enrolled",
+)
+@click.option(
+    "--data-dir",
+    type=DIR,
+    default=Path(".runplane-agent"),
+    help="credential, job workdirs and caches (default ./.runplane-agent)",
+)
+@click.option("--name", help="node name (default: the hostname)")
+@click.option(
+    "--max-concurrency",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="jobs run at once (default: the number of CPU cores)",
+)
+@click.option(
+    "--capability",
+    "capabilities",
+    multiple=True,
+    metavar="NAME",
+    help="add a capability to the detected ones (repeatable), e.g. simulator",
+)
+@click.option(
+    "--drain-timeout",
+    callback=_seconds,
+    default="60",
+    metavar="SECONDS",
+    help="on SIGTERM/SIGINT, how long running jobs may finish before they are stopped "
+    "and handed back to the server to requeue (default 60; 0: at once)",
+)
+@click.option(
+    "--host-path",
+    "host_paths",
+    multiple=True,
+    type=DIR,
+    metavar="DIR",
+    help="a node directory whose files jobs may copy as file/dir/git inputs (repeatable; "
+    "none by default; never the agent's data dir or job directories)",
+)
+@click.option(
+    "--run-as",
+    metavar="USER",
+    help="run every job as this one existing user (a root agent only; root: jobs run as "
+    "root and can read the credential); by default a root agent gives each job a uid "
+    "of its own (--uid-range)",
+)
+@click.option(
+    "--uid-range",
+    metavar="FIRST-LAST",
+    help="the uids a root agent gives its jobs, one per running job (default: "
+    "1950000000-1950065535; agents of one host may share it)",
+)
+@click.option(
+    "--shared-uid-ok",
+    is_flag=True,
+    help="where jobs share one uid (a non-root agent, --run-as), still let jobs of "
+    "several orgs run here at once (by default placement runs one org at a time)",
+)
+@click.option(
+    "--work-dir",
+    type=DIR,
+    metavar="DIR",
+    help="where job working directories live (default: <data dir>/jobs, or "
+    "/var/lib/runplane/jobs-<hash of the data dir> when jobs run as another user)",
+)
+@click.option(
+    "--executor",
+    type=click.Choice(["process", "sandbox"]),
+    default="process",
+    help="how jobs run: process (a process group, the host as it is) or sandbox "
+    "(bubblewrap: the host read-only, a private /tmp, no view of the agent's data or "
+    "other jobs, its own pid namespace); see docs/executor.md",
+)
+@click.option(
+    "--best-effort-limits",
+    is_flag=True,
+    help="also run jobs whose limits this node cannot enforce (each such job's log says "
+    "which limit is not enforced); by default placement sends them elsewhere",
+)
+@click.option(
+    "--auto-update",
+    is_flag=True,
+    help="apply the release channel's target version by itself (install, let running "
+    "jobs finish, restart); without it only an operator's POST /v1/nodes/{id}/update "
+    "does; install command: RUNPLANE_AGENT_UPDATE_CMD / RUNPLANE_AGENT_UPDATE_PIP_ARGS",
+)
+@click.option(
+    "--update-drain-timeout",
+    callback=_seconds,
+    metavar="SECONDS",
+    help="after a self-update installed, how long running jobs may finish before they "
+    "are handed back to the server to requeue (default: wait for them however long)",
+)
+@click.option("--log-level", type=LOG_LEVELS, default="INFO", help="(default INFO)")
+def agent_command(log_level: str, **options: Any) -> int:
+    """Run a node agent that takes jobs from a runplane server (docs/agent.md).
+
+    Exits 0 after SIGINT/SIGTERM (its jobs drained or handed back), 1 when the server
+    refused it, 2 for bad input. It reads no server settings: only its own options."""
+    logs.configure(log_level)
+    from runplane.agent.main import main as agent_main
+
+    return agent_main(**options)
 
 
-def _verb(args: Sequence[str]) -> str | None:
-    """The first word that is not an option (nor the value of ``--url``/``--token``)."""
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg in ("--url", "--token"):
-            skip = True
-        elif not arg.startswith("-"):
-            return arg
-    return None
+cli.add_command(serve_command, "serve")
+cli.add_command(agent_command, "agent")
+click.version_option(__version__, prog_name="runplane", message="%(prog)s %(version)s")(cli)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    given = list(sys.argv[1:] if argv is None else argv)
-    if _verb(given) in USER_VERBS:
-        from runplane.client.cli import main as client_main
-
-        return client_main(given)
-    args = _parser().parse_args(argv)
-    if args.command is None:
-        _parser().print_help()
-        return 2
-    logs.configure(args.log_level)
-    if args.command == "agent":
-        # An agent reads no server settings: only its own flags.
-        from runplane.agent.main import main as agent_main
-
-        return agent_main(
-            args.server,
-            data_dir=args.data_dir,
-            join_token=args.join_token,
-            name=args.name,
-            max_concurrency=args.max_concurrency,
-            capabilities=args.capability,
-            drain_timeout=args.drain_timeout,
-            host_paths=args.host_path,
-            run_as=args.run_as,
-            uid_range=args.uid_range,
-            shared_uid_ok=args.shared_uid_ok,
-            work_dir=args.work_dir,
-            executor=args.executor,
-            best_effort_limits=args.best_effort_limits,
-            auto_update=args.auto_update,
-            update_drain_timeout=args.update_drain_timeout,
-        )
-    try:
-        settings = ensure_secret_key(load_settings())
-    except SettingsError as exc:
-        print(f"runplane: {exc}", file=sys.stderr)
-        return 2
-    if args.command == "serve":
-        failed: list[OSError] = []
-        try:
-            trio.run(serve, settings, args.host, args.port)
-        except* OSError as group:
-            failed.extend(_leaves(group))
-        if failed:
-            print(
-                f"runplane: cannot serve on {args.host}:{args.port}: "
-                f"{failed[0].strerror or failed[0]}; free the port or pass --port",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    return 2  # pragma: no cover - argparse rejects unknown commands
+    return run(sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

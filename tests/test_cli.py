@@ -193,3 +193,26 @@ def test_serve_stop_hands_the_local_agents_jobs_back(tmp_path: Path) -> None:
         assert view["attempt"] == 2 and view["attempts"] == 1, view
     finally:
         assert third.terminate() == 0
+
+
+def test_one_command_tree_lists_server_agent_and_client_verbs() -> None:
+    helped = subprocess.run(
+        [sys.executable, "-m", "runplane", "--help"], capture_output=True, text=True, timeout=30
+    )
+    assert helped.returncode == 0
+    commands = helped.stdout.partition("Commands:")[2].split()
+    for verb in ("serve", "agent", "submit", "logs", "pipeline", "session", "whoami"):
+        assert verb in commands, helped.stdout
+    bare = subprocess.run(
+        [sys.executable, "-m", "runplane"], capture_output=True, text=True, timeout=30
+    )
+    assert bare.returncode == 2 and "Commands:" in bare.stdout + bare.stderr
+    # global options before the verb, a usage error of a server command: exit 2
+    wrong = subprocess.run(
+        [sys.executable, "-m", "runplane", "--url", "http://x", "serve", "--port", "x"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert wrong.returncode == 2
+    assert "Invalid value for '--port'" in wrong.stderr

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from runplane.cli import _verb
 from runplane.client.cli import exit_status
 from runplane.client.config import DEFAULT_URL, ClientConfig
 
@@ -38,10 +37,3 @@ def test_follow_exits_with_the_job_status() -> None:
     assert exit_status({"phase": "failed", "exit_code": 300}) == 1
     assert exit_status({"phase": "timeout"}) == 124
     assert exit_status({"phase": "cancelled"}) == 130
-
-
-def test_the_verb_is_found_past_global_options() -> None:
-    assert _verb(["--url", "http://x", "ls"]) == "ls"
-    assert _verb(["--token", "t", "submit", "shell"]) == "submit"
-    assert _verb(["serve", "--port", "1"]) == "serve"
-    assert _verb(["--version"]) is None

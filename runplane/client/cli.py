@@ -1,4 +1,6 @@
-"""The user verbs of the ``runplane`` command (docs/cli.md), on :class:`Client`.
+"""The ``runplane`` command's click group and its user verbs (docs/cli.md), on :class:`Client`
+(runplane/cli.py adds ``serve`` and ``agent`` to the group; this module imports nothing of the
+server).
 
 ``runplane submit STACK [-- CMD...]``, ``ls``, ``get``, ``logs [-f]``, ``cancel``,
 ``rerun``, ``stacks``, ``nodes``, ``pipeline run FILE``, ``session ...``, ``whoami``.
@@ -14,6 +16,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -41,9 +44,22 @@ def output_option(fn: F) -> F:
     )(fn)
 
 
+@dataclass
+class _Server:
+    """Where the verbs go (``--url``, ``--token``). The client is made on first use, so
+    ``runplane serve`` and ``runplane agent`` (commands of this group too) never make one."""
+
+    url: str | None
+    token: str | None
+    client: Client | None = None
+
+
 def _client(ctx: click.Context) -> Client:
-    client: Client = ctx.obj
-    return client
+    server = ctx.find_object(_Server)
+    assert server is not None, "a verb runs under the cli group"
+    if server.client is None:
+        server.client = ctx.find_root().with_resource(Client(server.url, server.token))
+    return server.client
 
 
 def _fail(error: ApiError, url: str) -> NoReturn:
@@ -127,8 +143,9 @@ def exit_status(job: JSONObject) -> int:
 @click.option("--token", envvar="RUNPLANE_TOKEN", help="bearer token (RUNPLANE_TOKEN)")
 @click.pass_context
 def cli(ctx: click.Context, url: str | None, token: str | None) -> None:
-    """runplane: submit and follow runs on a runplane server."""
-    ctx.obj = ctx.with_resource(Client(url, token))
+    """runplane: the job-orchestration control plane. `serve` runs the server, `agent` a
+    node agent; the other commands submit and follow runs on a running server (docs/cli.md)."""
+    ctx.obj = _Server(url, token)
 
 
 # -- jobs -----------------------------------------------------------------------------------
@@ -569,15 +586,15 @@ def _session_call(ctx: click.Context, output: str, call: Callable[[Client], JSON
         click.echo(f"  {service['name']} ({service.get('stack') or service.get('image')})")
 
 
-def main(argv: Sequence[str]) -> int:
+def run(argv: Sequence[str]) -> int:
+    """The ``runplane`` command (runplane/cli.py adds ``serve``, ``agent`` and ``--version``):
+    its exit status, a command's own (an int it returns) or 0; 2 for a usage error."""
     try:
-        cli.main(args=list(argv), prog_name="runplane", standalone_mode=False)
-    except click.exceptions.Exit as done:
-        return int(done.exit_code)
+        status = cli.main(args=list(argv), prog_name="runplane", standalone_mode=False)
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
     except click.Abort:
         err.print("aborted")
         return 1
-    return 0
+    return status if isinstance(status, int) else 0
