@@ -209,35 +209,8 @@ def upload_sync(
 
         conn, target = _connection(url, timeout)
         try:
-            headers = {
-                "Content-Length": str(size),
-                "Content-Type": "application/octet-stream",
-                "User-Agent": USER_AGENT,
-            }
-            try:
-                conn.request("PUT", target, body=body(), headers=headers)
-            except (OSError, http.client.HTTPException) as exc:
-                # the server may have answered early (413) and closed: read that answer
-                if conn.sock is None:
-                    raise TransferError(f"uploading to {redact_url(url)}: {exc}") from None
-                try:
-                    response = conn.getresponse()
-                except (OSError, http.client.HTTPException, AttributeError):
-                    raise TransferError(f"uploading to {redact_url(url)}: {exc}") from None
-            else:
-                try:
-                    response = conn.getresponse()
-                except (OSError, http.client.HTTPException) as exc:
-                    raise TransferError(f"uploading to {redact_url(url)}: {exc}") from None
-            if response.status != 201:
-                detail = _problem_detail(response)
-                raise TransferError(
-                    f"upload to {redact_url(url)} answered HTTP {response.status}"
-                    + (f": {detail}" if detail else "")
-                )
-            response.read()
-            stored_sha = (response.getheader("X-Sha256") or "").lower()
-            stored_size = response.getheader("X-Size") or ""
+            response = _put(conn, target, body(), size, url)
+            stored_sha, stored_size = _stored(response, url)
         finally:
             conn.close()
     sent = digest.hexdigest()
@@ -247,6 +220,44 @@ def upload_sync(
             f"sha256 {stored_sha or '?'}, sent {size} bytes with sha256 {sent}"
         )
     return Transferred(size=size, sha256=sent)
+
+
+def _put(
+    conn: http.client.HTTPConnection, target: str, body: Iterator[bytes], size: int, url: str
+) -> http.client.HTTPResponse:
+    """Send the PUT and read the server's answer, also one it gave early (a 413 before the
+    whole body was sent, then a closed connection)."""
+    headers = {
+        "Content-Length": str(size),
+        "Content-Type": "application/octet-stream",
+        "User-Agent": USER_AGENT,
+    }
+    try:
+        conn.request("PUT", target, body=body, headers=headers)
+    except (OSError, http.client.HTTPException) as exc:
+        # the server may have answered early (413) and closed: read that answer
+        if conn.sock is None:
+            raise TransferError(f"uploading to {redact_url(url)}: {exc}") from None
+        try:
+            return conn.getresponse()
+        except (OSError, http.client.HTTPException, AttributeError):
+            raise TransferError(f"uploading to {redact_url(url)}: {exc}") from None
+    try:
+        return conn.getresponse()
+    except (OSError, http.client.HTTPException) as exc:
+        raise TransferError(f"uploading to {redact_url(url)}: {exc}") from None
+
+
+def _stored(response: http.client.HTTPResponse, url: str) -> tuple[str, str]:
+    """What the server says it stored: (its X-Sha256, its X-Size); an answer but 201 fails."""
+    if response.status != 201:
+        detail = _problem_detail(response)
+        raise TransferError(
+            f"upload to {redact_url(url)} answered HTTP {response.status}"
+            + (f": {detail}" if detail else "")
+        )
+    response.read()
+    return (response.getheader("X-Sha256") or "").lower(), response.getheader("X-Size") or ""
 
 
 # --------------------------------------------------------------------------- async

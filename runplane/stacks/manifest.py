@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from runplane.stacks.config import check_value, config_env_name, same_value, validate_config
-from runplane.stacks.models import SKIP_CHECKS, Stack, StackField
+from runplane.stacks.models import SKIP_CHECKS, LaunchTask, Stack, StackField, StackLaunch
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]*")
 CONFIG_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
@@ -187,9 +187,24 @@ def _config_map_issues(stack: Stack, path: str, config: Mapping[str, Any]) -> li
     return [(f"{path}.{p.key}", p.message) for p in problems]
 
 
-def manifest_issues(stack: Stack) -> list[tuple[str, str]]:
+Issues = list[tuple[str, str]]
+
+
+def manifest_issues(stack: Stack) -> Issues:
     """Every consistency problem of a shape-valid stack, as ``(field path, message)``."""
-    issues: list[tuple[str, str]] = []
+    return [
+        *_header_issues(stack),
+        *_config_issues(stack),
+        *_metric_issues(stack),
+        *_output_issues(stack),
+        *_example_issues(stack),
+        *(_launch_issues(stack, stack.launch) if stack.launch is not None else []),
+    ]
+
+
+def _header_issues(stack: Stack) -> Issues:
+    """The name, version, image, modes and categories."""
+    issues: Issues = []
     if not NAME_RE.fullmatch(stack.name):
         issues.append(
             ("name", f"{stack.name!r} is not a valid name; accepted: [a-z0-9][a-z0-9._-]*")
@@ -203,7 +218,12 @@ def manifest_issues(stack: Stack) -> list[tuple[str, str]]:
         issues.append(("modes", "modes must be unique"))
     if _duplicates(stack.categories):
         issues.append(("categories", "categories must be unique"))
+    return issues
 
+
+def _config_issues(stack: Stack) -> Issues:
+    """Each config field, and keys unique (as keys and as environment variable names)."""
+    issues: Issues = []
     keys = [f.key for f in stack.config]
     env_names = [config_env_name(k) for k in keys]
     for i, field in enumerate(stack.config):
@@ -219,14 +239,22 @@ def manifest_issues(stack: Stack) -> list[tuple[str, str]]:
                     f"{keys[i]!r} and {keys[first]!r} map to the same environment variable {name}",
                 )
             )
+    return issues
 
+
+def _metric_issues(stack: Stack) -> Issues:
+    issues: Issues = []
     metric_keys = [m.key for m in stack.metrics]
     for i, key in enumerate(metric_keys):
         if not key.strip():
             issues.append((f"metrics[{i}].key", "key must not be empty"))
         elif key in metric_keys[:i]:
             issues.append((f"metrics[{i}].key", f"duplicate metric {key!r}"))
+    return issues
 
+
+def _output_issues(stack: Stack) -> Issues:
+    issues: Issues = []
     for i, out in enumerate(stack.default_outputs):
         if not out.artifact.strip():
             issues.append((f"default_outputs[{i}].artifact", "artifact must not be empty"))
@@ -237,40 +265,55 @@ def manifest_issues(stack: Stack) -> list[tuple[str, str]]:
             issues.append(
                 (f"default_outputs[{i}].glob", "glob must be relative to the working directory")
             )
+    return issues
 
+
+def _example_issues(stack: Stack) -> Issues:
+    issues: Issues = []
     names = [e.name for e in stack.examples]
     for i, name in enumerate(names):
         if not name.strip():
             issues.append((f"examples[{i}].name", "name must not be empty"))
         elif name in names[:i]:
             issues.append((f"examples[{i}].name", f"duplicate example {name!r}"))
+    return issues
 
-    if stack.launch is not None:
-        task_ids = [t.id for t in stack.launch.tasks]
-        for i, task in enumerate(stack.launch.tasks):
-            path = f"launch.tasks[{i}]"
-            if not task.id.strip():
-                issues.append((f"{path}.id", "id must not be empty"))
-            elif task.id in task_ids[:i]:
-                issues.append((f"{path}.id", f"duplicate task id {task.id!r}"))
-            if not task.title.strip():
-                issues.append((f"{path}.title", "title must not be empty"))
-            issues.extend(_config_map_issues(stack, f"{path}.config", task.config))
-            for j, setting in enumerate(task.settings):
-                if setting not in keys:
-                    issues.append(
-                        (f"{path}.settings[{j}]", f"{setting!r} is not a config key of this stack")
-                    )
-            preset_ids = [p.id for p in task.presets]
-            for j, preset in enumerate(task.presets):
-                ppath = f"{path}.presets[{j}]"
-                if not preset.id.strip():
-                    issues.append((f"{ppath}.id", "id must not be empty"))
-                elif preset.id in preset_ids[:j]:
-                    issues.append((f"{ppath}.id", f"duplicate preset id {preset.id!r}"))
-                if not preset.title.strip():
-                    issues.append((f"{ppath}.title", "title must not be empty"))
-                issues.extend(_config_map_issues(stack, f"{ppath}.config", preset.config))
+
+def _launch_issues(stack: Stack, launch: StackLaunch) -> Issues:
+    """The launch tasks: ids unique, titles, config valid, settings naming config keys."""
+    issues: Issues = []
+    keys = [f.key for f in stack.config]
+    task_ids = [t.id for t in launch.tasks]
+    for i, task in enumerate(launch.tasks):
+        path = f"launch.tasks[{i}]"
+        if not task.id.strip():
+            issues.append((f"{path}.id", "id must not be empty"))
+        elif task.id in task_ids[:i]:
+            issues.append((f"{path}.id", f"duplicate task id {task.id!r}"))
+        if not task.title.strip():
+            issues.append((f"{path}.title", "title must not be empty"))
+        issues.extend(_config_map_issues(stack, f"{path}.config", task.config))
+        for j, setting in enumerate(task.settings):
+            if setting not in keys:
+                issues.append(
+                    (f"{path}.settings[{j}]", f"{setting!r} is not a config key of this stack")
+                )
+        issues.extend(_preset_issues(stack, path, task))
+    return issues
+
+
+def _preset_issues(stack: Stack, path: str, task: LaunchTask) -> Issues:
+    issues: Issues = []
+    preset_ids = [p.id for p in task.presets]
+    for j, preset in enumerate(task.presets):
+        ppath = f"{path}.presets[{j}]"
+        if not preset.id.strip():
+            issues.append((f"{ppath}.id", "id must not be empty"))
+        elif preset.id in preset_ids[:j]:
+            issues.append((f"{ppath}.id", f"duplicate preset id {preset.id!r}"))
+        if not preset.title.strip():
+            issues.append((f"{ppath}.title", "title must not be empty"))
+        issues.extend(_config_map_issues(stack, f"{ppath}.config", preset.config))
     return issues
 
 
