@@ -36,6 +36,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Unpack
 
 import trio
 
@@ -58,11 +59,12 @@ from runplane.agent.setup import (
     SHARED_UID_OK,
     UID_CAPABILITIES,
     UID_PER_JOB,
-    SetupOptions,
+    SetupFlags,
     reported_capabilities,
     settle,
+    setup_options,
 )
-from runplane.agent.uids import UidPool, UidRange
+from runplane.agent.uids import UidPool
 from runplane.agent.urls import connect_url, http_origin
 
 log = logging.getLogger("runplane.agent")
@@ -98,6 +100,28 @@ class AgentStatistics:
     dropped_chunks: int = 0  # stream chunks
 
 
+def _checked(
+    server_url: str, executor: str, drain_timeout: float, update_drain_timeout: float
+) -> list[str]:
+    """The servers to try, in turn (``--server URL[,URL...]``: the replicas of an HA deploy,
+    any of which leads or proxies to the leader), each checked now (a typo fails at start,
+    not at its turn), as are the executor and the drain timeouts: ValueError."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {executor!r}; choose one of: {', '.join(EXECUTORS)}")
+    servers = [u.strip() for u in server_url.split(",") if u.strip()]
+    if not servers:
+        raise ValueError("server URL must look like http://host:port, got nothing")
+    for url in servers:
+        connect_url(url)  # each is checked now: a typo fails at start, not at its turn
+    for what, value in (
+        ("drain timeout", drain_timeout),
+        ("update drain timeout", update_drain_timeout),
+    ):
+        if not value >= 0:
+            raise ValueError(f"{what} must be 0 or more seconds, got {value}")
+    return servers
+
+
 class Agent:
     """A node agent. ``await agent.run()`` runs it until cancelled or :meth:`request_stop`.
 
@@ -125,37 +149,14 @@ class Agent:
         backoff_min: float = BACKOFF_MIN_SEC,
         backoff_max: float = BACKOFF_MAX_SEC,
         rng: random.Random | None = None,
-        host_paths: Sequence[Path | str] = (),
-        run_as: str | None = None,
-        uid_range: str | UidRange | None = None,
-        uid_lock_dir: Path | None = None,
-        shared_uid_ok: bool = False,
-        work_dir: Path | None = None,
         executor: str = "process",
-        best_effort_limits: bool = False,
-        enforce_limits: bool = True,
         auto_update: bool = False,
         self_update: bool = True,
         update_plan: updates.UpdatePlan | None = None,
         update_drain_timeout: float = math.inf,
+        **setup: Unpack[SetupFlags],
     ) -> None:
-        if executor not in EXECUTORS:
-            raise ValueError(
-                f"unknown executor {executor!r}; choose one of: {', '.join(EXECUTORS)}"
-            )
-        #: the servers to try, in turn (``--server URL[,URL...]``: the replicas of an HA
-        #: deploy, any of which leads or proxies to the leader)
-        servers = [u.strip() for u in server_url.split(",") if u.strip()]
-        if not servers:
-            raise ValueError("server URL must look like http://host:port, got nothing")
-        for url in servers:
-            connect_url(url)  # each is checked now: a typo fails at start, not at its turn
-        for what, value in (
-            ("drain timeout", drain_timeout),
-            ("update drain timeout", update_drain_timeout),
-        ):
-            if not value >= 0:
-                raise ValueError(f"{what} must be 0 or more seconds, got {value}")
+        servers = _checked(server_url, executor, drain_timeout, update_drain_timeout)
         self.data_dir = Path(data_dir)
         self.name = name
         self.max_concurrency = max_concurrency
@@ -164,22 +165,38 @@ class Agent:
         self.stop_timeout = (
             stop_timeout if stop_timeout is not None else grace_sec + STOP_FLUSH_SEC + 5.0
         )
-        self.options = SetupOptions(
-            data_dir=self.data_dir,
-            name=name,
-            run_as=run_as,
-            uid_range=UidRange.parse(uid_range) if isinstance(uid_range, str) else uid_range,
-            uid_lock_dir=uid_lock_dir,
-            shared_uid_ok=shared_uid_ok,
-            work_dir=work_dir,
-            host_paths=tuple(Path(p) for p in host_paths),
-            executor="sandbox" if executor == "sandbox" else "process",
-            best_effort_limits=best_effort_limits,
-            enforce_limits=enforce_limits,
-        )
+        self.options = setup_options(self.data_dir, name, executor, setup)
         self.core = Core(self.data_dir, name)
         self.core.facts = facts
         self.core.node_id = credentials.load_node_id(self.data_dir)
+        self._assemble(
+            servers,
+            join_token,
+            Backoff(backoff_min, backoff_max, rng),
+            drain_timeout=drain_timeout,
+            auto_update=auto_update,
+            self_update=self_update,
+            update_plan=update_plan,
+            update_drain_timeout=update_drain_timeout,
+        )
+        self._inner = trio.CancelScope(shield=True)
+        self._ran = False
+        self._capabilities: list[str] = []
+
+    def _assemble(
+        self,
+        servers: list[str],
+        join_token: str | None,
+        backoff: Backoff,
+        *,
+        drain_timeout: float,
+        auto_update: bool,
+        self_update: bool,
+        update_plan: updates.UpdatePlan | None,
+        update_drain_timeout: float,
+    ) -> None:
+        """The agent's three parts on its shared core: the lifecycle (drain, self-update),
+        the job runner and the session (the connection to the servers)."""
         self.lifecycle = Lifecycle(
             self.core,
             request_stop=self.request_stop,
@@ -193,7 +210,7 @@ class Agent:
             self.core,
             server_url=lambda: self.session.server_url,
             hand_back=self.lifecycle.hand_back,
-            grace_sec=grace_sec,
+            grace_sec=self.grace_sec,
             executor=self.options.executor,
             work_root=self.data_dir / "jobs",
         )
@@ -205,11 +222,8 @@ class Agent:
             data_dir=self.data_dir,
             join_token=join_token or None,
             auto_update=auto_update,
-            backoff=Backoff(backoff_min, backoff_max, rng),
+            backoff=backoff,
         )
-        self._inner = trio.CancelScope(shield=True)
-        self._ran = False
-        self._capabilities: list[str] = []
 
     # -- public
 

@@ -14,6 +14,7 @@ import trio
 
 from runplane.agent.isolation import JobUser
 from runplane.agent.launch import SANDBOX_STREAMS_DIR, Launch
+from runplane.agent.protocol import PodServiceSpec
 from runplane.agent.streams import STREAMS_ENV
 
 Stream: TypeAlias = Literal["stdout", "stderr", "system"]
@@ -148,3 +149,26 @@ def job_environment(spec: ExecSpec, agent_env: Mapping[str, str] | None = None) 
         sandboxed = spec.launch is not None and spec.launch.sandboxed
         env[STREAMS_ENV] = SANDBOX_STREAMS_DIR if sandboxed else str(spec.streams_dir.absolute())
     return env
+
+
+def pod_services(pod: list[PodServiceSpec] | None) -> tuple[PodService, ...]:
+    """A run order's pod as the executor takes it (empty for a plain job)."""
+    return tuple(
+        PodService(
+            name=s.name,
+            command=list(s.command),
+            env=dict(s.env),
+            needs=tuple(s.needs),
+            health=(
+                PodHealth(
+                    command=list(s.health.command),
+                    period_sec=s.health.period_sec,
+                    timeout_sec=s.health.timeout_sec,
+                    retries=s.health.retries,
+                )
+                if s.health is not None
+                else None
+            ),
+        )
+        for s in pod or ()
+    )

@@ -41,6 +41,7 @@ from runplane.agent.launch import (
     CommandNotExecutable,
     CommandNotFound,
     resolve_program,
+    start_error,
 )
 from runplane.agent.metrics_line import MetricLineError, parse_metric_line, quote
 from runplane.agent.output import (
@@ -54,7 +55,14 @@ from runplane.agent.output import (
     emitter,
     shown,
 )
-from runplane.agent.procgroup import PipeDrain, ProcResult, group_alive, signal_group, signal_name
+from runplane.agent.procgroup import (
+    PipeDrain,
+    ProcResult,
+    group_alive,
+    signal_group,
+    signal_name,
+    terminate,
+)
 from runplane.agent.requirements import install_requirements
 from runplane.agent.workdir import WorkdirError, prepare_workdir
 
@@ -83,7 +91,6 @@ __all__ = [
 
 _READ_SIZE = 64 * 1024
 _CHANNEL_SIZE = 16
-_POLL_SEC = 0.05
 
 
 async def run_job(spec: ExecSpec, report: Report, cancel: CancelSignal | None = None) -> Finished:
@@ -297,24 +304,11 @@ class _Job:
             result.stopped = "cancelled"
             return result
         env = self.env if env is None else env
-        identity = self.identity
-        launch = self.spec.launch
-        if launch is not None and launch.wraps:
-            try:
-                program = resolve_program(argv[0], env.get("PATH"), self.workdir, launch.user)
-            except CommandNotFound:
-                await self._system(label)
-                result.start_error = f"command not found: {argv[0]}"
-                return result
-            except CommandNotExecutable:
-                await self._system(label)
-                result.start_error = f"command not executable: {argv[0]}"
-                return result
-            writable = [p for p in self.writable if p.is_dir()]
-            streams = self.spec.streams_dir
-            streams = streams.absolute() if streams is not None and streams.is_dir() else None
-            argv = launch.argv([program, *argv[1:]], self.workdir, writable, streams)
-            identity = {}  # the launch chain switches user (setpriv)
+        wrapped = await self._wrapped(argv, env, label)
+        if isinstance(wrapped, str):
+            result.start_error = wrapped
+            return result
+        argv, identity = wrapped
         try:
             proc = await trio.lowlevel.open_process(
                 argv,
@@ -328,8 +322,44 @@ class _Job:
             )
         except (OSError, ValueError) as exc:
             await self._system(label)
-            result.start_error = _start_error(argv[0], self.workdir, exc)
+            result.start_error = start_error(argv[0], self.workdir, exc)
             return result
+        await self._supervise(proc, result, cancel, stage, label, service, started)
+        return result
+
+    async def _wrapped(
+        self, argv: list[str], env: dict[str, str], label: str
+    ) -> tuple[list[str], dict[str, Any]] | str:
+        """The argv and identity (user, groups) a process starts with: through the launch
+        chain when there is one (it switches user itself: setpriv); a start error as text."""
+        launch = self.spec.launch
+        if launch is None or not launch.wraps:
+            return argv, self.identity
+        try:
+            program = resolve_program(argv[0], env.get("PATH"), self.workdir, launch.user)
+        except CommandNotFound:
+            await self._system(label)
+            return f"command not found: {argv[0]}"
+        except CommandNotExecutable:
+            await self._system(label)
+            return f"command not executable: {argv[0]}"
+        writable = [p for p in self.writable if p.is_dir()]
+        streams = self.spec.streams_dir
+        streams = streams.absolute() if streams is not None and streams.is_dir() else None
+        return launch.argv([program, *argv[1:]], self.workdir, writable, streams), {}
+
+    async def _supervise(
+        self,
+        proc: trio.Process,
+        result: ProcResult,
+        cancel: CancelSignal | None,
+        stage: Stage,
+        label: str,
+        service: str | None,
+        started: Callable[[int], None] | None,
+    ) -> None:
+        """Announce the started process, pump its output, stop it at the deadline or on
+        ``cancel`` (into ``result``), and leave nothing of it behind."""
         pgid = proc.pid  # a session leader leads its own process group
         assert proc.stdout is not None
         assert proc.stderr is not None
@@ -347,7 +377,7 @@ class _Job:
             if proc.poll() is not None:
                 return  # it ended on its own first
             result.stopped = reason
-            result.sigkilled = await self._terminate(proc, pgid)
+            result.sigkilled = await terminate(proc, pgid, self.grace)
 
         done = False
         try:
@@ -363,22 +393,8 @@ class _Job:
                     result.returncode = await proc.wait()
                     if result.stopped is None:
                         waiting.cancel_scope.cancel()
-                # The main process is gone; nothing else of its group may outlive it.
-                if result.stopped is None and await group_alive(pgid):
-                    signal_group(pgid, signal.SIGKILL)
-                    await self._system(
-                        f"{stage} exited; killed the background processes it left running"
-                    )
-                # (a pod's services share the job's cgroup: the others are not leftovers)
-                cgroup = launch.cgroup if launch is not None and service is None else None
-                if result.stopped is None and cgroup is not None:
-                    killed = await trio.to_thread.run_sync(cgroup.kill_all)
-                    if killed:
-                        await self._system(
-                            f"{stage} exited; killed {killed} process"
-                            f"{'' if killed == 1 else 'es'} it left running outside its "
-                            "process group"
-                        )
+                if result.stopped is None:
+                    await self._kill_leftovers(pgid, stage, service)
                 drain.start()
             done = True
         finally:
@@ -389,20 +405,24 @@ class _Job:
                     await proc.wait()
                     await trio.aclose_forcefully(stdout)
                     await trio.aclose_forcefully(stderr)
-        return result
 
-    async def _terminate(self, proc: trio.Process, pgid: int) -> bool:
-        """SIGTERM the group, SIGKILL what is left after the grace period; True if needed."""
-        signal_group(pgid, signal.SIGTERM)
-        end = trio.current_time() + self.grace
-        while trio.current_time() < end:
-            if proc.returncode is not None and not await group_alive(pgid):
-                return False
-            await trio.sleep(min(_POLL_SEC, max(0.0, end - trio.current_time())))
-        if proc.returncode is not None and not await group_alive(pgid):
-            return False
-        signal_group(pgid, signal.SIGKILL)
-        return True
+    async def _kill_leftovers(self, pgid: int, stage: Stage, service: str | None) -> None:
+        """The main process is gone; nothing else of its group may outlive it, nor of the
+        job's cgroup (but a pod's services share the job's cgroup: the others are not
+        leftovers)."""
+        if await group_alive(pgid):
+            signal_group(pgid, signal.SIGKILL)
+            await self._system(f"{stage} exited; killed the background processes it left running")
+        launch = self.spec.launch
+        cgroup = launch.cgroup if launch is not None and service is None else None
+        if cgroup is not None:
+            killed = await trio.to_thread.run_sync(cgroup.kill_all)
+            if killed:
+                await self._system(
+                    f"{stage} exited; killed {killed} process"
+                    f"{'' if killed == 1 else 'es'} it left running outside its "
+                    "process group"
+                )
 
     async def _pump(
         self,
@@ -460,19 +480,6 @@ class _Job:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _start_error(program: str, workdir: Path, exc: OSError | ValueError) -> str:
-    if isinstance(exc, ValueError):
-        return f"cannot start {program}: {exc}"
-    filename = exc.filename
-    if filename is not None and str(filename) == str(workdir):
-        return f"cannot enter workdir {workdir}: {exc.strerror}"
-    if isinstance(exc, FileNotFoundError):
-        return f"command not found: {program}"
-    if isinstance(exc, PermissionError):
-        return f"command not executable: {program}"
-    return f"cannot start {program}: {exc.strerror or exc}"
 
 
 def _seconds(value: float) -> str:

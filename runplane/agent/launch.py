@@ -223,3 +223,17 @@ def _may_run(path: Path, user: JobUser | None) -> bool:
 
 def find_setpriv() -> str | None:
     return shutil.which("setpriv")
+
+
+def start_error(program: str, workdir: Path, exc: OSError | ValueError) -> str:
+    """Why ``program`` did not start (in ``workdir``), in the words of a job's log."""
+    if isinstance(exc, ValueError):
+        return f"cannot start {program}: {exc}"
+    filename = exc.filename
+    if filename is not None and str(filename) == str(workdir):
+        return f"cannot enter workdir {workdir}: {exc.strerror}"
+    if isinstance(exc, FileNotFoundError):
+        return f"command not found: {program}"
+    if isinstance(exc, PermissionError):
+        return f"command not executable: {program}"
+    return f"cannot start {program}: {exc.strerror or exc}"

@@ -18,6 +18,8 @@ import trio
 # group (setsid) is read until it has been quiet this long, and never longer than the cap.
 DRAIN_IDLE_SEC = 1.0
 DRAIN_CAP_SEC = 10.0
+#: How often :func:`terminate` looks whether the group is gone within the grace period.
+POLL_SEC = 0.05
 
 
 def signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -94,6 +96,20 @@ class PipeDrain:
                 yield scope
         finally:
             self._scopes.discard(scope)
+
+
+async def terminate(proc: trio.Process, pgid: int, grace: float) -> bool:
+    """SIGTERM the group, SIGKILL what is left after ``grace`` seconds; True if needed."""
+    signal_group(pgid, signal.SIGTERM)
+    end = trio.current_time() + grace
+    while trio.current_time() < end:
+        if proc.returncode is not None and not await group_alive(pgid):
+            return False
+        await trio.sleep(min(POLL_SEC, max(0.0, end - trio.current_time())))
+    if proc.returncode is not None and not await group_alive(pgid):
+        return False
+    signal_group(pgid, signal.SIGKILL)
+    return True
 
 
 def signal_name(number: int) -> str:

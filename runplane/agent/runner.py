@@ -26,14 +26,13 @@ from typing import Any
 import trio
 
 from runplane.agent.core import Core, Job
+from runplane.agent.execspec import pod_services
 from runplane.agent.executor import (
     Event,
     ExecSpec,
     Finished,
     LogLines,
     Metric,
-    PodHealth,
-    PodService,
     Started,
     run_job,
 )
@@ -50,7 +49,6 @@ from runplane.agent.protocol import (
     JobMetric,
     JobPhase,
     JobReleased,
-    PodServiceSpec,
     Run,
     RunSpec,
     Teleop,
@@ -69,29 +67,6 @@ HIGH_WATER_UNITS = 2_000
 #: A job placed while its GPUs are still held by an ending job waits the grace period and
 #: this long for them before it is handed back (``_plan_waiting``).
 GPU_WAIT_EXTRA_SEC = 5.0
-
-
-def pod_services(pod: list[PodServiceSpec] | None) -> tuple[PodService, ...]:
-    """A run order's pod as the executor takes it (empty for a plain job)."""
-    return tuple(
-        PodService(
-            name=s.name,
-            command=list(s.command),
-            env=dict(s.env),
-            needs=tuple(s.needs),
-            health=(
-                PodHealth(
-                    command=list(s.health.command),
-                    period_sec=s.health.period_sec,
-                    timeout_sec=s.health.timeout_sec,
-                    retries=s.health.retries,
-                )
-                if s.health is not None
-                else None
-            ),
-        )
-        for s in pod or ()
-    )
 
 
 class JobRunner:
@@ -345,74 +320,19 @@ class JobRunner:
         return finished
 
     async def _run_job(self, job: Job, spec: RunSpec) -> None:
+        """plan -> prepare -> execute -> outputs -> finish; an error of the agent's own
+        fails the job (once), and the job's slot, uid and rules are freed in any case."""
         ids = {"job_id": job.job_id, "attempt": job.attempt}
         log.info("job started", extra={**ids, "workdir": str(job.workdir)})
         try:
-            plan = await self._plan_waiting(job, spec)
-            if plan.hand_back is not None and job.cancel.is_set():
-                await self._on_event(job, Finished("cancelled", None, "cancelled", {}, 0))
+            plan = await self._admit(job, spec)
+            if plan is None:
                 return
-            if plan.hand_back is not None:
-                log.info("job declined", extra={**ids, "reason": plan.hand_back})
-                self.core.outbox.put(
-                    JobReleased(job_id=job.job_id, attempt=job.attempt, declined=plan.hand_back)
-                )
-                self.core.notify()
-                return
-            gpus = [d.id for d in plan.gpus]
-            await self._emit(
-                job,
-                JobPhase(job_id=job.job_id, attempt=job.attempt, phase="pulling", gpus=gpus),
-            )
-            refusal = isolation_refusal(spec.isolation, self.core.node_name(), self.executor)
-            refusal = refusal or plan.refusal
-            if refusal is not None:
-                await self._system(job, refusal)
-                await self._on_event(job, Finished("failed", None, refusal, {}, 0))
-                return
-            if gpus:
-                await self._system(job, f"GPUs assigned: {', '.join(gpus)}")
-            for note in plan.notes:
-                await self._system(job, note)
-            job.user = await self._attempt_user(job)
-            if self.uids is not None and plan.launch is not None:
-                plan.launch = replace(plan.launch, user=job.user)
-            await trio.to_thread.run_sync(make_workdir, job.workdir, self.work_root)
-            job.streams = await trio.to_thread.run_sync(make_streams_dir, job.workdir, job.user)
-            failed = await self._prepare(job, spec)
+            failed = await self._set_up(job, spec, plan)
             if failed is not None:
                 await self._on_event(job, failed)
                 return
-            exec_spec = ExecSpec(
-                job_id=job.job_id,
-                command=list(spec.command),
-                env={**spec.env, **plan.env},
-                workdir=job.workdir,
-                setup=spec.setup,
-                timeout_sec=spec.timeout_sec,
-                # inline mounts were written by _prepare (with their mode); the bare
-                # inline_files of older servers are still written by the executor
-                inline_files={} if (spec.workspace or spec.inputs) else dict(spec.inline_files),
-                grace_sec=self.grace_sec,
-                user=job.user,
-                launch=plan.launch,
-                streams_dir=job.streams,
-                pod=pod_services(spec.pod),
-            )
-
-            async def report(event: Event) -> None:
-                if not isinstance(event, Finished):  # reported after the outputs are up
-                    await self._on_event(job, event)
-
-            async with forwarding(
-                job.streams,
-                lambda msg: self._emit(job, msg),
-                job_id=job.job_id,
-                attempt=job.attempt,
-                note=lambda s: self._system(job, s),
-                owner=job.user.uid if job.user is not None else None,
-            ):
-                finished = await run_job(exec_spec, report, job.cancel)
+            finished = await self._execute(job, spec, plan)
             await self._on_event(job, await self._outputs(job, spec, finished))
         except Exception as exc:
             log.exception("job failed inside the agent", extra=ids)
@@ -431,6 +351,84 @@ class JobRunner:
             del self.core.jobs[job.key]
             self.core.notify()
             await self._free_user(job)
+
+    async def _admit(self, job: Job, spec: RunSpec) -> JobPlan | None:
+        """The job's plan, once it is known to run here: None when it ended instead (handed
+        back, cancelled while waiting, refused by isolation or the plan)."""
+        plan = await self._plan_waiting(job, spec)
+        if plan.hand_back is not None and job.cancel.is_set():
+            await self._on_event(job, Finished("cancelled", None, "cancelled", {}, 0))
+            return None
+        if plan.hand_back is not None:
+            log.info(
+                "job declined",
+                extra={"job_id": job.job_id, "attempt": job.attempt, "reason": plan.hand_back},
+            )
+            self.core.outbox.put(
+                JobReleased(job_id=job.job_id, attempt=job.attempt, declined=plan.hand_back)
+            )
+            self.core.notify()
+            return None
+        gpus = [d.id for d in plan.gpus]
+        await self._emit(
+            job, JobPhase(job_id=job.job_id, attempt=job.attempt, phase="pulling", gpus=gpus)
+        )
+        refusal = isolation_refusal(spec.isolation, self.core.node_name(), self.executor)
+        refusal = refusal or plan.refusal
+        if refusal is not None:
+            await self._system(job, refusal)
+            await self._on_event(job, Finished("failed", None, refusal, {}, 0))
+            return None
+        if gpus:
+            await self._system(job, f"GPUs assigned: {', '.join(gpus)}")
+        for note in plan.notes:
+            await self._system(job, note)
+        return plan
+
+    async def _set_up(self, job: Job, spec: RunSpec, plan: JobPlan) -> Finished | None:
+        """The attempt's user, working and streams directories, then its mounts
+        (:meth:`_prepare`); a Finished when that failed."""
+        job.user = await self._attempt_user(job)
+        if self.uids is not None and plan.launch is not None:
+            plan.launch = replace(plan.launch, user=job.user)
+        await trio.to_thread.run_sync(make_workdir, job.workdir, self.work_root)
+        job.streams = await trio.to_thread.run_sync(make_streams_dir, job.workdir, job.user)
+        return await self._prepare(job, spec)
+
+    async def _execute(self, job: Job, spec: RunSpec, plan: JobPlan) -> Finished:
+        """Run the command (the executor), its streams forwarded meanwhile; events but the
+        end are reported as they come, the end is returned (the outputs go up first)."""
+        exec_spec = ExecSpec(
+            job_id=job.job_id,
+            command=list(spec.command),
+            env={**spec.env, **plan.env},
+            workdir=job.workdir,
+            setup=spec.setup,
+            timeout_sec=spec.timeout_sec,
+            # inline mounts were written by _prepare (with their mode); the bare
+            # inline_files of older servers are still written by the executor
+            inline_files={} if (spec.workspace or spec.inputs) else dict(spec.inline_files),
+            grace_sec=self.grace_sec,
+            user=job.user,
+            launch=plan.launch,
+            streams_dir=job.streams,
+            pod=pod_services(spec.pod),
+        )
+
+        async def report(event: Event) -> None:
+            if not isinstance(event, Finished):
+                await self._on_event(job, event)
+
+        assert job.streams is not None, "made by _set_up"
+        async with forwarding(
+            job.streams,
+            lambda msg: self._emit(job, msg),
+            job_id=job.job_id,
+            attempt=job.attempt,
+            note=lambda s: self._system(job, s),
+            owner=job.user.uid if job.user is not None else None,
+        ):
+            return await run_job(exec_spec, report, job.cancel)
 
     async def _plan_waiting(self, job: Job, spec: RunSpec) -> JobPlan:
         """:meth:`_plan`, waiting a while for GPUs still held by a job that is ending: the

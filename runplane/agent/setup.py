@@ -12,6 +12,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 from runplane.agent import credentials
 from runplane.agent.isolation import (
@@ -55,6 +56,41 @@ class SetupOptions:
     best_effort_limits: bool = False
     #: False: do not look for cgroups (tests of many agents in one process)
     enforce_limits: bool = True
+
+
+class SetupFlags(TypedDict, total=False):
+    """The agent's flags about its jobs, as :class:`~runplane.agent.client.Agent`
+    takes them (made :class:`SetupOptions` by :func:`setup_options`; ``runplane agent --help``)."""
+
+    host_paths: Sequence[Path | str]
+    run_as: str | None
+    uid_range: str | UidRange | None
+    uid_lock_dir: Path | None
+    shared_uid_ok: bool
+    work_dir: Path | None
+    best_effort_limits: bool
+    #: False: do not look for cgroups (tests of many agents in one process)
+    enforce_limits: bool
+
+
+def setup_options(
+    data_dir: Path, name: str | None, executor: str, flags: SetupFlags
+) -> SetupOptions:
+    """The options ``flags`` (and the executor: "process" unless "sandbox") say."""
+    uid_range = flags.get("uid_range")
+    return SetupOptions(
+        data_dir=data_dir,
+        name=name,
+        run_as=flags.get("run_as"),
+        uid_range=UidRange.parse(uid_range) if isinstance(uid_range, str) else uid_range,
+        uid_lock_dir=flags.get("uid_lock_dir"),
+        shared_uid_ok=flags.get("shared_uid_ok", False),
+        work_dir=flags.get("work_dir"),
+        host_paths=tuple(Path(p) for p in flags.get("host_paths", ())),
+        executor="sandbox" if executor == "sandbox" else "process",
+        best_effort_limits=flags.get("best_effort_limits", False),
+        enforce_limits=flags.get("enforce_limits", True),
+    )
 
 
 @dataclass(slots=True)

@@ -231,24 +231,33 @@ async def forward_streams(
                 if left > 0:  # the last lines without a newline
                     await send(streams.look(None, None, final=True))
                 return
-            events = None
-            if reading.more:
-                await trio.lowlevel.checkpoint()
-            elif watch is None:
-                with trio.move_on_after(poll_sec):
-                    await stop.wait()
-            else:
-                await _wait_readable_or(watch.fileno(), stop)
-                events = watch.events()
-                if events.gone:
-                    watch.close()
-                    watch = None  # nothing more will come: poll
-                if events.overflow or events.gone:
-                    events = None
+            watch, events = await _next_round(watch, stop, poll_sec=poll_sec, more=reading.more)
     finally:
         if watch is not None:
             watch.close()
         streams.close()
+
+
+async def _next_round(
+    watch: DirWatch | None, stop: trio.Event, *, poll_sec: float, more: bool
+) -> tuple[DirWatch | None, DirEvents | None]:
+    """Wait for the next round of reading: none when the last one left ``more``, else the
+    directory's events (inotify) or ``poll_sec`` without a watch, or ``stop``. Returns the
+    watch to go on with (None once the directory is gone: nothing more will come, so poll)
+    and the events to look at (None: everything)."""
+    if more:
+        await trio.lowlevel.checkpoint()
+        return watch, None
+    if watch is None:
+        with trio.move_on_after(poll_sec):
+            await stop.wait()
+        return None, None
+    await _wait_readable_or(watch.fileno(), stop)
+    events = watch.events()
+    if events.gone:
+        watch.close()
+        return None, None
+    return watch, None if events.overflow else events
 
 
 async def _wait_readable_or(fd: int, stop: trio.Event) -> None:
