@@ -55,10 +55,10 @@ class _Server:
 
 
 def _client(ctx: click.Context) -> Client:
-    server = ctx.find_object(_Server)
-    assert server is not None, "a verb runs under the cli group"
+    root = ctx.find_root()
+    server: _Server = root.obj  # set by the group, for every command under it
     if server.client is None:
-        server.client = ctx.find_root().with_resource(Client(server.url, server.token))
+        server.client = root.with_resource(Client(server.url, server.token))
     return server.client
 
 
