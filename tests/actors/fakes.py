@@ -5,15 +5,43 @@ a real store and hub they build a ``JobActor`` without the actor tree."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from runplane.actors.job_deps import JobDeps
 from runplane.agent import protocol as p
+from runplane.jobs import repo
 from runplane.jobs.orders import cancel_order, run_order
 from runplane.jobs.rows import JobRow
+from runplane.jobs.spec import SubmitJobBody, resolve
 from runplane.jobs.transitions import Transitions
 from runplane.nodes.status import AttemptOutcome
 from runplane.persistence import Store
 from runplane.runtime import Hub
+from runplane.stacks import load_catalog
+
+CATALOG = load_catalog()
+
+
+def shell_spec(cpu: int = 2, **body: Any) -> dict[str, Any]:
+    """A shell job's spec as submit resolves it (``body``: more of the submit body)."""
+    submit = SubmitJobBody.model_validate({"stack": "shell", "limits": {"cpu_cores": cpu}, **body})
+    return resolve(submit, CATALOG).spec
+
+
+async def insert(store: Store, job_id: str, cpu: int = 2, **body: Any) -> JobRow:
+    """A queued shell job's row, as submit stores it."""
+    job = repo.NewJob(
+        id=job_id,
+        org_id="org_x",
+        project="p",
+        submitted_by="u",
+        spec=shell_spec(cpu, **body),
+        spec_hash="h" * 64,
+        priority=0,
+    )
+    row = await store.transaction(repo.insert_job(store, job))
+    assert isinstance(row, JobRow)
+    return row
 
 
 @dataclass

@@ -27,40 +27,16 @@ from runplane.jobs import repo
 from runplane.jobs.events import JobEvent, StoredEvent, ring_name
 from runplane.jobs.phase import Phase
 from runplane.jobs.rows import JobRow
-from runplane.jobs.spec import SubmitJobBody, resolve
+from runplane.jobs.spec import SubmitJobBody
 from runplane.jobs.view import job_view
 from runplane.persistence import Store, open_store
 from runplane.placement import NodeShape
 from runplane.runtime import ChildSpec, Hub, Supervisor
 from runplane.services.jobs import Submitter
 from runplane.settings import load_settings
-from runplane.stacks import load_catalog
 from runplane.system import Root
 
-from .fakes import Fakes
-
-CATALOG = load_catalog()
-
-
-def shell_spec(cpu: int = 2) -> dict[str, Any]:
-    body = SubmitJobBody.model_validate({"stack": "shell", "limits": {"cpu_cores": cpu}})
-    return resolve(body, CATALOG).spec
-
-
-async def insert(store: Store, job_id: str, cpu: int = 2) -> JobRow:
-    spec = shell_spec(cpu)
-    job = repo.NewJob(
-        id=job_id,
-        org_id="org_x",
-        project="p",
-        submitted_by="u",
-        spec=spec,
-        spec_hash="h" * 64,
-        priority=0,
-    )
-    row = await store.transaction(repo.insert_job(store, job))
-    assert isinstance(row, JobRow)
-    return row
+from .fakes import CATALOG, Fakes, insert, shell_spec
 
 
 async def stored(store: Store, job_id: str) -> list[StoredEvent]:
