@@ -36,12 +36,12 @@ from runplane.actors.job_messages import (
 )
 from runplane.agent import protocol as p
 from runplane.jobs import repo
+from runplane.jobs.delta import LOG_CAP, Delta, Held, row_delta
 from runplane.jobs.events import (
     JobEvent,
     StoredEvent,
     log_event,
     metric_event,
-    phase_event,
     ring_name,
     system_line_event,
     wait_reason_event,
@@ -63,7 +63,7 @@ from runplane.jobs.phase import (
     transition,
 )
 from runplane.jobs.phase import Event as PhaseEvent
-from runplane.jobs.reports import attempt_note, checked_artifacts
+from runplane.jobs.reports import checked_artifacts
 from runplane.jobs.rows import JobRow
 from runplane.jobs.spec import retry_policy
 from runplane.jobs.transitions import JobTransitioned
@@ -72,12 +72,8 @@ from runplane.persistence import now_ms, to_json
 from runplane.runtime import Actor, Ring
 from runplane.streams.acks import AckKey
 from runplane.streams.job_streams import JobStreams
-from runplane.timefmt import iso_ms
 
 log = logging.getLogger("runplane.jobs")
-
-#: Log lines one job may keep; past it lines are counted, not stored, and a system line says so.
-LOG_CAP = 50_000
 
 
 class JobActor(Actor[JobMsg]):
@@ -277,25 +273,6 @@ class JobActor(Actor[JobMsg]):
         left = max(0, (self.state.retry_at or 0) - now_ms()) / 1000
         self.context.tell_after(left, BackoffOver(self.state.retries))
 
-    def _try_record(self, before: JobState, after: JobState, event: Finished) -> dict[str, Any]:
-        """The outcome of the try a retry follows, as the view's ``tries`` lists it."""
-        exit_code, signal = self._finish_exit or (None, None)
-        return {
-            "try": after.retries,
-            "attempt": before.attempt,
-            "node_id": before.node_id,
-            "phase": event.outcome.value,
-            "error": event.error or "",
-            "exit_code": exit_code,
-            "signal": signal,
-            "started_at": before.started_at,
-            # the transition's own clock reading (its retry_at is this plus the backoff),
-            # not a later one: the backoff is measured from when the try was seen to end
-            "finished_at": (after.retry_at or now_ms()) - (event.retry_in_ms or 0),
-            "final_metrics": dict(self.final_metrics),
-            "artifacts": list(self._finish_artifacts or ()),
-        }
-
     def _from_current_node(self, node_id: str, attempt: int) -> bool:
         if node_id != self.state.node_id or attempt != self.state.attempt:
             log.warning(
@@ -367,24 +344,23 @@ class JobActor(Actor[JobMsg]):
         except (InvalidTransition, StaleAttempt) as exc:
             self._log_refused(before, exc)
             return None
-        events: list[StoredEvent] = []
-        extra = self._columns(before, after, event, effects, events)
+        delta = self._delta(before, after, event, effects)
         moved = self._transitioned(before, after)
         await self.deps.store.transaction(
             repo.save_state(
                 self.id,
                 after,
-                events,
+                delta.events,
                 self.seq,
                 ended_org=self.row.org_id if moved.ends else None,
                 also=self.deps.transitions.tx_part(moved),
-                **extra,
+                **delta.columns,
             )
         )
         self.state = after
         if after.phase is Phase.QUEUED:
-            self.wait_reason = extra.get("wait_reason")
-        self._publish(events, terminal=moved.ends or (after.phase.terminal and moved.changed))
+            self.wait_reason = delta.columns.get("wait_reason")
+        self._publish(delta.events, terminal=moved.ends)
         await self.deps.transitions.published(moved)
         log.info(
             "job phase",
@@ -402,29 +378,25 @@ class JobActor(Actor[JobMsg]):
             self.streams.close()
         return effects
 
-    def _columns(
-        self,
-        before: JobState,
-        after: JobState,
-        event: PhaseEvent,
-        effects: tuple[Effect, ...],
-        events: list[StoredEvent],
-    ) -> dict[str, Any]:
-        """The columns the transition stores beside the state, its events appended to
-        ``events`` (a queued job's ``wait_reason`` among the columns)."""
-        extra: dict[str, Any] = {}
-        if after.attempt != before.attempt:  # reports are numbered per attempt
-            self.report_n = extra["report_n"] = 0
-        if after.phase.terminal:
-            self._terminal_columns(extra, events)
-        retrying = Effect.RETRY_LATER in effects and isinstance(event, Finished)
-        self._transition_events(before, after, event, events, retrying)
-        wait_reason = None
-        if retrying:
-            assert isinstance(event, Finished)
-            wait_reason = self._retry_columns(before, after, event, extra)
-        self._queue_columns(after, extra, wait_reason)
-        return extra
+    def _delta(
+        self, before: JobState, after: JobState, event: PhaseEvent, effects: tuple[Effect, ...]
+    ) -> Delta:
+        """What the transition writes (``jobs/delta.py``); the actor holds what it says."""
+        held = Held(
+            self.row,
+            self.seq,
+            self.final_metrics,
+            self.log_lines,
+            self.log_dropped,
+            artifacts=self._finish_artifacts,
+            exit=self._finish_exit,
+            gpus=self._gpus,
+        )
+        delta = row_delta(held, before, after, event, effects, now_ms())
+        self.seq, self.row, self.final_metrics = delta.seq, delta.row, delta.final_metrics
+        if "report_n" in delta.columns:
+            self.report_n = 0
+        return delta
 
     def _transitioned(self, before: JobState, after: JobState) -> JobTransitioned:
         """The event its followers hear (``runplane/jobs/transitions.py``): the row as the
@@ -443,74 +415,6 @@ class JobActor(Actor[JobMsg]):
             "late report after a cancel ignored" if routine else "transition refused",
             extra={"job_id": self.id, "reason": str(exc)},
         )
-
-    # -- what a transition writes --------------------------------------------------------
-
-    def _terminal_columns(self, extra: dict[str, Any], events: list[StoredEvent]) -> None:
-        """The columns an ending stores: metrics, artifacts, how the process ended, the
-        log counts (lines past the cap wrote nothing while they arrived)."""
-        extra["final_metrics"] = to_json(self.final_metrics)
-        if self._finish_artifacts is not None:
-            extra["artifacts"] = to_json(self._finish_artifacts)
-        if self._finish_exit is not None:
-            extra["exit_code"], extra["signal"] = self._finish_exit
-        extra["log_lines"], extra["log_dropped"] = self.log_lines, self.log_dropped
-        if self.log_dropped:
-            self._system_line(
-                events,
-                f"log truncated: {self.log_dropped} lines after the first {LOG_CAP} were not kept",
-            )
-
-    def _transition_events(
-        self,
-        before: JobState,
-        after: JobState,
-        event: PhaseEvent,
-        events: list[StoredEvent],
-        retrying: bool,
-    ) -> None:
-        """The ``phase`` event of a new phase, then the attempt's system line, if any."""
-        if after.phase is not before.phase:
-            self.seq += 1
-            retry = after.retries if retrying else 0
-            placed = None
-            if after.phase is Phase.ASSIGNED and after.node_id is not None:
-                placed = (after.node_id, after.attempt)
-            events.append(
-                phase_event(
-                    self.id, self.seq, after.phase.value, now_ms(), after.error, retry, placed
-                )
-            )
-        note = attempt_note(before, after, event)
-        if note is not None:
-            self._system_line(events, note)
-
-    def _retry_columns(
-        self, before: JobState, after: JobState, event: Finished, extra: dict[str, Any]
-    ) -> str:
-        """A try that ends in a retry: its record kept, the next try's metrics fresh; the
-        wait reason while its backoff runs."""
-        tries = (*self.row.tries, self._try_record(before, after, event))
-        extra["tries"] = to_json(list(tries))
-        self.row = replace(self.row, tries=tries, retries=after.retries)
-        self.final_metrics = {}  # the next try's own; the record keeps this one's
-        extra["final_metrics"] = "{}"
-        until = iso_ms(after.retry_at or now_ms())
-        return f"retry {after.retries}: waiting out its backoff until {until}"
-
-    def _queue_columns(
-        self, after: JobState, extra: dict[str, Any], wait_reason: str | None
-    ) -> None:
-        """Back in the queue: its wait reason, its GPUs gone; on a node: the GPUs the agent
-        reported with the phase."""
-        if after.phase is Phase.QUEUED:
-            extra["wait_reason"] = wait_reason
-            if self.row.gpus:
-                extra["gpus"] = None
-                self.row = replace(self.row, gpus=())
-        elif self._gpus is not None:
-            extra["gpus"] = to_json(list(self._gpus))
-            self.row = replace(self.row, gpus=self._gpus)
 
     async def _teleop(self, stream: str, frame: str) -> TeleopOrder:
         node_id, attempt = self.state.node_id, self.state.attempt
