@@ -28,12 +28,11 @@ from typing import Any, cast
 
 import trio
 
-from runplane import sealed_env, vault
 from runplane.actors import placement as pl
-from runplane.actors.admission import AdmissionActor, AdmissionMsg, PhaseChanged
+from runplane.actors.admission import AdmissionActor, AdmissionMsg, follow_jobs
 from runplane.actors.channels import ChannelMsg, ChannelTargets, get_targets
 from runplane.actors.janitor import Janitor, JanitorMsg, SweepNow, Swept
-from runplane.actors.job_deps import JobDeps
+from runplane.actors.job_deps import JobDeps, StreamSetup
 from runplane.actors.job_messages import JOBS, Assign, LoseAttempt, WaitReason
 from runplane.actors.node import NodeDeps
 from runplane.actors.sampler import NodeSampler
@@ -41,9 +40,7 @@ from runplane.actors.scheduler import Scheduler, SchedulerDeps, SchedulerMsg
 from runplane.actors.webhooks import DispatchDeps, DispatchMsg, WebhookDispatcher
 from runplane.artifacts import ArtifactStore
 from runplane.jobs import counts
-from runplane.jobs.orders import cancel_order, connection_ids, run_order
-from runplane.jobs.phase import TERMINAL, Phase
-from runplane.jobs.rows import JobRow
+from runplane.jobs.transitions import Transitions
 from runplane.nodes import grants as node_grants
 from runplane.nodes import repo as nodes_repo
 from runplane.nodes.metrics import SAMPLE_SEC
@@ -55,6 +52,7 @@ from runplane.sealing import Sealer
 from runplane.services.fleet import Fleet
 from runplane.services.git import Git
 from runplane.services.job_arrays import JobArrays
+from runplane.services.job_links import FleetLink, PlacementQueue
 from runplane.services.jobs import Jobs
 from runplane.services.pipelines import Pipelines
 from runplane.services.schedules import Schedules
@@ -65,8 +63,6 @@ from runplane.settings import Settings
 from runplane.stacks import Catalog
 from runplane.streams.acks import TeleopAcks
 
-#: Phases a run from a git connection reports as a commit status (docs/git.md).
-STATUS_PHASES = TERMINAL | {Phase.RUNNING}
 #: Seconds between agent heartbeats, and how many may be missed before a node is lost.
 HEARTBEAT_SEC = 5.0
 MISSED_HEARTBEATS = 3
@@ -104,51 +100,7 @@ class Root:
         self.actors = Supervisor(name="actors", intensity=1000, period=1.0)
         self.registry = Registry(self.actors)
         self.supervisor = Supervisor(
-            [
-                ChildSpec("channels", lambda: ChannelTargets(store)),
-                ChildSpec(
-                    "admission",
-                    lambda: AdmissionActor(
-                        store,
-                        platform_caps(settings),
-                        use_docs=settings.area_enabled("policy"),
-                    ),
-                    mailbox_capacity=4096,
-                ),
-                ChildSpec(
-                    "placement",
-                    lambda: pl.PlacementActor(
-                        store=store, assign=self._assign, tell_reason=self._tell_reason
-                    ),
-                    mailbox_capacity=4096,
-                ),
-                ChildSpec("sampler", lambda: NodeSampler(store, self._fleet_now, node_sample_sec)),
-                ChildSpec(
-                    "janitor",
-                    lambda: Janitor(
-                        store,
-                        self.artifacts,
-                        settings.retention_days,
-                        period=settings.retention_sweep_sec,
-                    ),
-                ),
-                ChildSpec(
-                    "webhooks",
-                    lambda: WebhookDispatcher(
-                        DispatchDeps(
-                            store,
-                            self.webhooks.sealer,
-                            self.webhooks.allow,
-                            enabled=self.webhooks.enabled,
-                        )
-                    ),
-                    mailbox_capacity=4096,
-                ),
-                ChildSpec("actors", lambda: self.actors),
-            ],
-            intensity=5,
-            period=10.0,
-            name="root",
+            self._children(node_sample_sec), intensity=5, period=10.0, name="root"
         )
         self.fleet = Fleet(settings, store, self.registry)
         self._sealer: Sealer | None = None  # made by sealer() once the key is loaded
@@ -163,6 +115,50 @@ class Root:
         self._schedules: Schedules | None = None
         #: the streams service (runplane/services/streams.py): asks the job actors
         self.streams = Streams(store, self.hub, self.registry, catalog, settings, self.teleop_acks)
+
+    def _children(self, node_sample_sec: float) -> list[ChildSpec[Any]]:
+        """The root's children (the scheduler is started last, by ``run``)."""
+        store, settings = self.store, self.settings
+        return [
+            ChildSpec("channels", lambda: ChannelTargets(store)),
+            ChildSpec(
+                "admission",
+                lambda: AdmissionActor(
+                    store, platform_caps(settings), use_docs=settings.area_enabled("policy")
+                ),
+                mailbox_capacity=4096,
+            ),
+            ChildSpec(
+                "placement",
+                lambda: pl.PlacementActor(
+                    store=store, assign=self._assign, tell_reason=self._tell_reason
+                ),
+                mailbox_capacity=4096,
+            ),
+            ChildSpec("sampler", lambda: NodeSampler(store, self._fleet_now, node_sample_sec)),
+            ChildSpec(
+                "janitor",
+                lambda: Janitor(
+                    store,
+                    self.artifacts,
+                    settings.retention_days,
+                    period=settings.retention_sweep_sec,
+                ),
+            ),
+            ChildSpec(
+                "webhooks",
+                lambda: WebhookDispatcher(
+                    DispatchDeps(
+                        store,
+                        self.webhooks.sealer,
+                        self.webhooks.allow,
+                        enabled=self.webhooks.enabled,
+                    )
+                ),
+                mailbox_capacity=4096,
+            ),
+            ChildSpec("actors", lambda: self.actors),
+        ]
 
     async def _assign(self, job_id: str, node_id: str) -> pl.Handover:
         answer = await self.registry.ask(JOBS, job_id, Assign(node_id))
@@ -205,44 +201,51 @@ class Root:
             task_status.started()
 
     def _wire(self) -> None:
-        placement = self.placement
         registry = self.registry
-        admission = self.admission
-        fleet = self.fleet
-        self._jobs = Jobs(
-            self.store, self._catalog, registry, placement, admission, self.hub, self.sealer
+        self._jobs = jobs = Jobs(
+            self.store,
+            self._catalog,
+            registry,
+            self.placement,
+            self.admission,
+            self.hub,
+            self.sealer,
         )
-        self._jobs.resolve_git = self.git.resolve_mounts
-        self._pipelines = pipelines = Pipelines(self.store, self._jobs, registry)
-        pipelines.register()
+        jobs.resolve_git = self.git.resolve_mounts
+        self._pipelines = pipelines = Pipelines(self.store, jobs, registry)
         self._sessions = sessions = Sessions(
-            self.store, self._jobs, registry, self._catalog, self.settings
+            self.store, jobs, registry, self._catalog, self.settings
         )
-        sessions.register()
-        self._schedules = Schedules(self.store, self._jobs, pipelines, self._scheduler_ref)
+        self._schedules = Schedules(self.store, jobs, pipelines, self._scheduler_ref)
+        # Who follows a job's transitions (runplane/jobs/transitions.py), in this order:
+        # the admission ledger first (a slot is free before the transition's effects give
+        # placement the capacity back), the run's webhook deliveries and commit status
+        # (queued in the transition's transaction), its pipeline, its session.
+        transitions = Transitions()
+        follow_jobs(self.admission, transitions)
+        self.webhooks.follow(transitions)
+        self.git.follow(transitions, self.webhooks.poke)
+        pipelines.register(transitions)
+        sessions.register(transitions)
+        streams = StreamSetup(
+            self._stream_kinds, self.settings.stream_ring, self.teleop_acks, self.streams.counters
+        )
+        jobs.register(
+            JobDeps(
+                self.store,
+                self.hub,
+                node=FleetLink(self.store, self.fleet, self.git, self.sealer),
+                placement=PlacementQueue(self.placement, self.fleet),
+                streams=streams,
+                transitions=transitions,
+            )
+        )
+        self.fleet.register(self._node_deps())
 
-        # Job actors send these on every transition: tell_now queues without a scheduling
-        # point (a yield per transition had tripled the paced submit-to-running latency).
-        webhooks = self.webhooks
-
-        async def phase_changed(row: JobRow, phase: Phase) -> None:
-            await admission.tell_now(PhaseChanged(row.id, phase, row.org_id, row.submitted_by))
-            if phase in TERMINAL:
-                await webhooks.ended(row.org_id)  # its deliveries were queued with its end
-            if phase in STATUS_PHASES and connection_ids(row.spec):
-                await webhooks.poke()  # a commit status was queued with the change
-
-        async def enqueue(row: JobRow) -> None:
-            await placement.tell(pl.Enqueue.of(row))
-
-        async def dequeue(job_id: str) -> None:
-            await placement.tell(pl.Dequeue(job_id))
-
-        async def release(job_id: str) -> None:
-            await placement.tell(pl.Release(job_id))
-
-        async def reprioritize(job_id: str, priority: int) -> None:
-            await placement.tell(pl.Reprioritize(job_id, priority))
+    def _node_deps(self) -> NodeDeps:
+        """What the node actors talk to: placement (a node up or down), the job actors (an
+        attempt lost), the fleet's beats and expectations, the release channels."""
+        placement, registry = self.placement, self.registry
 
         async def node_up(shape: NodeShape) -> None:
             await placement.tell(pl.NodeUp(shape))
@@ -253,44 +256,16 @@ class Root:
         async def lose_attempt(job_id: str, attempt: int, reason: str) -> None:
             await registry.tell(JOBS, job_id, LoseAttempt(attempt, reason))
 
-        self._jobs.register(
-            JobDeps(
-                store=self.store,
-                hub=self.hub,
-                deliver=fleet.deliver,
-                enqueue=enqueue,
-                dequeue=dequeue,
-                release=release,
-                reprioritize=reprioritize,
-                node_outcome=fleet.node_outcome,
-                run_order=run_order,
-                cancel_order=cancel_order,
-                phase_changed=phase_changed,
-                stage_changed=pipelines.stage_changed,
-                session_changed=sessions.job_changed,
-                end_tx=webhooks.end_tx,
-                mount_auth=self.git.mount_auth,
-                phase_tx=self.git.status_tx,
-                env_secrets=self._env_secrets,
-                open_spec=self._open_spec,
-                stream_kinds=self._stream_kinds,
-                stream_ring=self.settings.stream_ring,
-                teleop_acks=self.teleop_acks,
-                stream_counters=self.streams.counters,
-            )
-        )
-        fleet.register(
-            NodeDeps(
-                store=self.store,
-                grace=self.heartbeat_sec * MISSED_HEARTBEATS,
-                reconnect_grace=self.reconnect_grace_sec,
-                node_up=node_up,
-                node_down=node_down,
-                lose_attempt=lose_attempt,
-                expected=fleet.expected,
-                record_beat=fleet.record_beat,
-                channel_target=self._channel_target,
-            )
+        return NodeDeps(
+            store=self.store,
+            grace=self.heartbeat_sec * MISSED_HEARTBEATS,
+            reconnect_grace=self.reconnect_grace_sec,
+            node_up=node_up,
+            node_down=node_down,
+            lose_attempt=lose_attempt,
+            expected=self.fleet.expected,
+            record_beat=self.fleet.record_beat,
+            channel_target=self._channel_target,
         )
 
     def _scheduler_ref(self) -> ActorRef[SchedulerMsg] | None:
@@ -313,14 +288,6 @@ class Root:
         if self._sealer is None:
             self._sealer = Sealer(self.settings.secret_key_bytes())
         return self._sealer
-
-    async def _env_secrets(self, row: JobRow) -> dict[str, str]:
-        refs = vault.spec_references(row.spec)
-        names = {name for found in refs.values() for name in found}
-        return await vault.values(self.store, self.sealer(), row.org_id, names)
-
-    def _open_spec(self, row: JobRow) -> tuple[dict[str, Any], list[str]]:
-        return sealed_env.opened_spec(row.spec, self.sealer, row.org_id)
 
     async def _channel_target(self, channel: str) -> str | None:
         return (await get_targets(self.channels)).get(channel)

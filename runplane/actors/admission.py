@@ -23,6 +23,7 @@ from typing import Any, assert_never
 
 from runplane.jobs import repo
 from runplane.jobs.phase import Phase
+from runplane.jobs.transitions import JobTransitioned, Transitions
 from runplane.persistence import Store
 from runplane.policy import Caps, Clamp, PolicyDoc, ceilings, clamp, effective
 from runplane.policy import repo as policy_repo
@@ -113,6 +114,23 @@ AdmissionMsg = (
 
 
 # replies --------------------------------------------------------------------------------
+
+
+def follow_jobs(admission: ActorRef[AdmissionMsg], transitions: Transitions) -> None:
+    """The ledger hears every job's phase change once it is stored (the first of the
+    transitions' subscribers: a terminal phase frees the slot before the transition's
+    effects give placement the node's capacity back). ``tell_now`` queues without a
+    scheduling point (a yield per transition had tripled the paced submit-to-running
+    latency)."""
+
+    async def phase_changed(moved: JobTransitioned) -> None:
+        if moved.changed:
+            row = moved.row
+            await admission.tell_now(
+                PhaseChanged(row.id, moved.phase, row.org_id, row.submitted_by)
+            )
+
+    transitions.subscribe(phase_changed)
 
 
 @dataclass(frozen=True, slots=True)

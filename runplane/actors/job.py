@@ -9,11 +9,10 @@ million finished jobs are rows, not tasks.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, assert_never
 
-from runplane import sealed_env, vault
 from runplane.actors.job_deps import JobDeps
 from runplane.actors.job_messages import (
     AgentFinished,
@@ -37,17 +36,16 @@ from runplane.actors.job_messages import (
 )
 from runplane.agent import protocol as p
 from runplane.jobs import repo
+from runplane.jobs.delta import LOG_CAP, Delta, Held, row_delta
 from runplane.jobs.events import (
     JobEvent,
     StoredEvent,
     log_event,
     metric_event,
-    phase_event,
     ring_name,
     system_line_event,
     wait_reason_event,
 )
-from runplane.jobs.orders import connection_ids
 from runplane.jobs.phase import (
     Assigned,
     CancelRequested,
@@ -65,39 +63,17 @@ from runplane.jobs.phase import (
     transition,
 )
 from runplane.jobs.phase import Event as PhaseEvent
-from runplane.jobs.reports import attempt_note, checked_artifacts
+from runplane.jobs.reports import checked_artifacts
 from runplane.jobs.rows import JobRow
 from runplane.jobs.spec import retry_policy
+from runplane.jobs.transitions import JobTransitioned
 from runplane.nodes.status import AttemptOutcome
 from runplane.persistence import now_ms, to_json
 from runplane.runtime import Actor, Ring
 from runplane.streams.acks import AckKey
 from runplane.streams.job_streams import JobStreams
-from runplane.timefmt import iso_ms
 
 log = logging.getLogger("runplane.jobs")
-
-#: Log lines one job may keep; past it lines are counted, not stored, and a system line says so.
-LOG_CAP = 50_000
-
-
-def _both(
-    first: Callable[[Any], Any] | None, second: Callable[[Any], Any] | None
-) -> Callable[[Any], Any] | None:
-    """Two optional transaction parts as one."""
-    if first is None or second is None:
-        return first or second
-
-    def both(tx: Any) -> None:
-        first(tx)
-        second(tx)
-
-    return both
-
-
-def _clones(row: JobRow) -> bool:
-    """Whether a job's mounts clone with a git connection's credential."""
-    return bool(connection_ids(row.spec))
 
 
 class JobActor(Actor[JobMsg]):
@@ -135,10 +111,10 @@ class JobActor(Actor[JobMsg]):
             self.id,
             deps.store,
             deps.hub,
-            declared=deps.stream_kinds(row.stack),
+            declared=deps.streams.kinds(row.stack),
             saved=row.streams,
-            ring_capacity=deps.stream_ring,
-            counters=deps.stream_counters,
+            ring_capacity=deps.streams.ring,
+            counters=deps.streams.counters,
         )
 
     def _ring(self) -> Ring[JobEvent]:
@@ -156,7 +132,7 @@ class JobActor(Actor[JobMsg]):
         if self.state.phase is Phase.QUEUED and self.state.retry_at is not None:
             self._await_backoff()  # placement's rebuild left it out: it is not due yet
         elif self.state.phase is Phase.QUEUED:
-            await self.deps.enqueue(self.row)
+            await self.deps.placement.enqueue(self.row)
         if self.state.phase.terminal:
             self.ring.close()
             self.streams.close()
@@ -224,7 +200,7 @@ class JobActor(Actor[JobMsg]):
         if not self._from_current_node(msg.node_id, msg.attempt):
             return False
         attempt = msg.attempt
-        event: PhaseEvent = Pulling(attempt) if msg.phase == Phase.PULLING else Running(attempt)
+        event: PhaseEvent = Pulling(attempt) if msg.phase is Phase.PULLING else Running(attempt)
         self._gpus = msg.gpus or None
         try:
             return await self._apply(event) is not None
@@ -236,27 +212,30 @@ class JobActor(Actor[JobMsg]):
             return False
         if self.state.phase.terminal and not self._after_cancel():
             return False
-        if not self._stored(msg.n):
-            await self._logs(msg.lines, msg.n)  # after a cancel: the process's last words
+        if not self._stored(msg.report.n):
+            # after a cancel: the process's last words
+            await self._logs(msg.report.lines, msg.report.n)
         return True
 
     async def _on_agent_metric(self, msg: AgentMetric) -> bool:
         if not self._from_current_node(msg.node_id, msg.attempt) or self.state.phase.terminal:
             return False
-        if not self._stored(msg.n):
-            await self._metric(msg.step, msg.values, msg.n)
+        report = msg.report
+        if not self._stored(report.n):
+            await self._metric(report.step, report.values, report.n)
         return True
 
     async def _on_agent_finished(self, msg: AgentFinished) -> bool:
         if not self._from_current_node(msg.node_id, msg.attempt):
             return False
+        report = msg.report
         if self._after_cancel():
-            return await self._late_finish(msg.final_metrics, msg.exit_code, msg.signal)
-        self.final_metrics.update(msg.final_metrics)
-        self._finish_artifacts = checked_artifacts(self.id, msg.artifacts)
-        self._finish_exit = (msg.exit_code, msg.signal)
-        outcome = Phase(msg.outcome)
-        finished = Finished(msg.attempt, outcome, msg.error, self._retry_in_ms(outcome))
+            return await self._late_finish(report.final_metrics, report.exit_code, report.signal)
+        self.final_metrics.update(report.final_metrics)
+        self._finish_artifacts = checked_artifacts(self.id, report.artifacts)
+        self._finish_exit = (report.exit_code, report.signal)
+        outcome = msg.outcome
+        finished = Finished(msg.attempt, outcome, report.error, self._retry_in_ms(outcome))
         try:
             return await self._apply(finished) is not None
         finally:
@@ -266,7 +245,7 @@ class JobActor(Actor[JobMsg]):
     async def _on_agent_stream(self, msg: AgentStream) -> bool:
         if not self._from_current_node(msg.node_id, msg.attempt) or self.state.phase.terminal:
             return False
-        await self.streams.receive(msg.stream, msg.chunks)
+        await self.streams.receive(msg.report.stream, msg.report.chunks)
         return True
 
     async def _on_backoff_over(self, msg: BackoffOver) -> bool:
@@ -278,7 +257,7 @@ class JobActor(Actor[JobMsg]):
         await repo.set_priority(self.deps.store, self.id, msg.priority)
         self.row = replace(self.row, priority=msg.priority)
         if self.state.phase is Phase.QUEUED:
-            await self.deps.reprioritize(self.id, msg.priority)
+            await self.deps.placement.reprioritize(self.id, msg.priority)
         return True
 
     def _retry_in_ms(self, outcome: Phase) -> int | None:
@@ -293,25 +272,6 @@ class JobActor(Actor[JobMsg]):
         """Wake the job when its retry's backoff is over (restarted: what is left of it)."""
         left = max(0, (self.state.retry_at or 0) - now_ms()) / 1000
         self.context.tell_after(left, BackoffOver(self.state.retries))
-
-    def _try_record(self, before: JobState, after: JobState, event: Finished) -> dict[str, Any]:
-        """The outcome of the try a retry follows, as the view's ``tries`` lists it."""
-        exit_code, signal = self._finish_exit or (None, None)
-        return {
-            "try": after.retries,
-            "attempt": before.attempt,
-            "node_id": before.node_id,
-            "phase": event.outcome.value,
-            "error": event.error or "",
-            "exit_code": exit_code,
-            "signal": signal,
-            "started_at": before.started_at,
-            # the transition's own clock reading (its retry_at is this plus the backoff),
-            # not a later one: the backoff is measured from when the try was seen to end
-            "finished_at": (after.retry_at or now_ms()) - (event.retry_in_ms or 0),
-            "final_metrics": dict(self.final_metrics),
-            "artifacts": list(self._finish_artifacts or ()),
-        }
 
     def _from_current_node(self, node_id: str, attempt: int) -> bool:
         if node_id != self.state.node_id or attempt != self.state.attempt:
@@ -369,49 +329,39 @@ class JobActor(Actor[JobMsg]):
         effects = await self._apply(CancelRequested()) or ()
         killed = False
         if Effect.CANCEL_ON_NODE in effects and node is not None:
-            killed = await self.deps.deliver(node, self.deps.cancel_order(self.id, attempt))
+            killed = await self.deps.node.deliver(
+                node, self.deps.node.cancel_order(self.id, attempt)
+            )
         return CancelOutcome(cancelled=True, killed_on_node=killed)
 
     async def _apply(self, event: PhaseEvent) -> tuple[Effect, ...] | None:
-        """Apply ``event`` to the phase machine: store the new state with its events, publish
-        them, report the phase, run the effects. None when the machine refused it."""
+        """Apply ``event`` to the phase machine: store the new state with its events (and
+        the transition's in-transaction parts), publish them, tell the transition's
+        subscribers, run the effects. None when the machine refused it."""
         before = self.state
         try:
             after, effects = transition(before, event, now_ms())
         except (InvalidTransition, StaleAttempt) as exc:
             self._log_refused(before, exc)
             return None
-        events: list[StoredEvent] = []
-        extra: dict[str, Any] = {}
-        if after.attempt != before.attempt:  # reports are numbered per attempt
-            self.report_n = extra["report_n"] = 0
-        if after.phase.terminal:
-            self._terminal_columns(extra, events)
-        retrying = Effect.RETRY_LATER in effects and isinstance(event, Finished)
-        self._transition_events(before, after, event, events, retrying)
-        wait_reason = None
-        if retrying:
-            assert isinstance(event, Finished)
-            wait_reason = self._retry_columns(before, after, event, extra)
-        self._queue_columns(after, extra, wait_reason)
-        ends = after.phase.terminal and not before.phase.terminal
+        delta = self._delta(before, after, event, effects)
+        moved = self._transitioned(before, after)
         await self.deps.store.transaction(
             repo.save_state(
                 self.id,
                 after,
-                events,
+                delta.events,
                 self.seq,
-                ended_org=self.row.org_id if ends else None,
-                also=self._also(before, after, ends),
-                **extra,
+                ended_org=self.row.org_id if moved.ends else None,
+                also=self.deps.transitions.tx_part(moved),
+                **delta.columns,
             )
         )
         self.state = after
         if after.phase is Phase.QUEUED:
-            self.wait_reason = wait_reason
-        self._publish(events, terminal=after.phase.terminal and after.phase is not before.phase)
-        if after.phase is not before.phase:
-            await self._phase_hooks(after)
+            self.wait_reason = delta.columns.get("wait_reason")
+        self._publish(delta.events, terminal=moved.ends)
+        await self.deps.transitions.published(moved)
         log.info(
             "job phase",
             extra={
@@ -428,6 +378,35 @@ class JobActor(Actor[JobMsg]):
             self.streams.close()
         return effects
 
+    def _delta(
+        self, before: JobState, after: JobState, event: PhaseEvent, effects: tuple[Effect, ...]
+    ) -> Delta:
+        """What the transition writes (``jobs/delta.py``); the actor holds what it says."""
+        held = Held(
+            self.row,
+            self.seq,
+            self.final_metrics,
+            self.log_lines,
+            self.log_dropped,
+            artifacts=self._finish_artifacts,
+            exit=self._finish_exit,
+            gpus=self._gpus,
+        )
+        delta = row_delta(held, before, after, event, effects, now_ms())
+        self.seq, self.row, self.final_metrics = delta.seq, delta.row, delta.final_metrics
+        if "report_n" in delta.columns:
+            self.report_n = 0
+        return delta
+
+    def _transitioned(self, before: JobState, after: JobState) -> JobTransitioned:
+        """The event its followers hear (``runplane/jobs/transitions.py``): the row as the
+        actor holds it now, the metrics stored, the artifacts an ending keeps."""
+        artifacts: list[dict[str, Any]] = []
+        if after.phase.terminal and not before.phase.terminal:
+            finish = self._finish_artifacts
+            artifacts = list(self.row.artifacts if finish is None else finish)
+        return JobTransitioned(self.row, before, after, dict(self.final_metrics), artifacts)
+
     def _log_refused(self, before: JobState, exc: Exception) -> None:
         # after a cancel, the attempt's late reports (phase, node loss) are routine
         routine = before.phase is Phase.CANCELLED
@@ -437,112 +416,20 @@ class JobActor(Actor[JobMsg]):
             extra={"job_id": self.id, "reason": str(exc)},
         )
 
-    # -- what a transition writes --------------------------------------------------------
-
-    def _terminal_columns(self, extra: dict[str, Any], events: list[StoredEvent]) -> None:
-        """The columns an ending stores: metrics, artifacts, how the process ended, the
-        log counts (lines past the cap wrote nothing while they arrived)."""
-        extra["final_metrics"] = to_json(self.final_metrics)
-        if self._finish_artifacts is not None:
-            extra["artifacts"] = to_json(self._finish_artifacts)
-        if self._finish_exit is not None:
-            extra["exit_code"], extra["signal"] = self._finish_exit
-        extra["log_lines"], extra["log_dropped"] = self.log_lines, self.log_dropped
-        if self.log_dropped:
-            self._system_line(
-                events,
-                f"log truncated: {self.log_dropped} lines after the first {LOG_CAP} were not kept",
-            )
-
-    def _transition_events(
-        self,
-        before: JobState,
-        after: JobState,
-        event: PhaseEvent,
-        events: list[StoredEvent],
-        retrying: bool,
-    ) -> None:
-        """The ``phase`` event of a new phase, then the attempt's system line, if any."""
-        if after.phase is not before.phase:
-            self.seq += 1
-            retry = after.retries if retrying else 0
-            placed = None
-            if after.phase is Phase.ASSIGNED and after.node_id is not None:
-                placed = (after.node_id, after.attempt)
-            events.append(
-                phase_event(
-                    self.id, self.seq, after.phase.value, now_ms(), after.error, retry, placed
-                )
-            )
-        note = attempt_note(before, after, event)
-        if note is not None:
-            self._system_line(events, note)
-
-    def _retry_columns(
-        self, before: JobState, after: JobState, event: Finished, extra: dict[str, Any]
-    ) -> str:
-        """A try that ends in a retry: its record kept, the next try's metrics fresh; the
-        wait reason while its backoff runs."""
-        tries = (*self.row.tries, self._try_record(before, after, event))
-        extra["tries"] = to_json(list(tries))
-        self.row = replace(self.row, tries=tries, retries=after.retries)
-        self.final_metrics = {}  # the next try's own; the record keeps this one's
-        extra["final_metrics"] = "{}"
-        until = iso_ms(after.retry_at or now_ms())
-        return f"retry {after.retries}: waiting out its backoff until {until}"
-
-    def _queue_columns(
-        self, after: JobState, extra: dict[str, Any], wait_reason: str | None
-    ) -> None:
-        """Back in the queue: its wait reason, its GPUs gone; on a node: the GPUs the agent
-        reported with the phase."""
-        if after.phase is Phase.QUEUED:
-            extra["wait_reason"] = wait_reason
-            if self.row.gpus:
-                extra["gpus"] = None
-                self.row = replace(self.row, gpus=())
-        elif self._gpus is not None:
-            extra["gpus"] = to_json(list(self._gpus))
-            self.row = replace(self.row, gpus=self._gpus)
-
-    def _also(self, before: JobState, after: JobState, ends: bool) -> Callable[[Any], Any] | None:
-        """What other services store in the transition's transaction: the run's end
-        (webhook deliveries), the phase change (a commit status)."""
-        also = None
-        if ends:
-            artifacts = self._finish_artifacts
-            if artifacts is None:
-                artifacts = list(self.row.artifacts)
-            also = self.deps.end_tx(self.row, after, dict(self.final_metrics), artifacts)
-        if after.phase is not before.phase:
-            also = _both(also, self.deps.phase_tx(self.row, after))
-        return also
-
-    async def _phase_hooks(self, after: JobState) -> None:
-        """Tell who follows the job's phase durably: admission, its pipeline, its session."""
-        await self.deps.phase_changed(self.row, after.phase)
-        if self.row.pipeline_run_id is not None:
-            await self.deps.stage_changed(
-                self.row, after.phase.value, after.error, dict(self.final_metrics)
-            )
-        if self.row.session_id is not None:
-            await self.deps.session_changed(
-                self.row, after.phase.value, after.error, dict(self.final_metrics)
-            )
-
     async def _teleop(self, stream: str, frame: str) -> TeleopOrder:
         node_id, attempt = self.state.node_id, self.state.attempt
         if self.state.phase is not Phase.RUNNING or node_id is None:
             return TeleopOrder(not_live=f"the job is {self.state.phase.value}, not running")
         seq = await self.streams.next_teleop_seq(stream)
         key: AckKey = (self.id, attempt, stream, seq)
-        pending = self.deps.teleop_acks.expect(key)
+        acks = self.deps.streams.teleop_acks
+        pending = acks.expect(key)
         order = p.Teleop(
             job_id=self.id, attempt=attempt, stream=stream, seq=seq, ts=now_ms(), frame=frame
         )
-        sent = await self.deps.deliver(node_id, order)
+        sent = await self.deps.node.deliver(node_id, order)
         if not sent:
-            self.deps.teleop_acks.forget(key)
+            acks.forget(key)
         return TeleopOrder(sent=sent, seq=seq, key=key, pending=pending)
 
     def _publish(self, events: list[StoredEvent], *, terminal: bool = False) -> None:
@@ -561,38 +448,32 @@ class JobActor(Actor[JobMsg]):
             match effect:
                 case Effect.RUN_ON_NODE:
                     assert after.node_id is not None
-                    auth = {}
-                    if _clones(self.row):
-                        auth = await self.deps.mount_auth(self.row, after.attempt)
-                    row = self.row
-                    masked: list[str] = []
-                    if sealed_env.has_sealed(row.spec):
-                        spec, masked = self.deps.open_spec(row)
-                        row = replace(row, spec=spec)
-                    secrets: dict[str, str] = {}
-                    if vault.spec_references(row.spec):
-                        secrets = await self.deps.env_secrets(row)
-                    order = self.deps.run_order(row, after.attempt, auth, secrets, masked)
-                    delivered = await self.deps.deliver(after.node_id, order)
-                    await self.deps.node_outcome(after.node_id, AttemptOutcome.PLACED)
-                    if not delivered:  # the node vanished between plan and order
-                        reason = f"node {after.node_id} went away before the run order"
-                        self.context.start_soon(self._undelivered, after.attempt, reason)
+                    await self._run_on_node(after.node_id, after.attempt)
                 case Effect.RELEASE:
-                    await self.deps.release(self.id)
+                    await self.deps.placement.release(self.id)
                 case Effect.DEQUEUE:
-                    await self.deps.dequeue(self.id)
+                    await self.deps.placement.dequeue(self.id)
                 case Effect.ENQUEUE:
-                    await self.deps.enqueue(replace(self.row, phase=after.phase))
+                    await self.deps.placement.enqueue(replace(self.row, phase=after.phase))
                 case Effect.COUNT_LOST:
                     if before.node_id:
-                        await self.deps.node_outcome(before.node_id, AttemptOutcome.LOST)
+                        await self.deps.placement.node_outcome(before.node_id, AttemptOutcome.LOST)
                 case Effect.RETRY_LATER:
                     self._await_backoff()
                 case Effect.CANCEL_ON_NODE:
                     pass  # delivered by _cancel, which knows whether it reached the node
         if after.phase.terminal and before.node_id and after.phase is Phase.SUCCEEDED:
-            await self.deps.node_outcome(before.node_id, AttemptOutcome.OK)
+            await self.deps.placement.node_outcome(before.node_id, AttemptOutcome.OK)
+
+    async def _run_on_node(self, node_id: str, attempt: int) -> None:
+        """Send the attempt's run order; one the node did not take sends the job back
+        (uncounted: the loss is the node's)."""
+        order = await self.deps.node.run_order(self.row, attempt)
+        delivered = await self.deps.node.deliver(node_id, order)
+        await self.deps.placement.node_outcome(node_id, AttemptOutcome.PLACED)
+        if not delivered:  # the node vanished between plan and order
+            reason = f"node {node_id} went away before the run order"
+            self.context.start_soon(self._undelivered, attempt, reason)
 
     async def _undelivered(self, attempt: int, reason: str) -> None:
         await self.context.ref.tell(OrderUndelivered(attempt, reason))
@@ -618,7 +499,7 @@ class JobActor(Actor[JobMsg]):
         self.report_n = n
         return {"report_n": n}
 
-    async def _logs(self, lines: tuple[tuple[str, ...], ...], n: int | None = None) -> None:
+    async def _logs(self, lines: Sequence[tuple[str, ...]], n: int | None = None) -> None:
         room = max(0, LOG_CAP - self.log_lines)
         kept, dropped = lines[:room], len(lines) - min(room, len(lines))
         events: list[StoredEvent] = []

@@ -1,17 +1,27 @@
-"""What a job actor talks to (``runplane/actors/job.py``), injected so it knows no HTTP
-and no socket: the store and hub, the node deliveries, placement's hooks, the run order's
-makers, and the hooks of the services that follow a job's phase (``Root._wire`` builds
-it)."""
+"""What a job actor talks to (``runplane/actors/job.py``), injected so it knows no HTTP,
+no socket and none of the services that follow a job:
+
+- the store and the hub (its rows and events; its ring),
+- :class:`NodeLink`: the job's node (deliver an order; make the run and cancel orders),
+- :class:`PlacementLink`: placement's queue and reservations, and the node's attempt
+  counters,
+- :class:`StreamSetup`: what its streams need,
+- :class:`~runplane.jobs.transitions.Transitions`: who follows its transitions (admission,
+  pipelines, sessions, webhooks, git statuses subscribe there, not here).
+
+``Root._wire`` builds it from the real services (``runplane/services/job_links.py``); the
+actor's unit tests from fakes (``tests/actors/test_job_actor_unit.py``).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 from runplane.agent import protocol as p
-from runplane.jobs.phase import JobState, Phase
 from runplane.jobs.rows import JobRow
+from runplane.jobs.transitions import Transitions
 from runplane.nodes.status import AttemptOutcome
 from runplane.persistence import Store
 from runplane.runtime import Hub
@@ -19,18 +29,49 @@ from runplane.streams.acks import TeleopAcks
 from runplane.streams.chunks import DEFAULT_RING
 
 
-async def _no_phase_hook(row: JobRow, phase: Phase) -> None:
-    return None
+class NodeLink(Protocol):
+    """The job's node: its orders, made and delivered."""
+
+    async def deliver(self, node_id: str, order: p.Run | p.Cancel | p.Teleop) -> bool:
+        """Hand ``order`` to the node's agent; True when a live connection took it."""
+        ...
+
+    async def run_order(self, row: JobRow, attempt: int) -> p.Run:
+        """The agent's run order for ``attempt``: its mounts' credentials, its sealed env
+        opened, its org secrets' values (never stored with the job)."""
+        ...
+
+    def cancel_order(self, job_id: str, attempt: int) -> p.Cancel: ...
 
 
-async def _no_stage_hook(
-    row: JobRow, phase: str, error: str | None, final_metrics: dict[str, float]
-) -> None:
-    return None
+class PlacementLink(Protocol):
+    """Placement's queue and reservations, and the node's reliability counters."""
+
+    async def enqueue(self, row: JobRow) -> None: ...
+
+    async def dequeue(self, job_id: str) -> None: ...
+
+    async def release(self, job_id: str) -> None:
+        """Give the capacity (GPUs included) reserved for the job on its node back."""
+        ...
+
+    async def reprioritize(self, job_id: str, priority: int) -> None: ...
+
+    async def node_outcome(self, node_id: str, outcome: AttemptOutcome) -> None:
+        """The node placed, lost or finished an attempt (its reliability counters)."""
+        ...
 
 
-async def _nothing() -> dict[str, str]:
-    return {}
+@dataclass(frozen=True, slots=True)
+class StreamSetup:
+    """What a job's streams need: the kind of each stream a stack declares (stack name ->
+    {name: kind}), the chunks a stream's ring keeps, the teleop frames waiting for their
+    agent, and the server's stream counters (``runplane/services/streams.py``)."""
+
+    kinds: Callable[[str], dict[str, str]] = lambda stack: {}
+    ring: int = DEFAULT_RING
+    teleop_acks: TeleopAcks = field(default_factory=TeleopAcks)
+    counters: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,53 +80,7 @@ class JobDeps:
 
     store: Store
     hub: Hub
-    #: deliver a protocol message to a node's agent; True when handed to a live connection
-    deliver: Callable[[str, p.Run | p.Cancel | p.Teleop], Awaitable[bool]]
-    #: placement hooks
-    enqueue: Callable[[JobRow], Awaitable[None]]
-    dequeue: Callable[[str], Awaitable[None]]
-    release: Callable[[str], Awaitable[None]]
-    reprioritize: Callable[[str, int], Awaitable[None]]
-    #: the node lost (or finished) an attempt: reliability counters
-    node_outcome: Callable[[str, AttemptOutcome], Awaitable[None]]
-    #: build the agent's run order for (job row, attempt, git auth, org secret values,
-    #: more values to mask)
-    run_order: Callable[[JobRow, int, dict[str, str], dict[str, str], list[str]], p.Run]
-    cancel_order: Callable[[str, int], p.Cancel]
-    #: the credentials a job's mounts fetch git connections' repositories with through the
-    #: server (connection id -> Authorization header with the attempt's ticket), made when
-    #: its run order is built (docs/git.md)
-    mount_auth: Callable[[JobRow, int], Awaitable[dict[str, str]]] = lambda row, attempt: _nothing()
-    #: the values of the org secrets a job's env references, read when its run order is
-    #: built (docs/secrets.md; never stored with the job)
-    env_secrets: Callable[[JobRow], Awaitable[dict[str, str]]] = lambda row: _nothing()
-    #: the job's spec with its sealed plain env values opened, and those values (to
-    #: mask), for the run order (runplane/sealed_env.py; never stored opened)
-    open_spec: Callable[[JobRow], tuple[dict[str, Any], list[str]]] = lambda row: (row.spec, [])
-    #: the job's phase changed (durably): the admission ledger counts live work by it
-    phase_changed: Callable[[JobRow, Phase], Awaitable[None]] = _no_phase_hook
-    #: a pipeline stage job's phase changed (durably): (row, phase, error, final metrics)
-    #: for its pipeline actor (``runplane/actors/pipeline.py``)
-    stage_changed: Callable[[JobRow, str, str | None, dict[str, float]], Awaitable[None]] = (
-        _no_stage_hook
-    )
-    #: a session's pod job's phase changed (durably), for its session actor
-    #: (``runplane/actors/session.py``); the same arguments
-    session_changed: Callable[[JobRow, str, str | None, dict[str, float]], Awaitable[None]] = (
-        _no_stage_hook
-    )
-    #: the run ended: the part of the transaction storing its end that queues its
-    #: webhook deliveries, or None (``runplane/services/webhooks.py`` ``end_tx``)
-    end_tx: Callable[
-        [JobRow, JobState, dict[str, float], list[dict[str, Any]]], Callable[[Any], Any] | None
-    ] = lambda row, state, metrics, artifacts: None
-    #: the job's phase changed: a part of the transaction storing it (the commit status of
-    #: a run from a git connection, ``runplane/services/git.py`` ``status_tx``), or None
-    phase_tx: Callable[[JobRow, JobState], Callable[[Any], Any] | None] = lambda row, state: None
-    #: streams: the kind of each stream a stack declares (stack name -> {name: kind}),
-    #: chunks a stream's ring keeps, and teleop frames waiting for their agent
-    stream_kinds: Callable[[str], dict[str, str]] = lambda stack: {}
-    stream_ring: int = DEFAULT_RING
-    teleop_acks: TeleopAcks = field(default_factory=TeleopAcks)
-    #: the server's stream counters (runplane/services/streams.py ``Streams.counters``)
-    stream_counters: dict[str, int] = field(default_factory=dict)
+    node: NodeLink
+    placement: PlacementLink
+    streams: StreamSetup = field(default_factory=StreamSetup)
+    transitions: Transitions = field(default_factory=Transitions)

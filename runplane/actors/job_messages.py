@@ -1,11 +1,13 @@
 """The job actor's messages (``runplane/actors/job.py``): what placement, the agents'
-connections, the routes and the job's own timers send it, and its answers."""
+connections, the routes and the job's own timers send it, and its answers. An agent's
+report travels as the protocol model it arrived as (``runplane/agent/protocol.py``), with
+the node whose session it came from."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from runplane.agent import protocol as p
 from runplane.jobs.phase import Phase
 from runplane.runtime import ActorKind, Asks, Ring
 from runplane.streams.acks import AckKey, Pending
@@ -21,45 +23,68 @@ class Assign(Asks["AssignAnswer"]):
 
 @dataclass(frozen=True, slots=True)
 class AgentPhase:
+    """The agent's ``job_phase`` report (``pulling`` with the attempt's GPU devices, or
+    ``running``), as it came from ``node_id``."""
+
     node_id: str
-    attempt: int
-    phase: Phase  # PULLING | RUNNING
-    #: the GPU devices the agent assigned to the attempt (sent with ``pulling``)
-    gpus: tuple[str, ...] = ()
+    report: p.JobPhase
+
+    @property
+    def attempt(self) -> int:
+        return self.report.attempt
+
+    @property
+    def phase(self) -> Phase:  # PULLING | RUNNING
+        return Phase(self.report.phase)
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        return tuple(self.report.gpus)
 
 
 @dataclass(frozen=True, slots=True)
 class AgentLogs:
+    """The agent's ``job_logs`` report: lines are (stream, line), or (stream, line,
+    service) for a line of a pod's service; ``n`` is the agent's number of this report in
+    the attempt (None: an agent that does not number them), one already stored is a
+    resent duplicate."""
+
     node_id: str
-    attempt: int
-    #: (stream, line), or (stream, line, service) for a line of a pod's service
-    lines: tuple[tuple[str, ...], ...]
-    #: the agent's number of this report in the attempt (None: an agent that does not
-    #: number them); one already stored is a resent duplicate
-    n: int | None = None
+    report: p.JobLogs
+
+    @property
+    def attempt(self) -> int:
+        return self.report.attempt
 
 
 @dataclass(frozen=True, slots=True)
 class AgentMetric:
+    """The agent's ``job_metric`` report (numbered as ``AgentLogs``)."""
+
     node_id: str
-    attempt: int
-    step: int | None
-    values: dict[str, float]
-    n: int | None = None  # as AgentLogs.n
+    report: p.JobMetric
+
+    @property
+    def attempt(self) -> int:
+        return self.report.attempt
 
 
 @dataclass(frozen=True, slots=True)
 class AgentFinished(Asks[bool]):
+    """The agent's ``job_finished`` report: the outcome (a terminal phase), the final
+    metrics, the ArtifactRefs of the outputs it uploaded (checked before they are
+    recorded), how the process ended (exit code, or the signal's name)."""
+
     node_id: str
-    attempt: int
-    outcome: Phase  # a terminal one
-    error: str | None
-    final_metrics: dict[str, float]
-    #: ArtifactRefs of the outputs the agent uploaded (checked before they are recorded)
-    artifacts: tuple[dict[str, Any], ...] = ()
-    #: how the process ended: exit code (None if a signal ended it) and the signal's name
-    exit_code: int | None = None
-    signal: str | None = None
+    report: p.JobFinished
+
+    @property
+    def attempt(self) -> int:
+        return self.report.attempt
+
+    @property
+    def outcome(self) -> Phase:
+        return Phase(self.report.outcome)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,12 +130,14 @@ class BackoffOver:
 
 @dataclass(frozen=True, slots=True)
 class AgentStream:
-    """Chunks of one stream the job wrote (``job_stream``), in order."""
+    """The agent's ``job_stream`` report: chunks of one stream the job wrote, in order."""
 
     node_id: str
-    attempt: int
-    stream: str
-    chunks: tuple[Any, ...]  # protocol.StreamChunkIn
+    report: p.JobStream
+
+    @property
+    def attempt(self) -> int:
+        return self.report.attempt
 
 
 @dataclass(frozen=True, slots=True)

@@ -162,22 +162,8 @@ def transition(state: JobState, event: Event, now_ms: int) -> tuple[JobState, tu
     """The next state and the effects to apply, or raise InvalidTransition/StaleAttempt."""
     phase = state.phase
     match event:
-        case CancelRequested():
-            if phase.terminal:
-                raise InvalidTransition(state, event)
-            effects: tuple[Effect, ...] = (Effect.DEQUEUE,)
-            if phase.on_node:
-                effects = (Effect.CANCEL_ON_NODE, Effect.RELEASE)
-            return (
-                replace(
-                    state,
-                    phase=Phase.CANCELLED,
-                    finished_at=now_ms,
-                    error="cancelled",
-                    retry_at=None,
-                ),
-                effects,
-            )
+        case CancelRequested() if not phase.terminal:
+            return _cancelled(state, now_ms)
         case Assigned(node_id) if phase is Phase.QUEUED and state.retry_at is None:
             nxt = replace(
                 state,
@@ -193,59 +179,14 @@ def transition(state: JobState, event: Event, now_ms: int) -> tuple[JobState, tu
         case Running(attempt) if phase in (Phase.ASSIGNED, Phase.PULLING):
             _check_attempt(state, attempt)
             return replace(state, phase=Phase.RUNNING, started_at=now_ms), ()
-        case Finished(attempt, outcome, error, retry_in_ms) if phase.on_node:
-            _check_attempt(state, attempt)
-            if not outcome.terminal:
+        case Finished() if phase.on_node:
+            _check_attempt(state, event.attempt)
+            if not event.outcome.terminal:
                 raise InvalidTransition(state, event)
-            if retry_in_ms is not None and outcome in (Phase.FAILED, Phase.TIMEOUT):
-                return (
-                    replace(
-                        state,
-                        phase=Phase.QUEUED,
-                        retries=state.retries + 1,
-                        retry_at=now_ms + retry_in_ms,
-                        node_id=None,
-                        started_at=None,
-                        error=f"try {state.retries + 1} {outcome.value}: {error or outcome}",
-                    ),
-                    (Effect.RELEASE, Effect.RETRY_LATER),
-                )
-            started = state.started_at if state.started_at is not None else now_ms
-            return (
-                replace(
-                    state,
-                    phase=outcome,
-                    error=error if outcome is not Phase.SUCCEEDED else None,
-                    started_at=started,
-                    finished_at=now_ms,
-                ),
-                (Effect.RELEASE,),
-            )
+            return _finished(state, event, now_ms)
         case NodeLost(attempt, reason) if phase.on_node:
             _check_attempt(state, attempt)
-            attempts = state.attempts + 1
-            if attempts >= MAX_ATTEMPTS:
-                return (
-                    replace(
-                        state,
-                        phase=Phase.FAILED,
-                        attempts=attempts,
-                        finished_at=now_ms,
-                        error=f"lost its node {attempts} times (last: {reason}); giving up",
-                    ),
-                    (Effect.RELEASE, Effect.COUNT_LOST),
-                )
-            return (
-                replace(
-                    state,
-                    phase=Phase.QUEUED,
-                    attempts=attempts,
-                    node_id=None,
-                    started_at=None,
-                    error=reason,  # the queued job says why it waits again
-                ),
-                (Effect.RELEASE, Effect.COUNT_LOST, Effect.ENQUEUE),
-            )
+            return _lost(state, reason, now_ms)
         case RetryDue(retries) if (
             phase is Phase.QUEUED and state.retry_at is not None and retries == state.retries
         ):
@@ -260,3 +201,70 @@ def transition(state: JobState, event: Event, now_ms: int) -> tuple[JobState, tu
     if isinstance(event, Pulling | Running | Finished | NodeLost | Undelivered):
         _check_attempt(state, event.attempt)
     raise InvalidTransition(state, event)
+
+
+def _cancelled(state: JobState, now_ms: int) -> tuple[JobState, tuple[Effect, ...]]:
+    """Cancelled: out of the queue, or killed on its node and its reservation released."""
+    effects: tuple[Effect, ...] = (Effect.DEQUEUE,)
+    if state.phase.on_node:
+        effects = (Effect.CANCEL_ON_NODE, Effect.RELEASE)
+    nxt = replace(
+        state, phase=Phase.CANCELLED, finished_at=now_ms, error="cancelled", retry_at=None
+    )
+    return nxt, effects
+
+
+def _finished(state: JobState, event: Finished, now_ms: int) -> tuple[JobState, tuple[Effect, ...]]:
+    """The attempt ended: a retry waits out its backoff in the queue; else the job ends."""
+    outcome, error = event.outcome, event.error
+    if event.retry_in_ms is not None and outcome in (Phase.FAILED, Phase.TIMEOUT):
+        return (
+            replace(
+                state,
+                phase=Phase.QUEUED,
+                retries=state.retries + 1,
+                retry_at=now_ms + event.retry_in_ms,
+                node_id=None,
+                started_at=None,
+                error=f"try {state.retries + 1} {outcome.value}: {error or outcome}",
+            ),
+            (Effect.RELEASE, Effect.RETRY_LATER),
+        )
+    started = state.started_at if state.started_at is not None else now_ms
+    return (
+        replace(
+            state,
+            phase=outcome,
+            error=error if outcome is not Phase.SUCCEEDED else None,
+            started_at=started,
+            finished_at=now_ms,
+        ),
+        (Effect.RELEASE,),
+    )
+
+
+def _lost(state: JobState, reason: str, now_ms: int) -> tuple[JobState, tuple[Effect, ...]]:
+    """The node lost the attempt: back in the queue, or failed after MAX_ATTEMPTS."""
+    attempts = state.attempts + 1
+    if attempts >= MAX_ATTEMPTS:
+        return (
+            replace(
+                state,
+                phase=Phase.FAILED,
+                attempts=attempts,
+                finished_at=now_ms,
+                error=f"lost its node {attempts} times (last: {reason}); giving up",
+            ),
+            (Effect.RELEASE, Effect.COUNT_LOST),
+        )
+    return (
+        replace(
+            state,
+            phase=Phase.QUEUED,
+            attempts=attempts,
+            node_id=None,
+            started_at=None,
+            error=reason,  # the queued job says why it waits again
+        ),
+        (Effect.RELEASE, Effect.COUNT_LOST, Effect.ENQUEUE),
+    )

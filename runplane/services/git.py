@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -19,8 +19,8 @@ from runplane.git.statuses import STATE_OF
 from runplane.git.tickets import TICKET_TTL_SEC, Ticket, TicketInvalid, mint, verify
 from runplane.jobs import repo as jobs_repo
 from runplane.jobs.orders import connection_ids
-from runplane.jobs.phase import JobState
 from runplane.jobs.rows import JobRow
+from runplane.jobs.transitions import JobTransitioned, Transitions
 from runplane.persistence import Store, Tx
 from runplane.problems import FieldProblem, Problem
 from runplane.runtime import clock
@@ -170,15 +170,27 @@ class Git:
                 await connections.set_status(self.store, conn.id, ACTIVE, "")
             mount.update(ref=f"{conn.repo_url}#{commit}", rev=rev, commit=commit)
 
-    def status_tx(self, row: JobRow, state: JobState) -> Callable[[Tx], Any] | None:
+    def follow(self, transitions: Transitions, poke: Callable[[], Awaitable[None]]) -> None:
+        """Queue a run's commit status with its phase change, in its transaction; once it
+        is stored, ``poke`` the webhook dispatcher that sends it."""
+
+        async def queued(moved: JobTransitioned) -> None:
+            if moved.changed and moved.phase.value in STATE_OF and connection_ids(moved.row.spec):
+                await poke()  # a commit status was queued with the change
+
+        transitions.in_tx(self.status_tx)
+        transitions.subscribe(queued)
+
+    def status_tx(self, moved: JobTransitioned) -> Callable[[Tx], Any] | None:
         """The part of a phase change's transaction that queues the commit status of a
         run from a connection's repository (running: pending; its end: success, failure,
         error); None for other jobs and phases. The connection's ``report_status`` is read
         in the transaction (off: nothing is queued)."""
+        row = moved.row
         workspace = row.spec.get("workspace") or {}
         conn_id, commit = workspace.get("connection_id"), workspace.get("commit")
-        status = STATE_OF.get(state.phase.value)
-        if not conn_id or not commit or status is None:
+        status = STATE_OF.get(moved.phase.value)
+        if not moved.changed or not conn_id or not commit or status is None:
             return None
         origin = (self.settings.public_url or "").rstrip("/")
         detail = {"commit": commit, "target_url": f"{origin}/runs/{row.id}" if origin else ""}

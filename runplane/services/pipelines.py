@@ -32,7 +32,7 @@ from runplane.actors.pipeline import (
     Sync,
 )
 from runplane.ids import new_id
-from runplane.jobs.rows import JobRow
+from runplane.jobs.transitions import JobTransitioned, Transitions
 from runplane.persistence import Store, now_ms, to_json
 from runplane.pipelines import dag, repo
 from runplane.pipelines.body import PipelineBody, PipelineStageBody
@@ -117,7 +117,9 @@ class Pipelines:
         self.jobs = jobs
         self.registry = registry
 
-    def register(self) -> None:
+    def register(self, transitions: Transitions) -> None:
+        """The pipeline actors, and their stage jobs' transitions told to them."""
+        transitions.subscribe(self.stage_changed)
         deps = PipelineDeps(store=self.store, launch=self._launch)
 
         async def activate(run_id: str) -> PipelineActor:
@@ -141,14 +143,17 @@ class Pipelines:
             await self.registry.get(PIPELINES, run_id)
         return len(ids)
 
-    async def stage_changed(
-        self, row: JobRow, phase: str, error: str | None, final_metrics: dict[str, float]
-    ) -> None:
-        """A stage job's phase changed (the job actor's hook): tell its pipeline actor. If
-        it cannot take it (the server is stopping, the actor failed to start) nothing is
-        lost: the actor reads its stage jobs' phases from the store when it starts."""
-        assert row.pipeline_run_id is not None and row.stage is not None
-        event = JobPhase(row.stage, row.id, phase, now_ms(), error, final_metrics, row.stage_retry)
+    async def stage_changed(self, moved: JobTransitioned) -> None:
+        """A stage job's phase changed (a job transitions' subscriber): tell its pipeline
+        actor. If it cannot take it (the server is stopping, the actor failed to start)
+        nothing is lost: the actor reads its stage jobs' phases from the store when it
+        starts."""
+        row = moved.row
+        if not moved.changed or row.pipeline_run_id is None or row.stage is None:
+            return
+        metrics = dict(moved.final_metrics)
+        phase, error = moved.phase.value, moved.error
+        event = JobPhase(row.stage, row.id, phase, now_ms(), error, metrics, row.stage_retry)
         try:
             await self.registry.tell(PIPELINES, row.pipeline_run_id, event)
         except (ActorError, LookupError) as exc:

@@ -25,8 +25,8 @@ from runplane.actors.session import (
     now_ms,
 )
 from runplane.ids import new_id
-from runplane.jobs.rows import JobRow
 from runplane.jobs.spec import SubmitJobBody
+from runplane.jobs.transitions import JobTransitioned, Transitions
 from runplane.persistence import Store
 from runplane.problems import FieldProblem, Problem, not_found
 from runplane.runtime import ActorError, Registry
@@ -56,7 +56,10 @@ class Sessions:
         self.catalog = catalog
         self.settings = settings
 
-    def register(self) -> None:
+    def register(self, transitions: Transitions) -> None:
+        """The session actors, and their pod jobs' transitions told to them."""
+        transitions.subscribe(self.job_changed)
+
         async def cancel_job(job_id: str) -> None:
             await self.jobs.cancel(job_id, None)
 
@@ -79,14 +82,16 @@ class Sessions:
             await self.registry.get(SESSIONS, session_id)
         return len(ids)
 
-    async def job_changed(
-        self, row: JobRow, phase: str, error: str | None, final_metrics: dict[str, float]
-    ) -> None:
-        """The pod job's phase changed (its actor's hook): tell the session's actor. Lost
-        (the server stopping) it is read back from the job when the actor starts."""
-        assert row.session_id is not None
+    async def job_changed(self, moved: JobTransitioned) -> None:
+        """The pod job's phase changed (a job transitions' subscriber): tell the session's
+        actor. Lost (the server stopping) it is read back from the job when the actor
+        starts."""
+        row = moved.row
+        if not moved.changed or row.session_id is None:
+            return
+        told = JobPhase(moved.phase.value, now_ms(), moved.error)
         try:
-            await self.registry.tell(SESSIONS, row.session_id, JobPhase(phase, now_ms(), error))
+            await self.registry.tell(SESSIONS, row.session_id, told)
         except (ActorError, LookupError) as exc:
             log.warning(
                 "pod job phase not told to its session (read back when it starts)",

@@ -16,6 +16,7 @@ from runplane import egress
 from runplane.actors.webhooks import DispatchMsg, Poke
 from runplane.jobs.phase import JobState
 from runplane.jobs.rows import JobRow
+from runplane.jobs.transitions import JobTransitioned, Transitions
 from runplane.persistence import Store, Tx
 from runplane.problems import FieldProblem, Problem
 from runplane.runtime import ActorRef
@@ -74,22 +75,27 @@ class Webhooks:
 
     # -- from the job actors
 
-    def end_tx(
-        self,
-        row: JobRow,
-        state: JobState,
-        metrics: Mapping[str, float],
-        artifacts: Sequence[Mapping[str, Any]],
-    ) -> Callable[[Tx], Any] | None:
-        """The part of the transaction ending ``row``'s run that queues its deliveries
-        (None: its org has no endpoint, or webhooks are switched off)."""
-        if not self.enabled or row.org_id not in self.orgs:
+    def follow(self, transitions: Transitions) -> None:
+        """Queue a run's deliveries with its end, in its transaction; poke the dispatcher
+        once it is stored."""
+        transitions.in_tx(self.end_tx)
+        transitions.subscribe(self.transitioned)
+
+    def end_tx(self, moved: JobTransitioned) -> Callable[[Tx], Any] | None:
+        """The part of the transaction ending a run that queues its deliveries (None: not
+        an end, its org has no endpoint, or webhooks are switched off)."""
+        row = moved.row
+        if not moved.ends or not self.enabled or row.org_id not in self.orgs:
             return None
-        event = deliveries.EVENT_OF.get(state.phase.value)
+        event = deliveries.EVENT_OF.get(moved.phase.value)
         if event is None:
             return None
-        run = run_object(row, state, metrics, artifacts)
+        run = run_object(row, moved.after, moved.final_metrics, moved.artifacts)
         return deliveries.fire(row.org_id, row.id, event, run)
+
+    async def transitioned(self, moved: JobTransitioned) -> None:
+        if moved.ends:
+            await self.ended(moved.row.org_id)  # its deliveries were queued with its end
 
     async def poke(self) -> None:
         """New pending deliveries are stored (a commit status, a ping)."""

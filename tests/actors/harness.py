@@ -18,7 +18,14 @@ import trio
 
 from runplane.actors import admission as adm
 from runplane.actors import placement as pl
-from runplane.actors.job_messages import JOBS, AgentFinished, AgentPhase
+from runplane.actors.job_messages import (
+    JOBS,
+    AgentFinished,
+    AgentLogs,
+    AgentMetric,
+    AgentPhase,
+    AgentStream,
+)
 from runplane.agent import protocol as p
 from runplane.jobs import repo
 from runplane.jobs.spec import SubmitJobBody
@@ -141,13 +148,69 @@ class Agent:
 
     async def start(self, job_id: str) -> None:
         attempt = self.runs[job_id]
-        await self.report(job_id, AgentPhase(self.node_id, attempt, "pulling"))
-        await self.report(job_id, AgentPhase(self.node_id, attempt, "running"))
+        await self.report(job_id, agent_phase(self.node_id, job_id, attempt, "pulling"))
+        await self.report(job_id, agent_phase(self.node_id, job_id, attempt, "running"))
 
     async def finish(self, job_id: str, outcome: str = "succeeded") -> None:
         attempt = self.runs[job_id]
-        done = AgentFinished(self.node_id, attempt, outcome, None, {})
+        done = agent_finished(self.node_id, job_id, attempt, outcome)
         assert await self.report(job_id, done) is True
+
+
+# -- the agent's reports, as the WebSocket handler hands them to the job actor -------------
+
+
+def agent_phase(
+    node_id: str, job_id: str, attempt: int, phase: str, gpus: tuple[str, ...] = ()
+) -> AgentPhase:
+    report = p.JobPhase(job_id=job_id, attempt=attempt, phase=phase, gpus=list(gpus))  # type: ignore[arg-type]
+    return AgentPhase(node_id, report)
+
+
+def agent_logs(
+    node_id: str,
+    job_id: str,
+    attempt: int,
+    lines: tuple[tuple[str, ...], ...],
+    n: int | None = None,
+) -> AgentLogs:
+    report = p.JobLogs(job_id=job_id, attempt=attempt, lines=list(lines), n=n)  # type: ignore[arg-type]
+    return AgentLogs(node_id, report)
+
+
+def agent_metric(
+    node_id: str, job_id: str, attempt: int, values: dict[str, float], n: int | None = None
+) -> AgentMetric:
+    return AgentMetric(node_id, p.JobMetric(job_id=job_id, attempt=attempt, values=values, n=n))
+
+
+def agent_finished(
+    node_id: str,
+    job_id: str,
+    attempt: int,
+    outcome: str = "succeeded",
+    error: str | None = None,
+    final_metrics: dict[str, float] | None = None,
+    exit_code: int | None = None,
+    signal: str | None = None,
+) -> AgentFinished:
+    report = p.JobFinished(
+        job_id=job_id,
+        attempt=attempt,
+        outcome=outcome,  # type: ignore[arg-type]
+        error=error,
+        final_metrics=final_metrics or {},
+        exit_code=exit_code,
+        signal=signal,
+    )
+    return AgentFinished(node_id, report)
+
+
+def agent_stream(
+    node_id: str, job_id: str, attempt: int, stream: str, chunks: tuple[p.StreamChunkIn, ...]
+) -> AgentStream:
+    report = p.JobStream(job_id=job_id, attempt=attempt, stream=stream, chunks=list(chunks))
+    return AgentStream(node_id, report)
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from runplane.actors.job_messages import AgentFinished, AgentLogs
 from runplane.jobs import repo
 from runplane.persistence import Store
 
-from .harness import Agent, eventually, running_root, store, submit
+from .harness import Agent, agent_finished, agent_logs, eventually, running_root, store, submit
 
 __all__ = ["store"]  # the fixture, parametrized over SQLite and PostgreSQL
 
@@ -39,12 +38,14 @@ async def test_last_words_and_exit_code_after_a_cancel(
             outcome = await root.jobs.cancel(job_id, None)
             assert outcome[1].cancelled
             # the handler's output arrives after the cancel: recorded
-            late = AgentLogs("node_a", attempt, (("stdout", "last words"),))
+            late = agent_logs("node_a", job_id, attempt, (("stdout", "last words"),))
             assert await agent.report(job_id, late) is True
             # another attempt's report is not
-            stale = AgentLogs("node_a", attempt + 1, (("stdout", "not mine"),))
+            stale = agent_logs("node_a", job_id, attempt + 1, (("stdout", "not mine"),))
             assert await agent.report(job_id, stale) is False
-            done = AgentFinished("node_a", attempt, "cancelled", "cancelled", {}, (), 143, None)
+            done = agent_finished(
+                "node_a", job_id, attempt, "cancelled", "cancelled", {}, 143, None
+            )
             assert await agent.report(job_id, done) is True
             assert await agent.report(job_id, done) is True  # a resend writes nothing more
         row = await repo.get_row(root.store, job_id, None)

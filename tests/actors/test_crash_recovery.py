@@ -14,8 +14,9 @@ import pytest
 
 from runplane.actors import admission as adm
 from runplane.actors import placement as pl
-from runplane.actors.job_messages import AgentFinished, AgentLogs
+from runplane.actors.job_messages import AgentFinished
 from runplane.actors.node import NODES, Beat, Deliver
+from runplane.agent import protocol as p
 from runplane.jobs import repo
 from runplane.persistence import Store
 from runplane.policy.refusal import AdmissionRefused
@@ -23,6 +24,7 @@ from runplane.runtime import ActorCrashed
 
 from .harness import (
     Agent,
+    agent_logs,
     all_in,
     count_in,
     equals,
@@ -121,16 +123,17 @@ async def test_job_actor_crash_loses_no_event_and_repeats_none(
         await agent.start(job_id)
         attempt = agent.runs[job_id]
         await agent.report(
-            job_id, AgentLogs("node_a", attempt, (("stdout", "one"), ("stdout", "two")))
+            job_id, agent_logs("node_a", job_id, attempt, (("stdout", "one"), ("stdout", "two")))
         )
 
         # crash it: an outcome that is no phase makes handle raise
-        poison = AgentFinished("node_a", attempt, "exploded", None, {})
+        report = p.JobFinished.model_construct(job_id=job_id, attempt=attempt, outcome="exploded")
+        poison = AgentFinished("node_a", report)
         with pytest.raises(ActorCrashed):
             await agent.report(job_id, poison)
 
         # restarted from its row: same attempt, reports still accepted, seq continues
-        await agent.report(job_id, AgentLogs("node_a", attempt, (("stdout", "three"),)))
+        await agent.report(job_id, agent_logs("node_a", job_id, attempt, (("stdout", "three"),)))
         await agent.finish(job_id)
         assert await phase(root, job_id) == "succeeded"
 

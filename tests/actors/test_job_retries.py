@@ -18,14 +18,25 @@ from typing import Any
 import pytest
 import trio
 
-from runplane.actors.job_messages import JOBS, AgentFinished, Cancel
+from runplane.actors.job_messages import JOBS, Cancel
 from runplane.jobs import repo
 from runplane.jobs.spec import SubmitJobBody
 from runplane.jobs.view import job_view
 from runplane.persistence import Store, now_ms
 from runplane.system import Root
 
-from .harness import WHO, Agent, equals, eventually, live_is, phase, queue_of, running_root, store
+from .harness import (
+    WHO,
+    Agent,
+    agent_finished,
+    equals,
+    eventually,
+    live_is,
+    phase,
+    queue_of,
+    running_root,
+    store,
+)
 
 __all__ = ["store"]  # the fixture
 
@@ -43,7 +54,7 @@ async def submit(root: Root, retry: dict[str, Any] | None) -> str:
 
 async def fail(agent: Agent, job_id: str, outcome: str = "failed") -> None:
     attempt = agent.runs[job_id]
-    done = AgentFinished(agent.node_id, attempt, outcome, "exit code 1", {"loss": 1.0}, (), 1)
+    done = agent_finished(agent.node_id, job_id, attempt, outcome, "exit code 1", {"loss": 1.0}, 1)
     assert await agent.report(job_id, done) is True
 
 

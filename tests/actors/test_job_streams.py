@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import trio
 
-from runplane.actors.job_messages import AgentStream
 from runplane.agent.protocol import StreamChunkIn
 from runplane.jobs import repo
 from runplane.persistence import Store
@@ -19,7 +18,7 @@ from runplane.streams import views
 from runplane.streams.chunks import ring_name
 from runplane.streams.job_streams import JobStreams
 
-from .harness import Agent, eventually, running_root, store, submit
+from .harness import Agent, agent_stream, eventually, running_root, store, submit
 
 __all__ = ["store"]
 
@@ -49,11 +48,17 @@ async def test_chunks_teleop_and_a_restart(store: Store, tmp_path: Path) -> None
         await agent.connect()
         job_id = await running_job(root, agent)
         attempt = agent.runs[job_id]
-        assert await agent.report(job_id, AgentStream("node_a", attempt, "t", chunks(1, 2, 3)))
-        assert await agent.report(job_id, AgentStream("node_a", attempt, "u", chunks(9)))
+        assert await agent.report(
+            job_id, agent_stream("node_a", job_id, attempt, "t", chunks(1, 2, 3))
+        )
+        assert await agent.report(job_id, agent_stream("node_a", job_id, attempt, "u", chunks(9)))
         # another node's or attempt's chunks are refused
-        assert not await agent.report(job_id, AgentStream("node_b", attempt, "t", chunks(4)))
-        assert not await agent.report(job_id, AgentStream("node_a", attempt + 1, "t", chunks(4)))
+        assert not await agent.report(
+            job_id, agent_stream("node_b", job_id, attempt, "t", chunks(4))
+        )
+        assert not await agent.report(
+            job_id, agent_stream("node_a", job_id, attempt + 1, "t", chunks(4))
+        )
         assert root.streams.counters["chunks"] == 4  # refused reports do not count
         ring = root.hub.find_ring(ring_name(job_id, "t"))
         assert ring is not None and ring.capacity == 16
@@ -91,7 +96,7 @@ async def test_chunks_teleop_and_a_restart(store: Store, tmp_path: Path) -> None
         agent = Agent(root, agents, "node_a", cpu=4)
         agent.runs[job_id] = attempt
         await agent.connect()
-        assert await agent.report(job_id, AgentStream("node_a", attempt, "t", chunks(5)))
+        assert await agent.report(job_id, agent_stream("node_a", job_id, attempt, "t", chunks(5)))
         ring = root.hub.find_ring(ring_name(job_id, "t"))
         assert ring is not None and [s for s, _ in ring.retained()] == [4]
         again = await root.streams.teleop(job_id, "t", "{}")

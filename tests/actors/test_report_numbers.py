@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from runplane.actors.job_messages import AgentLogs, AgentMetric, LoseAttempt
+from runplane.actors.job_messages import LoseAttempt
 from runplane.jobs import repo
 from runplane.persistence import Store
 
-from .harness import Agent, eventually, running_root, store, submit
+from .harness import Agent, agent_logs, agent_metric, eventually, running_root, store, submit
 
 __all__ = ["store"]  # the fixture
 
@@ -45,10 +45,10 @@ async def test_a_resent_report_is_stored_once_and_a_new_attempt_counts_from_zero
         await eventually(lambda: placed(1), "attempt 1 placed")
         await agent.start(job)
         for n, line in ((1, "a"), (2, "b"), (1, "a again"), (2, "b again")):
-            assert await agent.report(job, AgentLogs("node_a", 1, (("stdout", line),), n))
-        assert await agent.report(job, AgentMetric("node_a", 1, None, {"x": 1.0}, 3))
-        assert await agent.report(job, AgentMetric("node_a", 1, None, {"x": 2.0}, 3))
-        assert await agent.report(job, AgentLogs("node_a", 1, (("stdout", "bare"),)))
+            assert await agent.report(job, agent_logs("node_a", job, 1, (("stdout", line),), n))
+        assert await agent.report(job, agent_metric("node_a", job, 1, {"x": 1.0}, 3))
+        assert await agent.report(job, agent_metric("node_a", job, 1, {"x": 2.0}, 3))
+        assert await agent.report(job, agent_logs("node_a", job, 1, (("stdout", "bare"),)))
         assert await _lines(root.store, job) == ["a", "b", "bare"]
         row = await repo.get_row(root.store, job, None)
         assert row is not None and row.report_n == 3 and row.final_metrics == {"x": 1.0}
@@ -57,8 +57,8 @@ async def test_a_resent_report_is_stored_once_and_a_new_attempt_counts_from_zero
         agent = Agent(root, agents, "node_a", cpu=4)
         agent.runs = {job: 1}
         await agent.connect()
-        assert await agent.report(job, AgentLogs("node_a", 1, (("stdout", "b"),), 2))
-        assert await agent.report(job, AgentLogs("node_a", 1, (("stdout", "c"),), 4))
+        assert await agent.report(job, agent_logs("node_a", job, 1, (("stdout", "b"),), 2))
+        assert await agent.report(job, agent_logs("node_a", job, 1, (("stdout", "c"),), 4))
         assert await _lines(root.store, job) == ["a", "b", "bare", "c"]
 
         await agent.report(job, LoseAttempt(1, "test: the node is gone"))
@@ -66,5 +66,5 @@ async def test_a_resent_report_is_stored_once_and_a_new_attempt_counts_from_zero
         row = await repo.get_row(root.store, job, None)
         assert row is not None and row.attempt == 2 and row.report_n == 0
         await agent.start(job)
-        assert await agent.report(job, AgentLogs("node_a", 2, (("stdout", "second"),), 1))
+        assert await agent.report(job, agent_logs("node_a", job, 2, (("stdout", "second"),), 1))
         assert (await _lines(root.store, job))[-1] == "second"

@@ -21,82 +21,22 @@ import trio
 
 from runplane.actors import placement as pl
 from runplane.actors.job import JobActor
-from runplane.actors.job_deps import JobDeps
 from runplane.actors.job_messages import WaitReason
 from runplane.agent import protocol as p
 from runplane.jobs import repo
 from runplane.jobs.events import JobEvent, StoredEvent, ring_name
-from runplane.jobs.orders import cancel_order, run_order
 from runplane.jobs.phase import Phase
 from runplane.jobs.rows import JobRow
-from runplane.jobs.spec import SubmitJobBody, resolve
+from runplane.jobs.spec import SubmitJobBody
 from runplane.jobs.view import job_view
 from runplane.persistence import Store, open_store
 from runplane.placement import NodeShape
 from runplane.runtime import ChildSpec, Hub, Supervisor
 from runplane.services.jobs import Submitter
 from runplane.settings import load_settings
-from runplane.stacks import load_catalog
 from runplane.system import Root
 
-CATALOG = load_catalog()
-
-
-def shell_spec(cpu: int = 2) -> dict[str, Any]:
-    body = SubmitJobBody.model_validate({"stack": "shell", "limits": {"cpu_cores": cpu}})
-    return resolve(body, CATALOG).spec
-
-
-async def insert(store: Store, job_id: str, cpu: int = 2) -> JobRow:
-    spec = shell_spec(cpu)
-    job = repo.NewJob(
-        id=job_id,
-        org_id="org_x",
-        project="p",
-        submitted_by="u",
-        spec=spec,
-        spec_hash="h" * 64,
-        priority=0,
-    )
-    row = await store.transaction(repo.insert_job(store, job))
-    assert isinstance(row, JobRow)
-    return row
-
-
-@dataclass
-class Calls:
-    """What the job actor asked of the rest of the system."""
-
-    delivered: list[p.Run | p.Cancel] = field(default_factory=list)
-    enqueued: list[str] = field(default_factory=list)
-    released: list[str] = field(default_factory=list)
-
-    def deps(self, store: Store, hub: Hub) -> JobDeps:
-        async def deliver(node_id: str, msg: p.Run | p.Cancel) -> bool:
-            self.delivered.append(msg)
-            return True
-
-        async def enqueue(row: JobRow) -> None:
-            self.enqueued.append(row.id)
-
-        async def release(job_id: str) -> None:
-            self.released.append(job_id)
-
-        async def nothing(*args: Any) -> None:
-            return None
-
-        return JobDeps(
-            store=store,
-            hub=hub,
-            deliver=deliver,
-            enqueue=enqueue,
-            dequeue=nothing,
-            release=release,
-            reprioritize=nothing,
-            node_outcome=nothing,
-            run_order=run_order,
-            cancel_order=cancel_order,
-        )
+from .fakes import CATALOG, Fakes, insert, shell_spec
 
 
 async def stored(store: Store, job_id: str) -> list[StoredEvent]:
@@ -122,7 +62,7 @@ async def test_a_changed_wait_reason_is_one_stored_event_and_a_repeat_none(
 ) -> None:
     row = await insert(store, "job_wait1")
     hub = Hub()
-    actor = JobActor(Calls().deps(store, hub), row)
+    actor = JobActor(Fakes().deps(store, hub), row)
     ring = hub.find_ring(ring_name(row.id))
     assert ring is not None
     with ring.subscribe(from_seq=row.event_seq) as cursor:
@@ -158,7 +98,7 @@ async def test_a_changed_wait_reason_is_one_stored_event_and_a_repeat_none(
         ]
 
     # an actor rebuilt from the row (a restart) knows the reason it stored
-    again = JobActor(Calls().deps(store, Hub()), await fresh_row(store, row.id))
+    again = JobActor(Fakes().deps(store, Hub()), await fresh_row(store, row.id))
     assert await again.handle(WaitReason("no node meets: 2 CPU cores")) is False
     assert len(await stored(store, row.id)) == 3
 
@@ -169,8 +109,8 @@ async def test_a_job_off_the_queue_ignores_wait_reasons_until_requeued(store: St
     from runplane.actors.job_messages import Assign, LoseAttempt
 
     row = await insert(store, "job_wait2")
-    calls = Calls()
-    actor = JobActor(calls.deps(store, Hub()), row)
+    fakes = Fakes()
+    actor = JobActor(fakes.deps(store, Hub()), row)
     assert await actor.handle(WaitReason(pl.NO_NODES)) is True
     view = job_view(await fresh_row(store, row.id))
     assert (view["attempt"], view["attempts"]) == (0, 0)
@@ -202,7 +142,7 @@ async def test_a_job_off_the_queue_ignores_wait_reasons_until_requeued(store: St
         "attempt 1 requeued (requeues so far: 1): node stopped heartbeating",
         "attempt 2 on node node_b (requeues so far: 1)",
     ]
-    assert [m.attempt for m in calls.delivered if isinstance(m, p.Run)] == [1, 2]
+    assert [m.attempt for m in fakes.node.orders() if isinstance(m, p.Run)] == [1, 2]
     reasons = [payload(e).get("reason") for e in await stored(store, row.id) if e.kind == "phase"]
     assert reasons == [None, pl.NO_NODES, None, None, pl.NO_NODES, None]
 

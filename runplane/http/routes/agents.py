@@ -31,7 +31,6 @@ from runplane.actors.node import AttemptEnded, Beat, Drain, NodeMsg, Released, U
 from runplane.agent import protocol as p
 from runplane.http.context import services
 from runplane.jobs import repo
-from runplane.jobs.phase import Phase
 from runplane.nodes.connect import ConnectRefused
 from runplane.runtime import ActorGone, ActorRef, MailboxClosed, Registry
 
@@ -156,23 +155,14 @@ async def _dispatch(
             # no scheduling point of its own: the next receive is one (2,000 agents beat
             # 400 times a second; docs/benchmarks.md "agents")
             await node.tell_now(Beat(tuple((r.job_id, r.attempt) for r in running)))
-        case p.JobPhase(job_id=job_id, attempt=attempt, phase=phase, gpus=gpus):
-            await _to_job(registry, job_id, AgentPhase(node_id, attempt, Phase(phase), tuple(gpus)))
-        case p.JobLogs(job_id=job_id, attempt=attempt, lines=lines, n=n):
-            await _to_job(registry, job_id, AgentLogs(node_id, attempt, tuple(lines), n))
-        case p.JobMetric(job_id=job_id, attempt=attempt, step=step, values=values, n=n):
-            await _to_job(registry, job_id, AgentMetric(node_id, attempt, step, values, n))
+        case p.JobPhase() as report:
+            await _to_job(registry, report.job_id, AgentPhase(node_id, report))
+        case p.JobLogs() as report:
+            await _to_job(registry, report.job_id, AgentLogs(node_id, report))
+        case p.JobMetric() as report:
+            await _to_job(registry, report.job_id, AgentMetric(node_id, report))
         case p.JobFinished() as done:
-            finished = AgentFinished(
-                node_id,
-                done.attempt,
-                Phase(done.outcome),
-                done.error,
-                dict(done.final_metrics),
-                tuple(done.artifacts),
-                done.exit_code,
-                done.signal,
-            )
+            finished = AgentFinished(node_id, done)
             if not await _to_job(registry, done.job_id, finished, wait=True):
                 return  # not recorded: no ack, the agent resends it
             await node.tell(AttemptEnded(done.job_id, done.attempt))
@@ -191,8 +181,8 @@ async def _dispatch(
                     await _to_job(registry, job_id, back, wait=True)
                 elif reason is not None:
                     await _to_job(registry, job_id, LoseAttempt(attempt, reason), wait=True)
-        case p.JobStream(job_id=job_id, attempt=attempt, stream=stream, chunks=chunks):
-            await _to_job(registry, job_id, AgentStream(node_id, attempt, stream, tuple(chunks)))
+        case p.JobStream() as report:
+            await _to_job(registry, report.job_id, AgentStream(node_id, report))
         case p.TeleopAck() as ack:
             key = (ack.job_id, ack.attempt, ack.stream, ack.seq)
             if not services().root.teleop_acks.resolve(key, ack.ok, ack.error):
