@@ -24,6 +24,7 @@ from runplane.actors.heartbeats import (
 from runplane.actors.node import (
     NODES,
     Attach,
+    CountAttempt,
     Deliver,
     Detach,
     NodeActor,
@@ -182,10 +183,10 @@ class Fleet:
         connected = node_id in self.sessions
         sent = False
         if target is not None and target != row.agent_version:
-            await update.request(self.store, node_id, target)
+            await nodes_repo.request_update(self.store, node_id, target)
             sent = await self._offer(node_id, OfferUpdate(target))
         elif target is not None:  # nothing to do: an older request is void
-            await update.request(self.store, node_id, "")
+            await nodes_repo.request_update(self.store, node_id, "")
         body = update.result(
             node_id,
             row.agent_version,
@@ -212,7 +213,12 @@ class Fleet:
         return offered
 
     async def node_outcome(self, node_id: str, outcome: AttemptOutcome) -> None:
-        await nodes_repo.count_outcome(self.store, node_id, outcome)
+        """Count an attempt's outcome on its node: by the node's actor (the owner of its
+        row's counters), without waiting on it (a job actor sends this from its handler);
+        a node with no live actor (lost, drained, never connected since the start), or
+        one whose mailbox is full, is counted here with the same write."""
+        if not self.registry.tell_active(NODES, node_id, CountAttempt(outcome)):
+            await nodes_repo.count_outcome(self.store, node_id, outcome)
 
     async def views(
         self, *, after: str | None = None, limit: int | None = None, org_id: str | None = None
