@@ -30,7 +30,6 @@ from runplane.actors.job_messages import (
 from runplane.actors.node import AttemptEnded, Beat, Drain, NodeMsg, Released, UpdateReported
 from runplane.agent import protocol as p
 from runplane.http.context import services
-from runplane.jobs import repo
 from runplane.jobs.phase import Phase
 from runplane.nodes.connect import ConnectRefused
 from runplane.runtime import ActorGone, ActorRef, MailboxClosed, Registry
@@ -103,7 +102,7 @@ async def connect() -> None:
     )
     # where each attempt it still runs resumes: it resends its reports after these
     held = [(r.job_id, r.attempt) for r in hello.running]
-    stored = await repo.report_marks(svc.store, held)
+    stored = await svc.root.records.report_marks(held)
     marks = [p.ReportMark(job_id=j, attempt=a, n=n) for (j, a), n in stored.items()]
     await websocket.send(p.encode(p.Resume(marks=marks)))
     log.info("agent connected", extra={"node_id": node_id, "agent_version": hello.agent_version})

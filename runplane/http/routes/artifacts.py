@@ -43,7 +43,6 @@ from runplane.http.context import services
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 from runplane.ids import is_id, new_id
-from runplane.jobs import repo, retention
 from runplane.problems import FieldProblem, Problem, not_found
 
 blueprint = Blueprint("artifacts", __name__)
@@ -310,7 +309,7 @@ async def _missing(key: str, what: str = "artifact") -> Problem:
     """The answer for an artifact that is not there: 410 when its job's artifacts were
     deleted by the retention janitor (docs/operations.md "Retention"), else 404."""
     job_id = key.split("/", 1)[0]
-    if is_id(job_id, "job_") and await retention.purged_at(services().store, job_id) is not None:
+    if is_id(job_id, "job_") and await services().root.records.purged_at(job_id) is not None:
         return Problem(
             410,
             "artifact_expired",
@@ -384,7 +383,7 @@ async def _check_prefix_owner(prefix: str) -> None:
     if read_org is None:
         return
     first = prefix.split("/", 1)[0]
-    row = await repo.get_row(services().store, first, None) if is_id(first, "job_") else None
+    row = await services().root.records.row(first, None) if is_id(first, "job_") else None
     if row is None or row.org_id != read_org:
         raise not_found("artifacts")
 
