@@ -49,12 +49,14 @@ from runplane.placement import NodeLoad, NodeShape
 from runplane.policy import platform_caps
 from runplane.runtime import ActorRef, ChildSpec, Hub, Registry, Supervisor
 from runplane.sealing import Sealer
+from runplane.services.accounts import Accounts
 from runplane.services.fleet import Fleet
 from runplane.services.git import Git
 from runplane.services.job_arrays import JobArrays
 from runplane.services.job_links import FleetLink, PlacementQueue
 from runplane.services.jobs import Jobs
 from runplane.services.pipelines import Pipelines
+from runplane.services.records import JobRecords
 from runplane.services.schedules import Schedules
 from runplane.services.sessions import Sessions
 from runplane.services.streams import Streams
@@ -115,6 +117,10 @@ class Root:
         self._schedules: Schedules | None = None
         #: the streams service (runplane/services/streams.py): asks the job actors
         self.streams = Streams(store, self.hub, self.registry, catalog, settings, self.teleop_acks)
+        #: what routes read of stored jobs, and people, orgs, credentials, secrets
+        #: (runplane/services/records.py, accounts.py): routes never reach the store
+        self.records = JobRecords(store)
+        self.accounts = Accounts(store, settings, self.sealer)
 
     def _children(self, node_sample_sec: float) -> list[ChildSpec[Any]]:
         """The root's children (the scheduler is started last, by ``run``)."""

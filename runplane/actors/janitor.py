@@ -18,10 +18,12 @@ from dataclasses import dataclass, field
 import trio
 
 from runplane.artifacts import ArtifactStore
+from runplane.jobs import repo as jobs_repo
 from runplane.jobs import retention
 from runplane.persistence import Store
 from runplane.policy import repo as policy_repo
 from runplane.runtime import Actor, Asks, clock
+from runplane.streams import job_streams
 
 log = logging.getLogger("runplane.retention")
 
@@ -117,10 +119,12 @@ class Janitor(Actor[JanitorMsg]):
 
     async def _purge(self, job: retention.Expired, now: int, swept: Swept) -> None:
         swept.events += await retention.purge_events(self.store, job)
-        swept.stream_points += await retention.purge_stream_points(self.store, job.id)
+        swept.stream_points += await job_streams.purge_stream_points(
+            self.store, job.id, retention.DELETE_CHUNK
+        )
         if self.artifacts is not None:
             for info in await self.artifacts.list(f"{job.id}/"):
                 swept.artifacts += await self.artifacts.delete(info.key)
-        await retention.mark_purged(self.store, job.id, now)
+        await jobs_repo.mark_purged(self.store, job.id, now)
         swept.jobs += 1
         await trio.lowlevel.checkpoint()

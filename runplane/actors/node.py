@@ -32,6 +32,11 @@ operator's pending request (``update``, requested), else, for an agent that said
 ``auto_update``, its channel's target when it differs; ``OfferUpdate`` does the same at
 once for a connected node (an operator's request, or a channel target just moved); the
 agent's ``update_status`` reports are written to the row.
+
+Reliability: the row's attempt counters (placed, lost, ok) are this actor's to write
+(``CountAttempt``, from the job actors' transitions via ``Fleet.node_outcome``). A node
+with no live actor (lost, drained, or not connected since the start) is counted by the
+fleet service with the same write (``nodes_repo.count_outcome``), so no count is dropped.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from runplane.agent import protocol as p
 from runplane.nodes import repo as nodes_repo
 from runplane.nodes import update
 from runplane.nodes.shape import shape_of
-from runplane.nodes.status import NodeStatus
+from runplane.nodes.status import AttemptOutcome, NodeStatus
 from runplane.persistence import Store
 from runplane.placement import NodeShape
 from runplane.runtime import Actor, ActorKind, Asks, clock
@@ -126,6 +131,15 @@ class UpdateReported:
 
 
 @dataclass(frozen=True, slots=True)
+class CountAttempt:
+    """One more attempt placed on, lost with, or finished ok by this node: the row's
+    reliability counters (``attempts_total``, ``attempts_lost``, ``attempts_ok``), written
+    at once. Sent by the job actors through ``Fleet.node_outcome``."""
+
+    outcome: AttemptOutcome
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     """Periodic liveness check (sent to self)."""
 
@@ -141,6 +155,7 @@ NodeMsg = (
     | Beat
     | Deliver
     | AttemptEnded
+    | CountAttempt
     | Drain
     | Released
     | Tick
@@ -239,34 +254,13 @@ class NodeActor(Actor[NodeMsg]):
                 await self._attach(outbox, hello)
                 return None
             case Detach(outbox):
-                if outbox is self.outbox:
-                    self.outbox = None
-                    if self.draining and not self.attempts:
-                        await self._drained()
-                        return None
-                    log.info("node disconnected", extra={"node_id": self.node_id})
-                    # status first: a placement rebuilding meanwhile leaves it out
-                    await self._set_status(NodeStatus.DISCONNECTED)
-                    await self._unready()
+                await self._detach(outbox)
                 return None
             case Beat():
-                self.last_seen = clock.now()
-                self.last_beat_ms = wall_ms()
-                await self.deps.record_beat(self.node_id, self.last_beat_ms)
-                if self.unready and self.outbox is not None and not self.draining:
-                    await self._announce()  # it takes orders again
+                await self._beat()
                 return None
             case Deliver(order):
-                if self.draining and isinstance(order, p.Run):
-                    log.info(
-                        "run order not delivered: the node is draining",
-                        extra={"node_id": self.node_id, "job_id": order.job_id},
-                    )
-                    return False  # the job actor requeues it
-                delivered = self._deliver(order)
-                if not delivered and isinstance(order, p.Run):
-                    await self._unready()
-                return delivered
+                return await self._deliver_order(order)
             case Drain(outbox, deadline_sec):
                 if outbox is self.outbox and not self.draining:
                     await self._drain(deadline_sec)
@@ -277,6 +271,9 @@ class NodeActor(Actor[NodeMsg]):
                 if self.attempts.get(job_id) == attempt:
                     del self.attempts[job_id]
                 return None
+            case CountAttempt(outcome):
+                await nodes_repo.count_outcome(self.deps.store, self.node_id, outcome)
+                return None
             case Tick():
                 await self._check()
                 return None
@@ -286,21 +283,57 @@ class NodeActor(Actor[NodeMsg]):
                 return None
             case OfferUpdate(version, channel):
                 return self._offer(version, channel)
-            case UpdateReported(version, phase, error):
-                log.log(
-                    logging.WARNING if phase == "failed" else logging.INFO,
-                    "agent self-update",
-                    extra={
-                        "node_id": self.node_id,
-                        "version": version,
-                        "phase": phase,
-                        "error": error,
-                    },
-                )
-                await update.record_status(self.deps.store, self.node_id, version, phase, error)
+            case UpdateReported():
+                await self._update_reported(msg)
                 return None
             case _:
                 assert_never(msg)
+
+    async def _detach(self, outbox: trio.MemorySendChannel[str]) -> None:
+        if outbox is not self.outbox:
+            return  # a replaced session ended
+        self.outbox = None
+        if self.draining and not self.attempts:
+            await self._drained()
+            return
+        log.info("node disconnected", extra={"node_id": self.node_id})
+        # status first: a placement rebuilding meanwhile leaves it out
+        await self._set_status(NodeStatus.DISCONNECTED)
+        await self._unready()
+
+    async def _beat(self) -> None:
+        self.last_seen = clock.now()
+        self.last_beat_ms = wall_ms()
+        await self.deps.record_beat(self.node_id, self.last_beat_ms)
+        if self.unready and self.outbox is not None and not self.draining:
+            await self._announce()  # it takes orders again
+
+    async def _deliver_order(self, order: p.Run | p.Cancel | p.FinishedAck | p.Teleop) -> bool:
+        if self.draining and isinstance(order, p.Run):
+            log.info(
+                "run order not delivered: the node is draining",
+                extra={"node_id": self.node_id, "job_id": order.job_id},
+            )
+            return False  # the job actor requeues it
+        delivered = self._deliver(order)
+        if not delivered and isinstance(order, p.Run):
+            await self._unready()
+        return delivered
+
+    async def _update_reported(self, report: UpdateReported) -> None:
+        log.log(
+            logging.WARNING if report.phase == "failed" else logging.INFO,
+            "agent self-update",
+            extra={
+                "node_id": self.node_id,
+                "version": report.version,
+                "phase": report.phase,
+                "error": report.error,
+            },
+        )
+        await nodes_repo.record_update_status(
+            self.deps.store, self.node_id, report.version, report.phase, report.error
+        )
 
     def _offer(self, version: str, channel: str | None) -> bool:
         hello = self.hello
@@ -313,10 +346,12 @@ class NodeActor(Actor[NodeMsg]):
     async def _offer_on_hello(self, hello: p.Hello, requested: str) -> None:
         """An operator's pending request (``requested``, from the row) first; else the
         channel target, if the agent applies targets by itself."""
-        store, version = self.deps.store, hello.agent_version
-        if await update.still_pending(store, self.node_id, requested, version):
+        if update.still_pending(requested, hello.agent_version):
             self._offer(requested, None)
-        elif hello.auto_update:
+            return
+        if requested:  # this agent fulfils it
+            await nodes_repo.clear_update_request(self.deps.store, self.node_id, requested)
+        if hello.auto_update:
             target = await self.deps.channel_target(hello.channel)
             if target:
                 self._offer(target, hello.channel)

@@ -239,13 +239,20 @@ class WebhookDispatcher(Actor[DispatchMsg]):
             retry_after = schedule.parse_retry_after(
                 answer.headers.get("retry-after"), clock.wall()
             )
+        return await self._retry_later(delivery, attempts, code, error, retry_after)
+
+    async def _retry_later(
+        self, delivery: Delivery, attempts: int, code: int, error: str, retry_after: float | None
+    ) -> float | None:
+        """A failed attempt that may be retried: its next time (backoff, or the receiver's
+        ``Retry-After``) recorded, and the delay returned; over after the last attempt."""
         delay = schedule.next_delay(attempts, retry_after, self.deps.rng)
         if delay is None:
             error = f"gave up after {attempts} attempts; last: {error}"
             await self._over(delivery, attempts, FAILED, code, error)
             return None
         await deliveries.record(
-            store,
+            self.deps.store,
             delivery.id,
             status=PENDING,
             attempts=attempts,

@@ -61,15 +61,7 @@ def decide(
     if need == "public":
         return None
     if need in ("admin", "operator"):
-        if principal.superuser:
-            return None
-        if not admin_configured:
-            return _unauthorized("admin routes need RUNPLANE_ADMIN_TOKEN to be set on the server")
-        if need == "operator" and principal.authenticated:
-            return Denial(
-                403, "operator_token_required", "this route needs the operator admin token"
-            )
-        return _unauthorized("this route needs the operator admin token as a bearer")
+        return _admin(need, principal, admin_configured)
     if invalid is not None:
         return _unauthorized(f"the bearer credential is not valid: {invalid}")
     if not principal.authenticated:
@@ -80,6 +72,23 @@ def decide(
                 "this server requires a bearer credential (RUNPLANE_AUTH=required)"
             )
         return None  # the anonymous caller of an open deploy is left alone
+    return _authenticated(rule, principal, org_role)
+
+
+def _admin(need: str, principal: Principal, admin_configured: bool) -> Denial | None:
+    """An ``admin`` or ``operator`` rule: the operator admin token only."""
+    if principal.superuser:
+        return None
+    if not admin_configured:
+        return _unauthorized("admin routes need RUNPLANE_ADMIN_TOKEN to be set on the server")
+    if need == "operator" and principal.authenticated:
+        return Denial(403, "operator_token_required", "this route needs the operator admin token")
+    return _unauthorized("this route needs the operator admin token as a bearer")
+
+
+def _authenticated(rule: Rule, principal: Principal, org_role: str | None) -> Denial | None:
+    """The rules past authentication: what this authenticated principal may do."""
+    need = rule.need
     if need == "read":
         return None
     if need == "scope":

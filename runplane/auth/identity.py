@@ -451,6 +451,31 @@ async def member_role(store: Store, org_id: str, user_id: str) -> str | None:
     return None if row is None else str(row["role"])
 
 
+def _usable_login_token(tx: Tx, presented: str, now: int) -> tuple[Row, Row]:
+    """The login token of hash ``presented`` and its user's membership, if it may be used
+    now; InvalidCredential otherwise (unknown, revoked, used, expired, user gone)."""
+    row = tx.fetchone(
+        "SELECT id, secret_hash, user_id, org_id, expires_at, used_at, revoked_at "
+        "FROM login_tokens WHERE secret_hash = ?",
+        (presented,),
+    )
+    if row is None or not secrets_equal(row["secret_hash"], presented):
+        raise InvalidCredential("unknown login token")
+    if row["revoked_at"] is not None:
+        raise InvalidCredential(f"login token {row['id']} was revoked")
+    if row["used_at"] is not None:
+        raise InvalidCredential(f"login token {row['id']} was already used")
+    if int(row["expires_at"]) <= now:
+        raise InvalidCredential(f"login token {row['id']} expired")
+    member = tx.fetchone(
+        "SELECT role FROM org_members WHERE org_id = ? AND user_id = ?",
+        (row["org_id"], row["user_id"]),
+    )
+    if member is None:
+        raise InvalidCredential(f"login token {row['id']}: the user left its org")
+    return row, member
+
+
 async def exchange(store: Store, login_token: str) -> SessionGranted:
     """Trade a login token (once) for a session. InvalidCredential when the token is
     unknown, used, revoked or expired, or its user left the org."""
@@ -460,25 +485,7 @@ async def exchange(store: Store, login_token: str) -> SessionGranted:
     now = _now()
 
     def run(tx: Tx) -> SessionGranted:
-        row = tx.fetchone(
-            "SELECT id, secret_hash, user_id, org_id, expires_at, used_at, revoked_at "
-            "FROM login_tokens WHERE secret_hash = ?",
-            (presented,),
-        )
-        if row is None or not secrets_equal(row["secret_hash"], presented):
-            raise InvalidCredential("unknown login token")
-        if row["revoked_at"] is not None:
-            raise InvalidCredential(f"login token {row['id']} was revoked")
-        if row["used_at"] is not None:
-            raise InvalidCredential(f"login token {row['id']} was already used")
-        if int(row["expires_at"]) <= now:
-            raise InvalidCredential(f"login token {row['id']} expired")
-        member = tx.fetchone(
-            "SELECT role FROM org_members WHERE org_id = ? AND user_id = ?",
-            (row["org_id"], row["user_id"]),
-        )
-        if member is None:
-            raise InvalidCredential(f"login token {row['id']}: the user left its org")
+        row, member = _usable_login_token(tx, presented, now)
         # Conditional: of two racing exchanges (two servers) only one uses the token.
         if not tx.execute(
             "UPDATE login_tokens SET used_at = ? WHERE id = ? AND used_at IS NULL",

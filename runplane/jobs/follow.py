@@ -21,7 +21,7 @@ from typing import Protocol, TypeVar
 import trio
 
 from runplane.persistence import Store
-from runplane.runtime import Hub, Lagged, Ring
+from runplane.runtime import Cursor, Hub, Lagged, Ring
 
 from . import repo
 from .events import JobEvent, ring_name
@@ -53,6 +53,21 @@ class Source(Protocol[T]):
     async def live(self) -> Ring[T]:
         """The ring the live items are published on (starting its producer if need be)."""
         ...
+
+
+async def _receive(
+    cursor: Cursor[T], batch: int, idle: float
+) -> tuple[list[tuple[int, T]], bool, bool]:
+    """What the ring has for the follower within ``idle`` seconds (up to ``batch``), and
+    whether the follower lagged behind the ring or the ring closed: (got, lagged, closed)."""
+    with trio.move_on_after(idle):
+        try:
+            return await cursor.receive_many(batch), False, False
+        except Lagged:
+            return [], True, False
+        except trio.EndOfChannel:
+            return [], False, True
+    return [], False, False
 
 
 async def follow(
@@ -99,15 +114,7 @@ async def follow(
         async for out in replay():  # what was stored between the replay and the subscription
             yield out
         while not ended:
-            got: list[tuple[int, T]] = []
-            lagged = finished = False
-            with trio.move_on_after(idle):
-                try:
-                    got = await cursor.receive_many(batch)
-                except Lagged:
-                    lagged = True
-                except trio.EndOfChannel:
-                    finished = True
+            got, lagged, finished = await _receive(cursor, batch, idle)
             if lagged or finished:  # refill from the store (and the end item)
                 async for out in replay():
                     yield out

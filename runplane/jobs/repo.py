@@ -1,6 +1,12 @@
 """SQL for jobs and their telemetry events. Portable (SQLite and PostgreSQL); callers are
-actors and read-only routes. Rows come back as :class:`JobRow` (``runplane/jobs/rows.py``);
-``live_columns`` alone reads narrowed rows, as dicts."""
+actors and services. Rows come back as :class:`JobRow` (``runplane/jobs/rows.py``);
+``live_columns`` alone reads narrowed rows, as dicts.
+
+The owner of every write to ``jobs`` and ``job_events`` (docs/architecture.md, "Tables
+and their owners"): no other module writes them. Who decides the writes: the job service
+(the insert of a submit), the job actor (its state, events and columns, its ``streams``
+counters through ``runplane/streams/job_streams.py``), and the retention janitor (the
+purge of log lines and metric points, ``purged_at``)."""
 
 from __future__ import annotations
 
@@ -454,3 +460,29 @@ async def events_after(
     params.append(limit)
     rows = await store.fetchall(sql, params)
     return [StoredEvent(job_id, r["seq"], r["kind"], r["ts"], r["data"]) for r in rows]
+
+
+# streams and retention --------------------------------------------------------------------
+
+
+def save_streams(tx: Tx, job_id: str, saved: str) -> None:
+    """The job's stream counters (the ``streams`` JSON column,
+    ``runplane/streams/job_streams.py``), in the caller's transaction."""
+    tx.execute("UPDATE jobs SET streams = ? WHERE id = ?", (saved, job_id))
+
+
+async def purge_events(store: Store, job_id: str, event_seq: int, chunk: int) -> int:
+    """Delete the job's log lines and metric points, ``chunk`` seqs per statement (one
+    transaction each); its phase events stay. Answers how many rows went."""
+    deleted = 0
+    for low in range(0, event_seq, chunk):
+        deleted += await store.execute(
+            "DELETE FROM job_events WHERE job_id = ? AND seq > ? AND seq <= ? "
+            "AND kind IN ('log', 'metric')",
+            (job_id, low, low + chunk),
+        )
+    return deleted
+
+
+async def mark_purged(store: Store, job_id: str, now: int) -> None:
+    await store.execute("UPDATE jobs SET purged_at = ? WHERE id = ?", (now, job_id))

@@ -1,14 +1,17 @@
-"""What the retention janitor deletes, as SQL (``runplane/actors/janitor.py``; docs/
-operations.md "Retention"): a finished job's log lines and metric points (``job_events``
-of kind ``log`` and ``metric``) and its stream points, in bounded chunks so no transaction
-holds the writer long. The job row, its phase events and its final metrics stay; the row's
-``purged_at`` says when the rest went."""
+"""What the retention janitor deletes (``runplane/actors/janitor.py``; docs/operations.md
+"Retention"): a finished job's log lines and metric points (``job_events`` of kind ``log``
+and ``metric``) and its stream points, in bounded chunks so no transaction holds the
+writer long. The job row, its phase events and its final metrics stay; the row's
+``purged_at`` (``repo.mark_purged``) says when the rest went. The writes are the tables'
+owners': ``runplane/jobs/repo.py`` (job events, ``purged_at``) and
+``runplane/streams/job_streams.py`` (stream points)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from runplane.jobs import repo
 from runplane.jobs.phase import TERMINAL
 from runplane.persistence import Store
 
@@ -51,33 +54,7 @@ async def expired(
 
 async def purge_events(store: Store, job: Expired) -> int:
     """Delete the job's log lines and metric points, ``DELETE_CHUNK`` seqs at a time."""
-    deleted = 0
-    for low in range(0, job.event_seq, DELETE_CHUNK):
-        deleted += await store.execute(
-            "DELETE FROM job_events WHERE job_id = ? AND seq > ? AND seq <= ? "
-            "AND kind IN ('log', 'metric')",
-            (job.id, low, low + DELETE_CHUNK),
-        )
-    return deleted
-
-
-async def purge_stream_points(store: Store, job_id: str) -> int:
-    """Delete the job's stream points (the recording), ``DELETE_CHUNK`` seqs at a time."""
-    row = await store.fetchone(
-        "SELECT MAX(seq) AS top FROM stream_points WHERE job_id = ?", (job_id,)
-    )
-    top = int(row["top"]) if row and row["top"] is not None else 0
-    deleted = 0
-    for low in range(0, top, DELETE_CHUNK):
-        deleted += await store.execute(
-            "DELETE FROM stream_points WHERE job_id = ? AND seq > ? AND seq <= ?",
-            (job_id, low, low + DELETE_CHUNK),
-        )
-    return deleted
-
-
-async def mark_purged(store: Store, job_id: str, now: int) -> None:
-    await store.execute("UPDATE jobs SET purged_at = ? WHERE id = ?", (now, job_id))
+    return await repo.purge_events(store, job.id, job.event_seq, DELETE_CHUNK)
 
 
 async def purged_at(store: Store, job_id: str) -> int | None:

@@ -90,23 +90,10 @@ def _unprocessable(key: str, message: str) -> Problem:
     return Problem(422, "invalid_selector", message, [FieldProblem(key, "invalid", message)])
 
 
-async def create(
-    store: Store, body: GrantBody, *, caller_org: str, superuser: bool, created_by: str
-) -> Grant:
-    if superuser and not body.owner_org:
-        message = "the admin token names the owner_org whose nodes it grants"
-        raise Problem(
-            400, "missing_field", message, [FieldProblem("owner_org", "missing", message)]
-        )
-    owner = body.owner_org or caller_org
-    if not superuser and owner != caller_org:
-        raise not_found("org")  # another org's: as unknown
-    if not body.grantee_org:
-        message = "grantee_org is required: the org that may place jobs on the nodes"
-        raise Problem(
-            400, "missing_field", message, [FieldProblem("grantee_org", "missing", message)]
-        )
-    selector = body.selector or {"kind": "all"}
+async def _selected(
+    store: Store, selector: dict[str, Any], owner: str
+) -> tuple[str, str | None, str | None]:
+    """The grant's selector checked: (kind, node id, tier); a node must be ``owner``'s."""
     kind = selector.get("kind", "all")
     if kind not in KINDS:
         raise _unprocessable("selector.kind", f"selector.kind is one of {', '.join(KINDS)}")
@@ -132,6 +119,26 @@ async def create(
             raise _unprocessable(
                 "selector.tier", "a tier selector names tier: community, partner or trusted"
             )
+    return kind, node_id, tier
+
+
+async def create(
+    store: Store, body: GrantBody, *, caller_org: str, superuser: bool, created_by: str
+) -> Grant:
+    if superuser and not body.owner_org:
+        message = "the admin token names the owner_org whose nodes it grants"
+        raise Problem(
+            400, "missing_field", message, [FieldProblem("owner_org", "missing", message)]
+        )
+    owner = body.owner_org or caller_org
+    if not superuser and owner != caller_org:
+        raise not_found("org")  # another org's: as unknown
+    if not body.grantee_org:
+        message = "grantee_org is required: the org that may place jobs on the nodes"
+        raise Problem(
+            400, "missing_field", message, [FieldProblem("grantee_org", "missing", message)]
+        )
+    kind, node_id, tier = await _selected(store, body.selector or {"kind": "all"}, owner)
     expires = None if body.expires_at is None else int(body.expires_at.timestamp() * 1000)
     grant = Grant(
         id=new_id(GRANT_ID_PREFIX),

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from runplane.persistence import Store, from_json, now_ms, to_json
+from runplane.persistence import Store, from_json
 from runplane.problems import FieldProblem, Problem, not_found
 
 from . import repo
@@ -77,10 +77,7 @@ async def apply(
         overrides["name"] = patch.name  # kept over the name the agent reports
     name = patch.name if patch.name is not None else raw["name"]
     disabled = bool(raw["disabled"]) if patch.disabled is None else patch.disabled
-    await store.execute(
-        "UPDATE nodes SET name = ?, disabled = ?, overrides = ?, updated_at = ? WHERE id = ?",
-        (name, 1 if disabled else 0, to_json(overrides), now_ms(), node_id),
-    )
+    await repo.write_patch(store, node_id, name=name, disabled=disabled, overrides=overrides)
     row = await repo.get(store, node_id)
     assert row is not None
     return {

@@ -1,6 +1,13 @@
 """SQL for the ``nodes`` table, and the node-side reads of ``jobs``. Portable (SQLite and
-PostgreSQL). Rows come back as :class:`NodeRow`; callers are the node actor, the heartbeat
-log and the fleet service."""
+PostgreSQL). Rows come back as :class:`NodeRow`.
+
+The owner of every write to ``nodes`` (docs/architecture.md, "Tables and their owners"):
+no other module writes the table. Who decides the writes: the node actor (status, the
+attempt counters, the agent's self-update reports, an update request it fulfils at a
+hello), the fleet service (the row an agent's hello upserts, an operator's update
+request), the heartbeat log (``last_heartbeat`` in batches), the patch of ``PATCH
+/v1/nodes/{id}`` (``runplane/nodes/patch.py``: name, disabled, overrides) and the start-up
+(every node offline)."""
 
 from __future__ import annotations
 
@@ -170,6 +177,45 @@ _BEAT_SQL = "UPDATE nodes SET last_heartbeat = ? WHERE id = ?"
 async def write_beats(store: Store, beats: Mapping[str, int]) -> None:
     """Every node's latest beat (node id -> unix ms) in one batch."""
     await store.execute_many(_BEAT_SQL, [(at_ms, node_id) for node_id, at_ms in beats.items()])
+
+
+async def write_patch(
+    store: Store, node_id: str, *, name: str, disabled: bool, overrides: Mapping[str, Any]
+) -> None:
+    """An operator's ``PATCH /v1/nodes/{id}`` (``runplane/nodes/patch.py``)."""
+    await store.execute(
+        "UPDATE nodes SET name = ?, disabled = ?, overrides = ?, updated_at = ? WHERE id = ?",
+        (name, 1 if disabled else 0, to_json(dict(overrides)), now_ms(), node_id),
+    )
+
+
+async def request_update(store: Store, node_id: str, target: str) -> None:
+    """Remember that ``node_id`` is to run ``target`` ('' none; durable before it is
+    sent: ``runplane/nodes/update.py``)."""
+    await store.execute(
+        "UPDATE nodes SET update_target = ?, updated_at = ? WHERE id = ?",
+        (target, now_ms(), node_id),
+    )
+
+
+async def clear_update_request(store: Store, node_id: str, requested: str) -> None:
+    """An agent of version ``requested`` said hello: the request is done (unless another
+    replaced it meanwhile)."""
+    await store.execute(
+        "UPDATE nodes SET update_target = '', updated_at = ? WHERE id = ? AND update_target = ?",
+        (now_ms(), node_id, requested),
+    )
+
+
+async def record_update_status(
+    store: Store, node_id: str, version: str, phase: str, error: str | None
+) -> None:
+    """The agent's ``update_status`` report."""
+    await store.execute(
+        "UPDATE nodes SET update_version = ?, update_phase = ?, update_error = ?,"
+        " updated_at = ? WHERE id = ? ",
+        (version, phase, error or "", now_ms(), node_id),
+    )
 
 
 # jobs on nodes ---------------------------------------------------------------------------

@@ -15,8 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runplane.persistence import Store, now_ms
-
 
 @dataclass(frozen=True, slots=True)
 class UpdateState:
@@ -39,37 +37,11 @@ class UpdateState:
         )
 
 
-async def request(store: Store, node_id: str, target: str) -> None:
-    """Remember that ``node_id`` is to run ``target`` (durable before it is sent)."""
-    await store.execute(
-        "UPDATE nodes SET update_target = ?, updated_at = ? WHERE id = ?",
-        (target, now_ms(), node_id),
-    )
-
-
-async def record_status(
-    store: Store, node_id: str, version: str, phase: str, error: str | None
-) -> None:
-    await store.execute(
-        "UPDATE nodes SET update_version = ?, update_phase = ?, update_error = ?,"
-        " updated_at = ? WHERE id = ? ",
-        (version, phase, error or "", now_ms(), node_id),
-    )
-
-
-async def still_pending(store: Store, node_id: str, requested: str, agent_version: str) -> bool:
+def still_pending(requested: str, agent_version: str) -> bool:
     """At a hello: is the operator's request ``requested`` (the row's ``update_target``,
-    '' none) still to be done by an agent of ``agent_version``? One it now fulfils is
-    cleared."""
-    if not requested:
-        return False
-    if requested != agent_version:
-        return True
-    await store.execute(
-        "UPDATE nodes SET update_target = '', updated_at = ? WHERE id = ? AND update_target = ?",
-        (now_ms(), node_id, requested),
-    )
-    return False
+    '' none) still to be done by an agent of ``agent_version``? One it now fulfils is not
+    (the node actor then clears it: ``nodes_repo.clear_update_request``)."""
+    return bool(requested) and requested != agent_version
 
 
 def result(

@@ -17,16 +17,11 @@ def _num(value: float) -> int | float:
     return int(value) if float(value).is_integer() else value
 
 
-def node_view(
-    row: NodeRow,
-    jobs: Sequence[NodeJob],
-    org_id: str | None,
-    pending_beat: int | None = None,
-) -> dict[str, Any]:
-    """The view of ``row`` with its live ``jobs``, seen from ``org_id`` (None: every org;
-    another org's jobs show their phase only); ``pending_beat`` is a beat (unix ms) the
-    heartbeat log has not written yet, shown if newer than the row's."""
-    facts = row.facts
+def _running(
+    jobs: Sequence[NodeJob], org_id: str | None
+) -> tuple[list[dict[str, Any]], tuple[float, float, float]]:
+    """The live jobs' entries (another org's show their phase only) and what they use:
+    (cpu, ram, gpus)."""
     used_cpu = used_ram = used_gpu = 0.0
     running = []
     for job in jobs:
@@ -46,6 +41,20 @@ def node_view(
                 "gpus": list(job.gpus),
             }
         )
+    return running, (used_cpu, used_ram, used_gpu)
+
+
+def node_view(
+    row: NodeRow,
+    jobs: Sequence[NodeJob],
+    org_id: str | None,
+    pending_beat: int | None = None,
+) -> dict[str, Any]:
+    """The view of ``row`` with its live ``jobs``, seen from ``org_id`` (None: every org;
+    another org's jobs show their phase only); ``pending_beat`` is a beat (unix ms) the
+    heartbeat log has not written yet, shown if newer than the row's."""
+    facts = row.facts
+    running, (used_cpu, used_ram, used_gpu) = _running(jobs, org_id)
     last_heartbeat = row.last_heartbeat
     if pending_beat is not None and (last_heartbeat is None or pending_beat > last_heartbeat):
         last_heartbeat = pending_beat

@@ -24,6 +24,7 @@ from runplane.actors.heartbeats import (
 from runplane.actors.node import (
     NODES,
     Attach,
+    CountAttempt,
     Deliver,
     Detach,
     NodeActor,
@@ -33,13 +34,14 @@ from runplane.actors.node import (
     Refresh,
 )
 from runplane.agent import protocol as p
+from runplane.jobs import repo as jobs_repo
+from runplane.nodes import enrollment, grants, metrics, patch, update
 from runplane.nodes import repo as nodes_repo
-from runplane.nodes import update
 from runplane.nodes.connect import identify
 from runplane.nodes.enrollment import NodeIdentity
 from runplane.nodes.status import AttemptOutcome
 from runplane.nodes.view import node_view
-from runplane.persistence import Store
+from runplane.persistence import Store, now_ms
 from runplane.problems import not_found
 from runplane.runtime import ActorError, ActorGone, ActorKind, ActorRef, MailboxClosed, Registry
 from runplane.settings import Settings
@@ -182,10 +184,10 @@ class Fleet:
         connected = node_id in self.sessions
         sent = False
         if target is not None and target != row.agent_version:
-            await update.request(self.store, node_id, target)
+            await nodes_repo.request_update(self.store, node_id, target)
             sent = await self._offer(node_id, OfferUpdate(target))
         elif target is not None:  # nothing to do: an older request is void
-            await update.request(self.store, node_id, "")
+            await nodes_repo.request_update(self.store, node_id, "")
         body = update.result(
             node_id,
             row.agent_version,
@@ -212,7 +214,12 @@ class Fleet:
         return offered
 
     async def node_outcome(self, node_id: str, outcome: AttemptOutcome) -> None:
-        await nodes_repo.count_outcome(self.store, node_id, outcome)
+        """Count an attempt's outcome on its node: by the node's actor (the owner of its
+        row's counters), without waiting on it (a job actor sends this from its handler);
+        a node with no live actor (lost, drained, never connected since the start), or
+        one whose mailbox is full, is counted here with the same write."""
+        if not self.registry.tell_active(NODES, node_id, CountAttempt(outcome)):
+            await nodes_repo.count_outcome(self.store, node_id, outcome)
 
     async def views(
         self, *, after: str | None = None, limit: int | None = None, org_id: str | None = None
@@ -223,3 +230,57 @@ class Fleet:
         rows = await nodes_repo.page(self.store, after=after, limit=limit)
         jobs = await nodes_repo.jobs_on(self.store, [r.id for r in rows])
         return [node_view(r, jobs.get(r.id, []), org_id, beats.get(r.id)) for r in rows]
+
+    async def view_page(self, cursor: str | None, limit: int, org_id: str | None) -> dict[str, Any]:
+        """One keyset page of node views after ``cursor`` (None: the first):
+        ``{items, next_cursor, has_more}``."""
+        after = jobs_repo.decode_cursor(cursor) if cursor else None
+        views = await self.views(after=after, limit=limit + 1, org_id=org_id)
+        has_more = len(views) > limit
+        views = views[:limit]
+        return {
+            "items": views,
+            "next_cursor": jobs_repo.encode_cursor(views[-1]["id"]) if has_more else "",
+            "has_more": has_more,
+        }
+
+    # the nodes' rows, for routes ----------------------------------------------------------
+
+    async def patch_node(
+        self, node_id: str, body: patch.NodePatch, org_id: str | None
+    ) -> dict[str, Any]:
+        """``PATCH /v1/nodes/{id}`` (``runplane/nodes/patch.py``); the node's actor
+        re-announces its shape to placement."""
+        result = await patch.apply(self.store, node_id, body, org_id=org_id)
+        await self.refresh(node_id)
+        return result
+
+    async def node_metrics(self, node_id: str, window: str) -> dict[str, Any]:
+        """The node's sampled load over ``window`` (``runplane/nodes/metrics.py``)."""
+        return await metrics.metrics(self.store, node_id, window, now_ms())
+
+    async def grant(
+        self, body: grants.GrantBody, *, caller_org: str, superuser: bool, created_by: str
+    ) -> grants.Grant:
+        """A new node grant (``runplane/nodes/grants.py``); placement is told by the caller
+        (``Root.grants_changed``)."""
+        return await grants.create(
+            self.store, body, caller_org=caller_org, superuser=superuser, created_by=created_by
+        )
+
+    async def grant_list(self, org_id: str | None) -> dict[str, list[dict[str, Any]]]:
+        return await grants.listing(self.store, org_id)
+
+    async def revoke_grant(self, grant_id: str, org_id: str | None) -> grants.Grant:
+        return await grants.revoke(self.store, grant_id, org_id)
+
+    async def mint_join_token(
+        self, *, tier: str, org_id: str, label: str
+    ) -> tuple[enrollment.JoinTokenView, str]:
+        return await enrollment.mint_join_token(self.store, tier=tier, org_id=org_id, label=label)
+
+    async def join_tokens(self, org_id: str | None) -> list[enrollment.JoinTokenView]:
+        return await enrollment.list_join_tokens(self.store, org_id)
+
+    async def revoke_join_token(self, token_id: str) -> bool:
+        return await enrollment.revoke_join_token(self.store, token_id)

@@ -148,32 +148,26 @@ def _labelled(
     return family
 
 
-def families(s: Snapshot) -> Iterator[Metric]:
-    yield _labelled(GaugeMetricFamily, "jobs", "Jobs by phase.", "phase", s.jobs)
-    yield _labelled(
-        CounterMetricFamily,
-        "job_submits",
-        "Job submits by outcome (created, refused by admission, invalid).",
-        "outcome",
-        s.submits,
+def _placement(s: Snapshot) -> Iterator[Metric]:
+    if s.placement is None:
+        return
+    yield GaugeMetricFamily(
+        PREFIX + "placement_queue_depth", "Jobs waiting for a node.", s.placement.queued
     )
-    yield _histogram("job_submit_seconds", "Seconds a job submit took.", s.submit_seconds)
-    if s.placement is not None:
-        yield GaugeMetricFamily(
-            PREFIX + "placement_queue_depth", "Jobs waiting for a node.", s.placement.queued
-        )
-        yield CounterMetricFamily(
-            PREFIX + "placement_decisions", "Placement rounds planned.", s.placement.plans
-        )
-        yield CounterMetricFamily(
-            PREFIX + "placement_decision_seconds",
-            "Seconds spent planning placement rounds (rate over decisions_total: the mean).",
-            s.placement.plan_seconds,
-        )
-        yield CounterMetricFamily(
-            PREFIX + "placement_assignments", "Jobs assigned to nodes.", s.placement.assigned
-        )
-    yield _labelled(GaugeMetricFamily, "nodes", "Nodes by status.", "status", s.nodes)
+    yield CounterMetricFamily(
+        PREFIX + "placement_decisions", "Placement rounds planned.", s.placement.plans
+    )
+    yield CounterMetricFamily(
+        PREFIX + "placement_decision_seconds",
+        "Seconds spent planning placement rounds (rate over decisions_total: the mean).",
+        s.placement.plan_seconds,
+    )
+    yield CounterMetricFamily(
+        PREFIX + "placement_assignments", "Jobs assigned to nodes.", s.placement.assigned
+    )
+
+
+def _fleet(s: Snapshot) -> Iterator[Metric]:
     capacity = GaugeMetricFamily(
         PREFIX + "fleet_capacity", "Capacity of the nodes in the fleet.", labels=["resource"]
     )
@@ -185,6 +179,33 @@ def families(s: Snapshot) -> Iterator[Metric]:
         committed.add_metric([resource], used)
     yield capacity
     yield committed
+
+
+def _mailboxes(s: Snapshot) -> Iterator[Metric]:
+    depth = GaugeMetricFamily(
+        PREFIX + "mailbox_depth", "Messages queued in actors' mailboxes, by kind.", labels=["kind"]
+    )
+    actors = GaugeMetricFamily(PREFIX + "actors", "Live actors, by kind.", labels=["kind"])
+    for kind, (count, queued) in sorted(s.mailboxes.items()):
+        depth.add_metric([kind], queued)
+        actors.add_metric([kind], count)
+    yield depth
+    yield actors
+
+
+def families(s: Snapshot) -> Iterator[Metric]:
+    yield _labelled(GaugeMetricFamily, "jobs", "Jobs by phase.", "phase", s.jobs)
+    yield _labelled(
+        CounterMetricFamily,
+        "job_submits",
+        "Job submits by outcome (created, refused by admission, invalid).",
+        "outcome",
+        s.submits,
+    )
+    yield _histogram("job_submit_seconds", "Seconds a job submit took.", s.submit_seconds)
+    yield from _placement(s)
+    yield _labelled(GaugeMetricFamily, "nodes", "Nodes by status.", "status", s.nodes)
+    yield from _fleet(s)
     yield GaugeMetricFamily(
         PREFIX + "sse_followers", "Open job event streams (SSE).", s.event_followers
     )
@@ -198,15 +219,7 @@ def families(s: Snapshot) -> Iterator[Metric]:
         ("subscriptions", "Stream tickets minted."),
     ):
         yield CounterMetricFamily(PREFIX + "stream_" + key, doc, s.streams.get(key, 0))
-    depth = GaugeMetricFamily(
-        PREFIX + "mailbox_depth", "Messages queued in actors' mailboxes, by kind.", labels=["kind"]
-    )
-    actors = GaugeMetricFamily(PREFIX + "actors", "Live actors, by kind.", labels=["kind"])
-    for kind, (count, queued) in sorted(s.mailboxes.items()):
-        depth.add_metric([kind], queued)
-        actors.add_metric([kind], count)
-    yield depth
-    yield actors
+    yield from _mailboxes(s)
     if s.commit_seconds is not None:
         yield _histogram(
             "store_commit_seconds",

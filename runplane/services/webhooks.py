@@ -153,3 +153,11 @@ class Webhooks:
         delivery_id = await deliveries.queue_ping(self.store, endpoint.id, endpoint.org_id)
         await self.poke()
         return delivery_id
+
+    async def endpoint(self, endpoint_id: str, org_id: str | None) -> Endpoint:
+        """The endpoint (``org_id`` None: any org's); 404 when unknown or another org's."""
+        return await endpoints.get(self.store, endpoint_id, org_id)
+
+    async def deliveries(self, endpoint_id: str) -> list[deliveries.Delivery]:
+        """The endpoint's recent deliveries, newest first."""
+        return await deliveries.recent(self.store, endpoint_id)

@@ -5,6 +5,11 @@ and the chunks kept for its recording (``stream_points``, up to :data:`RECORDING
 
 A chunk is published on its ring first (subscribers see it at once), then written to the
 store with the new counters in one transaction, before the actor takes its next message.
+
+This module owns the ``stream_points`` table (docs/architecture.md, "Tables and their
+owners"): its inserts here, the retention janitor's purge (:func:`purge_stream_points`).
+The counters in the job's row are written through the ``jobs`` owner
+(``jobs_repo.save_streams``).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from runplane.jobs import repo as jobs_repo
 from runplane.persistence import Store, Tx, from_json, to_json
 from runplane.runtime import Hub, Ring
 
@@ -146,7 +152,7 @@ class JobStreams:
                     "VALUES (?,?,?,?,?,?,?)",
                     rows,
                 )
-            tx.execute("UPDATE jobs SET streams = ? WHERE id = ?", (saved, job_id))
+            jobs_repo.save_streams(tx, job_id, saved)
 
         return run
 
@@ -156,9 +162,8 @@ class JobStreams:
         """The next teleop frame number of ``stream`` (1, 2, ...), saved before it is used."""
         state = self._state(stream)
         state.teleop_seq += 1
-        await self.store.execute(
-            "UPDATE jobs SET streams = ? WHERE id = ?", (to_json(self.saved()), self.job_id)
-        )
+        saved, job_id = to_json(self.saved()), self.job_id
+        await self.store.transaction(lambda tx: jobs_repo.save_streams(tx, job_id, saved))
         return state.teleop_seq
 
     # -- views
@@ -172,3 +177,19 @@ class JobStreams:
             ring = self.hub.find_ring(ring_name(self.job_id, name))
             if ring is not None:
                 ring.close()
+
+
+async def purge_stream_points(store: Store, job_id: str, chunk: int) -> int:
+    """Delete the job's stream points (the recording), ``chunk`` seqs per statement (the
+    retention janitor's purge: ``runplane/jobs/retention.py``)."""
+    row = await store.fetchone(
+        "SELECT MAX(seq) AS top FROM stream_points WHERE job_id = ?", (job_id,)
+    )
+    top = int(row["top"]) if row and row["top"] is not None else 0
+    deleted = 0
+    for low in range(0, top, chunk):
+        deleted += await store.execute(
+            "DELETE FROM stream_points WHERE job_id = ? AND seq > ? AND seq <= ?",
+            (job_id, low, low + chunk),
+        )
+    return deleted

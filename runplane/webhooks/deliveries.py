@@ -214,3 +214,9 @@ async def record(
         " next_at = ?, updated_at = ? WHERE id = ?",
         (status, attempts, response_code, error[:1000], next_at, now_ms(), delivery_id),
     )
+
+
+def delete_of_endpoint(tx: Tx, endpoint_id: str) -> None:
+    """Every delivery of an endpoint being deleted (``endpoints.delete``, in its
+    transaction: pending ones are never attempted)."""
+    tx.execute("DELETE FROM webhook_deliveries WHERE endpoint_id = ?", (endpoint_id,))

@@ -24,6 +24,8 @@ from runplane.problems import FieldProblem, Problem, not_found
 from runplane.sealing import Sealer
 from runplane.timefmt import iso_ms
 
+from . import deliveries
+
 ENDPOINT_PREFIX = "wh_"
 SECRET_PREFIX = "whsec_"
 #: The run events (spec); ``ping`` is the synthetic event of ``POST .../test`` (no run,
@@ -188,7 +190,7 @@ async def delete(store: Store, endpoint: Endpoint) -> None:
     """The endpoint and its deliveries, together (pending ones are never attempted)."""
 
     def run(tx: Any) -> None:
-        tx.execute("DELETE FROM webhook_deliveries WHERE endpoint_id = ?", (endpoint.id,))
+        deliveries.delete_of_endpoint(tx, endpoint.id)
         tx.execute("DELETE FROM webhook_endpoints WHERE id = ?", (endpoint.id,))
 
     await store.transaction(run)

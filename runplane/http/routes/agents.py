@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 
 import trio
 from pydantic import ValidationError
@@ -30,8 +31,8 @@ from runplane.actors.job_messages import (
 from runplane.actors.node import AttemptEnded, Beat, Drain, NodeMsg, Released, UpdateReported
 from runplane.agent import protocol as p
 from runplane.http.context import services
-from runplane.jobs import repo
 from runplane.nodes.connect import ConnectRefused
+from runplane.nodes.enrollment import NodeIdentity
 from runplane.runtime import ActorGone, ActorRef, MailboxClosed, Registry
 
 blueprint = Blueprint("agents", __name__)
@@ -74,23 +75,10 @@ async def connect() -> None:
     svc = services()
     fleet = svc.root.fleet
     await websocket.accept()
-    with trio.move_on_after(HELLO_TIMEOUT) as waited:
-        first = await websocket.receive()
-    if waited.cancelled_caught:
-        await _close(p.CLOSE_PROTOCOL_ERROR, "no hello within 10 s")
+    greeted = await _greet()
+    if greeted is None:
         return
-    try:
-        hello = p.decode_agent(first)
-        if not isinstance(hello, p.Hello):
-            raise ValueError("the first message must be hello")
-        identity, credential = await fleet.identify(hello)
-    except (ValidationError, ValueError) as exc:
-        await _close(p.CLOSE_PROTOCOL_ERROR, f"bad hello: {exc}".splitlines()[0])
-        return
-    except ConnectRefused as exc:
-        log.warning("agent refused", extra={"code": exc.code, "reason": exc.reason})
-        await _refuse(exc.code, exc.reason)
-        return
+    hello, identity, credential = greeted
     node_id = identity.node_id
     leading = current_app.extensions.get("runplane.ha.leading")
     send, receive = trio.open_memory_channel[str](OUTBOX_CAPACITY)
@@ -102,7 +90,7 @@ async def connect() -> None:
     )
     # where each attempt it still runs resumes: it resends its reports after these
     held = [(r.job_id, r.attempt) for r in hello.running]
-    stored = await repo.report_marks(svc.store, held)
+    stored = await svc.root.records.report_marks(held)
     marks = [p.ReportMark(job_id=j, attempt=a, n=n) for (j, a), n in stored.items()]
     await websocket.send(p.encode(p.Resume(marks=marks)))
     log.info("agent connected", extra={"node_id": node_id, "agent_version": hello.agent_version})
@@ -110,40 +98,73 @@ async def connect() -> None:
         async with trio.open_nursery() as nursery:
 
             async def write() -> None:
-                async with receive:
-                    async for text in receive:
-                        if leading is not None and not leading():
-                            # HA: this replica's lease may have ended (it was paused past
-                            # it): nothing more goes to the agent, which reconnects to the
-                            # new leader (docs/operations.md "High availability")
-                            log.warning(
-                                "not sent: the lease may have ended", extra={"node_id": node_id}
-                            )
-                            break
-                        await websocket.send(text)
+                await _write(receive, leading, node_id)
                 # the node actor closed our outbox: this session is stale or the node is lost
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(write)
-            while True:
-                raw = await websocket.receive()
-                try:
-                    msg = p.decode_agent(raw)
-                except ValidationError as exc:
-                    kind = p.unknown_type(raw, p.AGENT_TYPES)
-                    if kind is not None:
-                        log.warning(
-                            "agent message of an unknown type ignored",
-                            extra={"node_id": node_id, "type": kind[:64]},
-                        )
-                        continue
-                    await _close(p.CLOSE_PROTOCOL_ERROR, f"bad message: {exc}".splitlines()[0])
-                    return
-                await _dispatch(node_id, node, send, msg)
+            await _read(node_id, node, send)
     finally:
         with trio.CancelScope(shield=True):
             await fleet.detach(node, node_id, send)
         log.info("agent disconnected", extra={"node_id": node_id})
+
+
+async def _greet() -> tuple[p.Hello, NodeIdentity, str | None] | None:
+    """The agent's hello, who it is and the credential it is handed; None when the socket
+    was closed instead (no hello in time, a bad one, or the node refused)."""
+    with trio.move_on_after(HELLO_TIMEOUT) as waited:
+        first = await websocket.receive()
+    if waited.cancelled_caught:
+        await _close(p.CLOSE_PROTOCOL_ERROR, "no hello within 10 s")
+        return None
+    try:
+        hello = p.decode_agent(first)
+        if not isinstance(hello, p.Hello):
+            raise ValueError("the first message must be hello")
+        identity, credential = await services().root.fleet.identify(hello)
+    except (ValidationError, ValueError) as exc:
+        await _close(p.CLOSE_PROTOCOL_ERROR, f"bad hello: {exc}".splitlines()[0])
+        return None
+    except ConnectRefused as exc:
+        log.warning("agent refused", extra={"code": exc.code, "reason": exc.reason})
+        await _refuse(exc.code, exc.reason)
+        return None
+    return hello, identity, credential
+
+
+async def _write(
+    receive: trio.MemoryReceiveChannel[str], leading: Callable[[], bool] | None, node_id: str
+) -> None:
+    """Send what the node actor puts in the session's outbox, until it closes it."""
+    async with receive:
+        async for text in receive:
+            if leading is not None and not leading():
+                # HA: this replica's lease may have ended (it was paused past it): nothing
+                # more goes to the agent, which reconnects to the new leader
+                # (docs/operations.md "High availability")
+                log.warning("not sent: the lease may have ended", extra={"node_id": node_id})
+                break
+            await websocket.send(text)
+
+
+async def _read(node_id: str, node: ActorRef[NodeMsg], send: trio.MemorySendChannel[str]) -> None:
+    """Hand the agent's messages on until it goes away (or sends one that is not ours)."""
+    while True:
+        raw = await websocket.receive()
+        try:
+            msg = p.decode_agent(raw)
+        except ValidationError as exc:
+            kind = p.unknown_type(raw, p.AGENT_TYPES)
+            if kind is not None:
+                log.warning(
+                    "agent message of an unknown type ignored",
+                    extra={"node_id": node_id, "type": kind[:64]},
+                )
+                continue
+            await _close(p.CLOSE_PROTOCOL_ERROR, f"bad message: {exc}".splitlines()[0])
+            return
+        await _dispatch(node_id, node, send, msg)
 
 
 async def _dispatch(

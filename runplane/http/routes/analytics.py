@@ -13,7 +13,6 @@ from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, int_arg, str_arg
 from runplane.jobs import analytics
-from runplane.persistence import now_ms
 
 blueprint = Blueprint("analytics", __name__, url_prefix="/v1/analytics")
 
@@ -27,6 +26,6 @@ async def jobs() -> dict[str, Any]:
     buckets = int_arg(
         "buckets", analytics.DEFAULT_BUCKETS, minimum=1, maximum=analytics.MAX_BUCKETS
     )
-    return await analytics.job_analytics(
-        services().store, current_caller().read_org, window, buckets, now_ms(), asked.strip()
+    return await services().root.records.analytics(
+        current_caller().read_org, window, buckets, asked.strip()
     )

@@ -31,6 +31,7 @@ from runplane.artifacts import (
     ArtifactStore,
     BadKey,
     KeyConflict,
+    ObjectInfo,
     ObjectReader,
     ObjectWriter,
     TooLarge,
@@ -43,7 +44,6 @@ from runplane.http.context import services
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 from runplane.ids import is_id, new_id
-from runplane.jobs import repo, retention
 from runplane.problems import FieldProblem, Problem, not_found
 
 blueprint = Blueprint("artifacts", __name__)
@@ -310,7 +310,7 @@ async def _missing(key: str, what: str = "artifact") -> Problem:
     """The answer for an artifact that is not there: 410 when its job's artifacts were
     deleted by the retention janitor (docs/operations.md "Retention"), else 404."""
     job_id = key.split("/", 1)[0]
-    if is_id(job_id, "job_") and await retention.purged_at(services().store, job_id) is not None:
+    if is_id(job_id, "job_") and await services().root.records.purged_at(job_id) is not None:
         return Problem(
             410,
             "artifact_expired",
@@ -384,7 +384,7 @@ async def _check_prefix_owner(prefix: str) -> None:
     if read_org is None:
         return
     first = prefix.split("/", 1)[0]
-    row = await repo.get_row(services().store, first, None) if is_id(first, "job_") else None
+    row = await services().root.records.row(first, None) if is_id(first, "job_") else None
     if row is None or row.org_id != read_org:
         raise not_found("artifacts")
 
@@ -442,6 +442,65 @@ class _UploadSink:
             )
 
 
+class _Upload:
+    """One multipart upload as its events arrive: its one ``file`` part (``sink``), the
+    key it is stored under, and what the store says of it once committed (``info``)."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.sink: _UploadSink | None = None
+        self.key = ""
+        self.info: ObjectInfo | None = None
+        self.finished = False  # the epilogue came
+
+    async def take(self, decoder: mp.MultipartDecoder) -> None:
+        """Handle the decoder's events until it needs more data, or the epilogue."""
+        while True:
+            try:
+                event = decoder.next_event()
+            except ValueError as exc:
+                raise Problem(
+                    400, "malformed_multipart", f"malformed multipart body: {exc}"
+                ) from None
+            if isinstance(event, mp.NeedData):
+                return
+            if isinstance(event, mp.File):
+                await self._file(event)
+            elif isinstance(event, mp.Field):
+                if event.name == "file":
+                    raise Problem(
+                        400,
+                        "missing_field",
+                        "the `file` field must be a file part (with a filename)",
+                        [FieldProblem("file", "missing_field", "not a file part")],
+                    )
+                raise _unknown_field(event.name)
+            elif isinstance(event, mp.Data):
+                await self._data(event)
+            elif isinstance(event, mp.Epilogue):
+                self.finished = True
+                return
+
+    async def _file(self, event: mp.File) -> None:
+        if event.name != "file":
+            raise _unknown_field(event.name)
+        if self.sink is not None:
+            raise Problem(400, "too_many_files", "send one archive per upload in field `file`")
+        name, suffix = _upload_name(event.filename)
+        self.key = f"{new_id('up_')}/{name}"
+        writer = await _store().begin(self.key, max_bytes=self.cap)
+        self.sink = _UploadSink(writer, suffix, name)
+
+    async def _data(self, event: mp.Data) -> None:
+        sink = self.sink
+        if sink is not None and not sink.done:
+            await sink.data(event.data)
+            if not event.more_data:
+                sink.check_type()
+                self.info = await sink.writer.commit()
+                sink.done = True
+
+
 @blueprint.post("/v1/uploads")
 @doc("Upload a file for a job's inputs", v.UploadResult, errors=(400, 401, 403, 411, 413, 415))
 async def upload() -> dict[str, Any]:
@@ -450,62 +509,22 @@ async def upload() -> dict[str, Any]:
         raise _missing_file()
     body = BodyStream(_cap_bytes())
     decoder = mp.MultipartDecoder(boundary.encode("latin-1"), max_parts=16)
-    sink: _UploadSink | None = None
-    key = ""
-    info = None
+    parts = _Upload(body.cap)
     try:
-        finished = False
-        while not finished:
+        while not parts.finished:
             chunk = await body.read()
             decoder.receive_data(chunk)
-            while True:
-                try:
-                    event = decoder.next_event()
-                except ValueError as exc:
-                    raise Problem(
-                        400, "malformed_multipart", f"malformed multipart body: {exc}"
-                    ) from None
-                if isinstance(event, mp.NeedData):
-                    break
-                if isinstance(event, mp.File):
-                    if event.name != "file":
-                        raise _unknown_field(event.name)
-                    if sink is not None:
-                        raise Problem(
-                            400, "too_many_files", "send one archive per upload in field `file`"
-                        )
-                    name, suffix = _upload_name(event.filename)
-                    key = f"{new_id('up_')}/{name}"
-                    writer = await _store().begin(key, max_bytes=body.cap)
-                    sink = _UploadSink(writer, suffix, name)
-                elif isinstance(event, mp.Field):
-                    if event.name == "file":
-                        raise Problem(
-                            400,
-                            "missing_field",
-                            "the `file` field must be a file part (with a filename)",
-                            [FieldProblem("file", "missing_field", "not a file part")],
-                        )
-                    raise _unknown_field(event.name)
-                elif isinstance(event, mp.Data):
-                    if sink is not None and not sink.done:
-                        await sink.data(event.data)
-                        if not event.more_data:
-                            sink.check_type()
-                            info = await sink.writer.commit()
-                            sink.done = True
-                elif isinstance(event, mp.Epilogue):
-                    finished = True
-                    break
+            await parts.take(decoder)
             if chunk is None:
-                finished = True
+                parts.finished = True
     except TooLarge:
         raise _too_large() from None
     except RequestEntityTooLarge:
         raise Problem(400, "malformed_multipart", "too many parts in the multipart body") from None
     finally:
-        if sink is not None:
-            sink.writer.discard()
+        if parts.sink is not None:
+            parts.sink.writer.discard()
+    sink, info, key = parts.sink, parts.info, parts.key
     if sink is None or info is None:
         raise _missing_file()
     path = artifact_path(key)

@@ -28,4 +28,4 @@ async def list_audit() -> list[dict[str, Any]]:
     principal = current_principal()
     limit = int_arg("limit", audit.LIST_DEFAULT, minimum=1, maximum=audit.LIST_MAX)
     org_id = str_arg("org") if principal.superuser else principal.org_id
-    return await audit.list_rows(services().store, org_id=org_id, limit=limit)
+    return await services().root.accounts.audit_rows(org_id=org_id, limit=limit)

@@ -77,8 +77,7 @@ async def mint_token() -> tuple[dict[str, Any], int, dict[str, str]]:
         except ValueError as exc:
             raise _invalid("scopes", "unknown_scope", str(exc)) from None
     try:
-        view, secret = await tokens.mint_token(
-            services().store,
+        view, secret = await services().root.accounts.mint_token(
             subject=body.subject,
             kind=body.kind,
             org_id=body.org_id or DEFAULT_ORG,
@@ -97,14 +96,14 @@ async def mint_token() -> tuple[dict[str, Any], int, dict[str, str]]:
 @doc("API tokens (no secrets)", v.TokenView, many=True)
 async def list_tokens() -> list[dict[str, Any]]:
     org_id = request.args.get("org_id") or None
-    views = await tokens.list_tokens(services().store, org_id)
+    views = await services().root.accounts.tokens(org_id)
     return [view.model_dump() for view in views]
 
 
 @blueprint.delete("/v1/auth/tokens/<token_id>")
 @doc("Revoke an API token", v.Deleted)
 async def revoke_token(token_id: str) -> dict[str, str]:
-    if not await tokens.revoke_token(services().store, token_id):
+    if not await services().root.accounts.revoke_token(token_id):
         raise not_found("token")
     await audit.record("tokens:revoke", "token", token_id)
     return {"revoked": token_id}
@@ -119,7 +118,7 @@ class ExchangeBody(Body):
 async def exchange() -> tuple[dict[str, Any], int, dict[str, str]]:
     body = await parse_body(ExchangeBody)
     try:
-        granted = await identity.exchange(services().store, body.token)
+        granted = await services().root.accounts.exchange(body.token)
     except InvalidCredential as exc:
         raise Problem(
             401,
@@ -135,7 +134,7 @@ async def exchange() -> tuple[dict[str, Any], int, dict[str, str]]:
 async def logout() -> Response:
     secret = bearer_token()
     if secret is not None and secret.startswith(identity.SESSION_PREFIX):
-        await identity.logout(services().store, secret)
+        await services().root.accounts.logout(secret)
     return Response(b"", status=204)
 
 
@@ -154,7 +153,7 @@ class SeatBody(Body):
 )
 async def seat() -> tuple[dict[str, Any], int, dict[str, str]]:
     body = await parse_body(SeatBody)
-    seated = await identity.seat(services().store, name=body.name, email=body.email)
+    seated = await services().root.accounts.seat(name=body.name, email=body.email)
     if seated.created:
         await audit.record(
             "users:seat", "user", seated.user.id, org_id=seated.org_id, after=seated.user

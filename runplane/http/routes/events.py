@@ -18,7 +18,6 @@ from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.openapi import doc
 from runplane.http.query import accepts_query, resume_seq
-from runplane.jobs import repo
 from runplane.jobs.events import JobEvent
 from runplane.problems import not_found
 
@@ -47,7 +46,7 @@ def _frame_of(event: JobEvent) -> bytes:
 )
 async def job_events(job_id: str) -> Response:
     svc = services()
-    if await repo.get_row(svc.store, job_id, current_caller().read_org) is None:
+    if await svc.root.records.row(job_id, current_caller().read_org) is None:
         raise not_found("job")
     batches = svc.root.jobs.follow(job_id, resume_seq() or 0)
 

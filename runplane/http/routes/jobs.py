@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -15,11 +16,9 @@ from runplane.http.listing import JOB_LIST_PARAMS, job_filter, listing
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, choice_arg, int_arg
-from runplane.jobs import repo
 from runplane.jobs.rows import JobRow
 from runplane.jobs.spec import SubmitJobBody
 from runplane.jobs.view import job_view
-from runplane.persistence import from_json
 from runplane.problems import FieldProblem, Problem, not_found
 from runplane.services.jobs import Created, Jobs, Submitter
 
@@ -87,7 +86,7 @@ async def listjobs_service() -> Any:
 
 
 async def _row(job_id: str) -> JobRow:
-    row = await repo.get_row(services().store, job_id, current_caller().read_org)
+    row = await services().root.records.row(job_id, current_caller().read_org)
     if row is None:
         raise not_found("job")
     return row
@@ -151,12 +150,12 @@ async def logs(job_id: str) -> dict[str, Any]:
     stream = choice_arg("stream", _STREAMS)
     since = int_arg("since_seq", 0)
     limit = int_arg("limit", 10_000, minimum=1, maximum=100_000)
-    events = await repo.events_after(
-        services().store, job_id, since, limit=limit, kinds=("log", "metric")
+    events = await services().root.records.events(
+        job_id, since, limit=limit, kinds=("log", "metric")
     )
     out_logs, out_metrics, last = [], [], since
     for event in events:
-        data = from_json(event.data)
+        data = json.loads(event.data)
         last = event.seq
         if event.kind == "log":
             if stream is None or data["stream"] == stream:

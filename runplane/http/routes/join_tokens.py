@@ -67,8 +67,7 @@ async def mint() -> tuple[dict[str, Any], int, dict[str, str]]:
             f"tier {body.tier!r} is not one of {', '.join(enrollment.TIERS)}; minted as {tier}."
         )
     try:
-        view, secret = await enrollment.mint_join_token(
-            svc.store,
+        view, secret = await svc.root.fleet.mint_join_token(
             tier=tier,
             org_id=body.org_id or enrollment.DEFAULT_ORG,
             label=body.label or "",
@@ -89,7 +88,7 @@ async def list_tokens() -> list[dict[str, Any]]:
     if org_id is not None and not valid_org_id(org_id):
         message = f"org_id {org_id!r} is not an org id (org_ + [a-z0-9_-], at most 64)"
         raise Problem(400, "invalid_query", message, [FieldProblem("org_id", "invalid", message)])
-    views = await enrollment.list_join_tokens(services().store, org_id)
+    views = await services().root.fleet.join_tokens(org_id)
     return [view.model_dump() for view in views]
 
 
@@ -97,7 +96,7 @@ async def list_tokens() -> list[dict[str, Any]]:
 @doc("Revoke a node join token", v.Deleted)
 async def revoke(token_id: str) -> dict[str, str]:
     require_admin()
-    if not await enrollment.revoke_join_token(services().store, token_id):
+    if not await services().root.fleet.revoke_join_token(token_id):
         raise not_found("join token")
     await audit.record("join_tokens:revoke", "join_token", token_id)
     return {"revoked": token_id}

@@ -16,9 +16,7 @@ from runplane.http.guards import require_admin, require_area
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, flag_arg, int_arg
-from runplane.jobs.repo import decode_cursor, encode_cursor
 from runplane.nodes import grants, metrics, patch
-from runplane.persistence import now_ms
 
 blueprint = Blueprint("nodes", __name__, url_prefix="/v1/nodes")
 
@@ -35,15 +33,7 @@ async def list_nodes() -> Any:
     if not (flag_arg("paginate") or cursor):
         return await fleet.views(org_id=org)
     limit = int_arg("limit", PAGE_DEFAULT, minimum=1, maximum=PAGE_MAX)
-    after = decode_cursor(cursor) if cursor else None
-    views = await fleet.views(after=after, limit=limit + 1, org_id=org)
-    has_more = len(views) > limit
-    views = views[:limit]
-    return {
-        "items": views,
-        "next_cursor": encode_cursor(views[-1]["id"]) if has_more else "",
-        "has_more": has_more,
-    }
+    return await fleet.view_page(cursor, limit, org)
 
 
 @blueprint.post("/grants")
@@ -58,8 +48,7 @@ async def grant() -> tuple[dict[str, Any], int]:
     require_area("node_sharing", "node sharing")
     body = await parse_body(grants.GrantBody)
     caller = current_caller()
-    made = await grants.create(
-        services().store,
+    made = await services().root.fleet.grant(
         body,
         caller_org=caller.org_id,
         superuser=caller.superuser,
@@ -75,14 +64,14 @@ async def grant() -> tuple[dict[str, Any], int]:
 @doc("Node grants", v.NodeGrantList)
 async def list_grants() -> dict[str, Any]:
     require_area("node_sharing", "node sharing")
-    return await grants.listing(services().store, current_caller().read_org)
+    return await services().root.fleet.grant_list(current_caller().read_org)
 
 
 @blueprint.delete("/grants/<grant_id>")
 @doc("Revoke a node grant", status=204, content="empty")
 async def revoke_grant(grant_id: str) -> tuple[str, int]:
     require_area("node_sharing", "node sharing")
-    gone = await grants.revoke(services().store, grant_id, current_caller().read_org)
+    gone = await services().root.fleet.revoke_grant(grant_id, current_caller().read_org)
     await services().root.grants_changed()
     await audit.record(
         "nodes:revoke_grant", "node_grant", grant_id, org_id=gone.owner_org, after=gone.view()
@@ -97,10 +86,9 @@ async def patch_node(node_id: str) -> dict[str, Any]:
     owns the node; a node no org owns is the admin token's only."""
     body = await parse_body(patch.NodePatch)
     caller = current_caller()
-    result = await patch.apply(
-        services().store, node_id, body, org_id=None if caller.superuser else caller.org_id
+    result = await services().root.fleet.patch_node(
+        node_id, body, None if caller.superuser else caller.org_id
     )
-    await services().root.fleet.refresh(node_id)
     await audit.record(
         "nodes:patch", "node", node_id, after={**body.model_dump(exclude_unset=True), **result}
     )
@@ -114,7 +102,7 @@ async def node_metrics(node_id: str) -> dict[str, Any]:
     """The node's sampled load (docs/placement.md#node-metrics); nodes are a shared fleet:
     visible to every caller that may list them."""
     window = request.args.get("window") or metrics.DEFAULT_WINDOW
-    return await metrics.metrics(services().store, node_id, window, now_ms())
+    return await services().root.fleet.node_metrics(node_id, window)
 
 
 @blueprint.post("/<node_id>/update")

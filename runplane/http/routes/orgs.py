@@ -13,7 +13,6 @@ from pydantic import StringConstraints
 from quart import Blueprint, Response
 
 from runplane.auth import identity
-from runplane.auth.access import org_role
 from runplane.auth.roles import RoleName
 from runplane.http import audit
 from runplane.http.auth_hook import current_principal
@@ -40,8 +39,8 @@ class OrgBody(Body):
 async def create_org() -> tuple[dict[str, Any], int]:
     body = await parse_body(OrgBody)
     principal = current_principal()
-    org = await identity.create_org(
-        services().store, user_id=principal.subject, name=body.name, slug=body.slug
+    org = await services().root.accounts.create_org(
+        user_id=principal.subject, name=body.name, slug=body.slug
     )
     await audit.record("orgs:create", "org", org.id, org_id=org.id, after=org)
     return org.model_dump(), 201
@@ -50,13 +49,13 @@ async def create_org() -> tuple[dict[str, Any], int]:
 @blueprint.get("")
 @doc("The caller's orgs", v.View, many=True)
 async def list_orgs() -> list[dict[str, Any]]:
-    return await identity.memberships(services().store, current_principal().subject)
+    return await services().root.accounts.memberships(current_principal().subject)
 
 
 async def _granter(org_id: str) -> str:
     """The caller's standing in ``org_id`` (the auth layer already required owner/admin
     there, or the admin token): what the role rules of identity.py check against."""
-    standing = await org_role(services().store, current_principal(), org_id)
+    standing = await services().root.accounts.org_role(current_principal(), org_id)
     if standing is None:  # not reached behind the auth layer; same 404 as an unknown org
         raise not_found("org")
     return standing
@@ -73,8 +72,7 @@ class MemberBody(Body):
 async def add_member(org_id: str) -> tuple[dict[str, Any], int, dict[str, str]]:
     granter = await _granter(org_id)
     body = await parse_body(MemberBody)
-    added = await identity.add_member(
-        services().store,
+    added = await services().root.accounts.add_member(
         org_id,
         name=body.name,
         email=body.email,
@@ -108,13 +106,13 @@ async def add_member(org_id: str) -> tuple[dict[str, Any], int, dict[str, str]]:
 @doc("An org's members", v.OrgMember, many=True)
 async def list_members(org_id: str) -> list[dict[str, Any]]:
     await _granter(org_id)
-    return await identity.list_members(services().store, org_id)
+    return await services().root.accounts.members(org_id)
 
 
 @blueprint.delete("/<org_id>/members/<user_id>")
 @doc("Remove a member from an org", status=204, content="empty", errors=(409,))
 async def remove_member(org_id: str, user_id: str) -> Response:
     granter = await _granter(org_id)
-    role = await identity.remove_member(services().store, org_id, user_id, granter=granter)
+    role = await services().root.accounts.remove_member(org_id, user_id, granter=granter)
     await audit.record("members:remove", "user", user_id, org_id=org_id, after={"role": role})
     return Response(b"", status=204)

@@ -10,6 +10,7 @@ reserving or enqueuing.
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 from pydantic import Field, StringConstraints
@@ -27,7 +28,6 @@ from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, choice_arg, int_arg, number_arg, str_arg
 from runplane.http.refusals import refusal_status
 from runplane.jobs.spec import stack_issues, unknown_stack
-from runplane.persistence import now_ms
 from runplane.policy import (
     PolicyDoc,
     PolicyDocBody,
@@ -108,7 +108,7 @@ async def put_policy() -> dict[str, Any]:
             "drop org_id or use ?org= (admin token only)",
             [FieldProblem("org_id", "invalid", f"must be {org_id!r} or absent")],
         )
-    doc = PolicyDoc.from_body(org_id, body, now_ms())
+    doc = PolicyDoc.from_body(org_id, body, time.time_ns() // 1_000_000)
     await adm.put_policy(services().root.admission, doc)
     await audit.record("policy:update", "policy", org_id, org_id=org_id, after=doc.stored())
     platform = _platform()

@@ -22,7 +22,6 @@ from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, flag_arg
 from runplane.http.routes.jobs import created_reply, idempotency_key, job_reply, jobs_service
 from runplane.http.routes.sharing import mint_grant
-from runplane.jobs import repo
 from runplane.jobs.rows import JobRow
 from runplane.problems import Problem, not_found
 from runplane.runs import RunSpecBody
@@ -48,7 +47,7 @@ def _submitter() -> Submitter:
 )
 async def submit() -> tuple[dict[str, Any], int]:
     embed = flag_arg("embed")
-    if embed and not services().store.supports_identity:
+    if embed and not services().root.accounts.supports_identity:
         raise Problem(
             503,
             "auth_store_unavailable",
@@ -101,7 +100,7 @@ async def resolve() -> dict[str, Any]:
 @blueprint.get("/<run_id>")
 @doc("One run", v.RunDetail)
 async def get_run(run_id: str) -> dict[str, Any]:
-    row = await repo.get_row(services().store, run_id, current_caller().read_org)
+    row = await services().root.records.row(run_id, current_caller().read_org)
     if row is None:
         raise not_found("run")
     return run_detail(row, await job_reply(row))

@@ -46,9 +46,8 @@ async def put_secret(name: str) -> tuple[dict[str, Any], int]:
     vault.check_name(name)
     body = await parse_body(vault.SecretBody)
     org = _org()
-    root = services().root
-    info, created = await vault.put(
-        services().store, root.sealer(), org, name, body.value, current_caller().subject
+    info, created = await services().root.accounts.put_secret(
+        org, name, body.value, current_caller().subject
     )
     # the audit row names the secret, never its value
     await audit.record("secrets:put", "secret", name, org_id=org, after=info.view())
@@ -61,7 +60,7 @@ async def put_secret(name: str) -> tuple[dict[str, Any], int]:
 async def list_secrets() -> list[dict[str, Any]]:
     caller = current_caller()
     org = str_arg("org") if caller.read_org is None else caller.read_org
-    return [s.view() for s in await vault.listing(services().store, org)]
+    return [s.view() for s in await services().root.accounts.secrets(org)]
 
 
 @blueprint.delete("/<name>")
@@ -69,7 +68,7 @@ async def list_secrets() -> list[dict[str, Any]]:
 @doc("Delete an org secret", status=204, content="empty")
 async def delete_secret(name: str) -> tuple[str, int]:
     org = _org()
-    if not await vault.delete(services().store, org, name):
+    if not await services().root.accounts.delete_secret(org, name):
         raise not_found("secret")
     await audit.record("secrets:delete", "secret", name, org_id=org)
     return "", 204

@@ -25,7 +25,6 @@ from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query
 from runplane.http.routes.artifacts import public_origin
-from runplane.jobs import repo
 from runplane.jobs.rows import JobRow
 from runplane.problems import Problem, not_found
 from runplane.timefmt import iso_ms
@@ -36,12 +35,8 @@ blueprint = Blueprint("sharing", __name__)
 EMBED_SCOPES = ("runs:manage", "runs:share", "runs:submit")
 
 
-def _key() -> bytes:
-    return services().settings.secret_key_bytes()
-
-
 async def _visible_job(job_id: str) -> JobRow:
-    row = await repo.get_row(services().store, job_id, current_caller().read_org)
+    row = await services().root.records.row(job_id, current_caller().read_org)
     if row is None:
         raise not_found("job")
     return row
@@ -57,9 +52,7 @@ async def _optional_body(model: type[Any]) -> Any:
 async def _minted(row: JobRow, kind: str, by: str, ttl_hours: int, **grant: Any) -> dict[str, str]:
     """A new share code or embed grant on ``row``, audited (``runs:share``/``runs:embed``):
     ``{token, expires_at}``."""
-    token, minted = await shares.mint(
-        services().store,
-        _key(),
+    token, minted = await services().root.accounts.mint_grant(
         kind=kind,
         job_id=row.id,
         org_id=row.org_id,
@@ -101,7 +94,7 @@ async def share_job(job_id: str) -> tuple[dict[str, str], int]:
 @doc("Revoke every share link of a job", v.ShareRevoked)
 async def revoke_shares(job_id: str) -> dict[str, Any]:
     row = await _visible_job(job_id)
-    revoked = await shares.revoke(services().store, row.id, kind="share")
+    revoked = await services().root.accounts.revoke_grants(row.id, kind="share")
     await audit.record("runs:unshare", "job", row.id, org_id=row.org_id, after={"revoked": revoked})
     return {"job_id": row.id, "revoked": revoked}
 
@@ -112,7 +105,7 @@ async def open_share(code: str) -> Response:
     """302 to the run view with the code; an unknown, expired, revoked or tampered code to
     the home page with ``?share_error=expired``."""
     try:
-        grant = await shares.verify(services().store, _key(), code, kind="share")
+        grant = await services().root.accounts.verify_grant(code, kind="share")
     except shares.Refused:
         return redirect("/?share_error=expired", 302)
     return redirect(f"/jobs/{quote(grant.job_id)}?share={quote(code)}", 302)
@@ -128,7 +121,7 @@ async def open_share(code: str) -> Response:
 )
 async def mint_embed(job_id: str) -> tuple[dict[str, Any], int]:
     svc = services()
-    if not svc.store.supports_identity:
+    if not svc.root.accounts.supports_identity:
         raise Problem(
             503,
             "auth_store_unavailable",
@@ -172,13 +165,13 @@ async def mint_grant(row: JobRow, body: EmbedMintBody, by: str) -> dict[str, Any
 async def embed_grant() -> dict[str, Any]:
     """EmbedGrantView of the token in ``X-Embed-Token`` or ``?embed=``; 401 for anything
     missing, expired, tampered or revoked."""
-    if not services().store.supports_identity:
+    if not services().root.accounts.supports_identity:
         raise Problem(503, "auth_store_unavailable", "embed grants need a database")
     token = request.headers.get("X-Embed-Token") or request.args.get("embed")
     if not token:
         raise Problem(401, "unauthorized", "send the embed token as X-Embed-Token or ?embed=")
     try:
-        grant = await shares.verify(services().store, _key(), token, kind="embed")
+        grant = await services().root.accounts.verify_grant(token, kind="embed")
     except shares.Refused as exc:
         raise Problem(401, "invalid_token", f"this embed token is not valid ({exc})") from None
     return grant.grant_view()
@@ -188,7 +181,7 @@ async def embed_grant() -> dict[str, Any]:
 @doc("Open an embed link (a redirect to the embed view)", status=302, content="redirect")
 async def open_embed(token: str) -> Response:
     try:
-        grant = await shares.verify(services().store, _key(), token, kind="embed")
+        grant = await services().root.accounts.verify_grant(token, kind="embed")
     except shares.Refused:
         return redirect("/embed?embed_error=expired", 302)
     return redirect(f"/embed?e={quote(token)}&j={quote(grant.job_id)}", 302)

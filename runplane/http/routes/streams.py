@@ -24,7 +24,6 @@ from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, resume_seq
 from runplane.http.routes.artifacts import public_origin
-from runplane.jobs import repo
 from runplane.jobs.rows import JobRow
 from runplane.problems import FieldProblem, Problem, not_found
 from runplane.streams.chunks import TELEOP_MAX_BYTES
@@ -51,7 +50,7 @@ def _unauthorized(detail: str) -> Problem:
 
 
 async def _visible_row(job_id: str) -> JobRow:
-    row = await repo.get_row(services().store, job_id, current_caller().read_org)
+    row = await services().root.records.row(job_id, current_caller().read_org)
     if row is None:
         raise not_found("job")
     return row
@@ -65,7 +64,7 @@ async def _ticketed(job_id: str, name: str, ticket: str) -> tuple[JobRow, Ticket
         claims = svc.root.streams.check_ticket(ticket, job_id, name, _now())
     except TicketInvalid as exc:
         raise _unauthorized(f"invalid stream ticket: {exc}") from None
-    row = await repo.get_row(svc.store, job_id, claims.org_id)
+    row = await svc.root.records.row(job_id, claims.org_id)
     if row is None:
         raise not_found("job")
     return row, claims

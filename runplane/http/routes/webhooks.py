@@ -16,7 +16,7 @@ from runplane.http.guards import require_area
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, str_arg
-from runplane.webhooks import deliveries, endpoints
+from runplane.webhooks import endpoints
 
 blueprint = Blueprint("webhooks", __name__, url_prefix="/v1/webhooks")
 
@@ -32,7 +32,7 @@ def _area() -> None:
 
 
 async def _endpoint(webhook_id: str) -> endpoints.Endpoint:
-    return await endpoints.get(services().store, webhook_id, current_caller().read_org)
+    return await services().root.webhooks.endpoint(webhook_id, current_caller().read_org)
 
 
 @blueprint.post("")
@@ -99,4 +99,4 @@ async def test_webhook(webhook_id: str) -> tuple[dict[str, str], int]:
 async def list_deliveries(webhook_id: str) -> list[dict[str, Any]]:
     _area()
     endpoint = await _endpoint(webhook_id)
-    return [d.view() for d in await deliveries.recent(services().store, endpoint.id)]
+    return [d.view() for d in await services().root.webhooks.deliveries(endpoint.id)]
