@@ -28,7 +28,7 @@ from typing import Any, cast
 
 import trio
 
-from runplane import sealed_env, vault
+from runplane import vault
 from runplane.actors import placement as pl
 from runplane.actors.admission import AdmissionActor, AdmissionMsg, PhaseChanged
 from runplane.actors.channels import ChannelMsg, ChannelTargets, get_targets
@@ -41,6 +41,7 @@ from runplane.actors.scheduler import Scheduler, SchedulerDeps, SchedulerMsg
 from runplane.actors.webhooks import DispatchDeps, DispatchMsg, WebhookDispatcher
 from runplane.artifacts import ArtifactStore
 from runplane.jobs import counts
+from runplane.jobs.jobspec import JobSpec, opened
 from runplane.jobs.orders import cancel_order, connection_ids, run_order
 from runplane.jobs.phase import TERMINAL, Phase
 from runplane.jobs.rows import JobRow
@@ -315,12 +316,12 @@ class Root:
         return self._sealer
 
     async def _env_secrets(self, row: JobRow) -> dict[str, str]:
-        refs = vault.spec_references(row.spec)
+        refs = row.spec.secret_references()
         names = {name for found in refs.values() for name in found}
         return await vault.values(self.store, self.sealer(), row.org_id, names)
 
-    def _open_spec(self, row: JobRow) -> tuple[dict[str, Any], list[str]]:
-        return sealed_env.opened_spec(row.spec, self.sealer, row.org_id)
+    def _open_spec(self, row: JobRow) -> tuple[JobSpec, list[str]]:
+        return opened(row.spec, self.sealer, row.org_id)
 
     async def _channel_target(self, channel: str) -> str | None:
         return (await get_targets(self.channels)).get(channel)

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, assert_never
 
-from runplane import sealed_env, vault
 from runplane.actors.job_deps import JobDeps
 from runplane.actors.job_messages import (
     AgentFinished,
@@ -566,11 +565,11 @@ class JobActor(Actor[JobMsg]):
                         auth = await self.deps.mount_auth(self.row, after.attempt)
                     row = self.row
                     masked: list[str] = []
-                    if sealed_env.has_sealed(row.spec):
+                    if row.spec.has_sealed():
                         spec, masked = self.deps.open_spec(row)
                         row = replace(row, spec=spec)
                     secrets: dict[str, str] = {}
-                    if vault.spec_references(row.spec):
+                    if row.spec.secret_references():
                         secrets = await self.deps.env_secrets(row)
                     order = self.deps.run_order(row, after.attempt, auth, secrets, masked)
                     delivered = await self.deps.deliver(after.node_id, order)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runplane.agent import protocol as p
+from runplane.jobs.jobspec import JobSpec
 from runplane.jobs.phase import JobState, Phase
 from runplane.jobs.rows import JobRow
 from runplane.nodes.status import AttemptOutcome
@@ -61,7 +62,7 @@ class JobDeps:
     env_secrets: Callable[[JobRow], Awaitable[dict[str, str]]] = lambda row: _nothing()
     #: the job's spec with its sealed plain env values opened, and those values (to
     #: mask), for the run order (runplane/sealed_env.py; never stored opened)
-    open_spec: Callable[[JobRow], tuple[dict[str, Any], list[str]]] = lambda row: (row.spec, [])
+    open_spec: Callable[[JobRow], tuple[JobSpec, list[str]]] = lambda row: (row.spec, [])
     #: the job's phase changed (durably): the admission ledger counts live work by it
     phase_changed: Callable[[JobRow, Phase], Awaitable[None]] = _no_phase_hook
     #: a pipeline stage job's phase changed (durably): (row, phase, error, final metrics)

@@ -26,6 +26,7 @@ from runplane.actors.job_messages import WaitReason
 from runplane.agent import protocol as p
 from runplane.jobs import repo
 from runplane.jobs.events import JobEvent, StoredEvent, ring_name
+from runplane.jobs.jobspec import JobSpec
 from runplane.jobs.orders import cancel_order, run_order
 from runplane.jobs.phase import Phase
 from runplane.jobs.rows import JobRow
@@ -42,7 +43,7 @@ from runplane.system import Root
 CATALOG = load_catalog()
 
 
-def shell_spec(cpu: int = 2) -> dict[str, Any]:
+def shell_spec(cpu: int = 2) -> JobSpec:
     body = SubmitJobBody.model_validate({"stack": "shell", "limits": {"cpu_cores": cpu}})
     return resolve(body, CATALOG).spec
 

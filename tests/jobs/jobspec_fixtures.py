@@ -1,7 +1,7 @@
 """Specs as the code at 9fda53f (before JobSpec) stored them, and their spec_hash.
 
 Made with that code's own paths (``runs.plan``, ``build``, ``finish``, a session's pod put in,
-a git connection's mount resolved as ``GitService.resolve_mounts`` does, ``sealed_env.sealed_spec``
+a git connection's mount resolved as ``GitService.resolve_mounts`` does, ``sealed_env.sealed_spec`` (now ``sealed_doc``)
 with ``Sealer(b"k" * 32)`` for org ``org_1``): the stored JSON column's text, byte for byte.
 """
 
