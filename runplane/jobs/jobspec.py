@@ -243,7 +243,7 @@ class PodService(_Stored):
 class JobSpec(_Stored):
     """What a job runs with, fixed at admission (secrets included: views redact)."""
 
-    stack: str
+    stack: str = ""
     image: str = ""
     command: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)

@@ -59,6 +59,7 @@ def test_absent_keys_stay_absent() -> None:
     spec = JobSpec.model_validate_json(old)
     assert spec.stored_json() == old
     assert spec.retry is None and spec.pod is None and spec.limits.ram_gb is None
+    assert JobSpec.model_validate_json("{}").stored_json() == "{}"
     minimal = JobSpec.model_validate_json(STORED["minimal"][0]).stored()
     assert not {"retry", "pod", "env_sealed"} & set(minimal)
     git = JobSpec.model_validate_json(STORED["git"][0])
