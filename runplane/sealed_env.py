@@ -6,9 +6,13 @@ store keeps them sealed too: before the job's row is written, every env value wh
 looks secret (:func:`looks_secret`, the names the views redact) is replaced by
 :data:`MARK` and its AES-256-GCM sealed text kept beside the env under :data:`KEY`
 (``<org>/env/<VAR>`` as associated data; a session pod's services likewise, each under its
-own env). The run order of an attempt opens them again (:func:`opened_spec`), and the agent
+own env). The run order of an attempt opens them again (:func:`opened_doc`), and the agent
 masks them in the job's output as it masks org secrets. ``spec_hash`` is computed over the
 plain values before sealing, so equal jobs still hash equal.
+
+The functions take a document as stored: a job spec's stored mapping (``JobSpec.stored``;
+``runplane/jobs/jobspec.py`` has the typed ``sealed``/``opened``) or a pipeline stage's or
+a schedule's stored body.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from runplane.sealing import Sealer
 
 #: What a sealed value reads as in a stored env.
 MARK = "${sealed}"
-#: The spec key (beside ``env``) holding the sealed values, by variable name.
+#: The key (beside ``env``) holding the sealed values, by variable name.
 KEY = "env_sealed"
 
 _SECRET_NAME = re.compile(
@@ -52,10 +56,10 @@ def _sealable(env: Mapping[str, str]) -> list[str]:
     ]
 
 
-def wants_sealing(spec: Mapping[str, Any]) -> bool:
-    """Whether ``spec`` holds a plain value :func:`sealed_spec` would seal."""
-    return bool(_sealable(spec.get("env") or {})) or any(
-        _sealable(s.get("env") or {}) for s in spec.get("pod") or ()
+def wants_sealing(doc: Mapping[str, Any]) -> bool:
+    """Whether ``doc`` holds a plain value :func:`sealed_doc` would seal."""
+    return bool(_sealable(doc.get("env") or {})) or any(
+        _sealable(s.get("env") or {}) for s in doc.get("pod") or ()
     )
 
 
@@ -86,24 +90,22 @@ def _open_env(
     return opened, values
 
 
-def sealed_spec(
-    spec: Mapping[str, Any], sealer: Callable[[], Sealer], org_id: str
-) -> dict[str, Any]:
-    """``spec`` as stored: secret-looking plain env values (the job's, its pod services')
+def sealed_doc(doc: Mapping[str, Any], sealer: Callable[[], Sealer], org_id: str) -> dict[str, Any]:
+    """``doc`` as stored: secret-looking plain env values (the job's, its pod services')
     sealed with ``sealer()`` (asked for only then); unchanged when it has none."""
-    if not wants_sealing(spec):
-        return dict(spec)
-    return _sealed_spec(spec, sealer(), org_id)
+    if not wants_sealing(doc):
+        return dict(doc)
+    return _sealed_doc(doc, sealer(), org_id)
 
 
-def _sealed_spec(spec: Mapping[str, Any], sealer: Sealer, org_id: str) -> dict[str, Any]:
-    out = dict(spec)
-    env, sealed = _seal_env(spec.get("env") or {}, sealer, org_id, "env")
+def _sealed_doc(doc: Mapping[str, Any], sealer: Sealer, org_id: str) -> dict[str, Any]:
+    out = dict(doc)
+    env, sealed = _seal_env(doc.get("env") or {}, sealer, org_id, "env")
     if sealed:
-        out["env"], out[KEY] = env, {**(spec.get(KEY) or {}), **sealed}
-    if spec.get("pod"):
+        out["env"], out[KEY] = env, {**(doc.get(KEY) or {}), **sealed}
+    if doc.get("pod"):
         services = []
-        for service in spec["pod"]:
+        for service in doc["pod"]:
             where = f"pod/{service['name']}/env"
             env, sealed = _seal_env(service.get("env") or {}, sealer, org_id, where)
             services.append(
@@ -115,28 +117,28 @@ def _sealed_spec(spec: Mapping[str, Any], sealer: Sealer, org_id: str) -> dict[s
     return out
 
 
-def opened_spec(
-    spec: Mapping[str, Any], sealer: Callable[[], Sealer], org_id: str
+def opened_doc(
+    doc: Mapping[str, Any], sealer: Callable[[], Sealer], org_id: str
 ) -> tuple[dict[str, Any], list[str]]:
-    """``spec`` with its sealed env values put back (for a run order, or a rerun's new
+    """``doc`` with its sealed env values put back (for a run order, or a rerun's new
     row), and those values (for the agent to mask); ``sealer()`` is asked for only when
     something is sealed."""
-    if not has_sealed(spec):
-        return dict(spec), []
-    return _opened_spec(spec, sealer(), org_id)
+    if not has_sealed(doc):
+        return dict(doc), []
+    return _opened_doc(doc, sealer(), org_id)
 
 
-def _opened_spec(
-    spec: Mapping[str, Any], sealer: Sealer, org_id: str
+def _opened_doc(
+    doc: Mapping[str, Any], sealer: Sealer, org_id: str
 ) -> tuple[dict[str, Any], list[str]]:
-    out = {k: v for k, v in spec.items() if k != KEY}
+    out = {k: v for k, v in doc.items() if k != KEY}
     values: list[str] = []
-    if spec.get(KEY):
-        out["env"], found = _open_env(spec.get("env") or {}, spec[KEY], sealer, org_id, "env")
+    if doc.get(KEY):
+        out["env"], found = _open_env(doc.get("env") or {}, doc[KEY], sealer, org_id, "env")
         values += found
-    if spec.get("pod"):
+    if doc.get("pod"):
         services = []
-        for service in spec["pod"]:
+        for service in doc["pod"]:
             plain = {k: v for k, v in service.items() if k != KEY}
             if service.get(KEY):
                 where = f"pod/{service['name']}/env"
@@ -149,5 +151,5 @@ def _opened_spec(
     return out, values
 
 
-def has_sealed(spec: Mapping[str, Any]) -> bool:
-    return bool(spec.get(KEY)) or any(s.get(KEY) for s in spec.get("pod") or ())
+def has_sealed(doc: Mapping[str, Any]) -> bool:
+    return bool(doc.get(KEY)) or any(s.get(KEY) for s in doc.get("pod") or ())

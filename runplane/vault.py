@@ -74,14 +74,22 @@ def references(env: Mapping[str, Any]) -> dict[str, list[str]]:
     return out
 
 
-def spec_references(spec: Mapping[str, Any]) -> dict[str, list[str]]:
-    """Where a job's spec references org secrets: ``env.VAR`` and, for a session's pod,
-    ``pod.<service>.env.VAR`` -> the secret names."""
-    out = {f"env.{var}": names for var, names in references(spec.get("env") or {}).items()}
-    for service in spec.get("pod") or ():
-        for var, names in references(service.get("env") or {}).items():
-            out[f"pod.{service['name']}.env.{var}"] = names
+def references_in(
+    env: Mapping[str, Any], services: Iterable[tuple[str, Mapping[str, Any]]] = ()
+) -> dict[str, list[str]]:
+    """Where a job references org secrets: ``env.VAR`` of its ``env`` and, for a session's
+    pod, ``pod.<service>.env.VAR`` of each ``(service name, env)`` -> the secret names."""
+    out = {f"env.{var}": names for var, names in references(env).items()}
+    for name, service_env in services:
+        for var, names in references(service_env).items():
+            out[f"pod.{name}.env.{var}"] = names
     return out
+
+
+def doc_references(doc: Mapping[str, Any]) -> dict[str, list[str]]:
+    """:func:`references_in` of a stored body (a schedule's job, a pipeline's stage)."""
+    services = ((s["name"], s.get("env") or {}) for s in doc.get("pod") or ())
+    return references_in(doc.get("env") or {}, services)
 
 
 def substitute(env: Mapping[str, str], values: Mapping[str, str]) -> dict[str, str]:
@@ -141,11 +149,10 @@ async def delete(store: Store, org_id: str, name: str) -> bool:
     return True
 
 
-async def check_refs(store: Store, spec: Mapping[str, Any], org_id: str) -> None:
-    """At submit: every secret the spec references (its env, its pod services' env)
-    exists in the job's org (422 naming the first that does not; another org's is as
-    unknown as none)."""
-    refs = spec_references(spec)
+async def check_refs(store: Store, refs: Mapping[str, list[str]], org_id: str) -> None:
+    """At submit: every secret a job references (``references_in``: its env, its pod
+    services' env) exists in the job's org (422 naming the first that does not; another
+    org's is as unknown as none)."""
     if not refs:
         return
     names = sorted({n for ns in refs.values() for n in ns})

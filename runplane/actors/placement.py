@@ -12,19 +12,20 @@ most once per ``REASON_EVERY`` seconds per job, and stores it as a ``phase`` eve
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, assert_never
+from typing import assert_never
 
 from runplane.jobs import repo as jobs_repo
 from runplane.jobs.demand import demand_of
+from runplane.jobs.jobspec import JobSpec
 from runplane.jobs.phase import Phase
 from runplane.jobs.rows import JobRow
 from runplane.nodes import grants as node_grants
 from runplane.nodes import repo as nodes_repo
 from runplane.nodes.grants import Grant
 from runplane.nodes.shape import shape_of
-from runplane.persistence import Store, from_json, now_ms
+from runplane.persistence import Store, now_ms
 from runplane.placement import DemandError, FleetIndex, JobDemand, NodeLoad, NodeShape
 from runplane.placement.queue import JobQueue, Signature, plan_groups
 from runplane.runtime import Actor, Asks, clock
@@ -53,7 +54,7 @@ class Enqueue:
 
     job_id: str
     priority: int
-    spec: Mapping[str, Any]  # decoded
+    spec: JobSpec
     org_id: str | None = None
     #: its demand when the sender has it already (a submit checked it): not made again
     demand: JobDemand | None = None
@@ -215,7 +216,7 @@ class PlacementActor(Actor[PlacementMsg]):
         self._set_grants(tuple(await node_grants.live(self.store, now_ms())))
         rows = await jobs_repo.live_columns(self.store, _PLACEMENT_COLUMNS)
         for row in rows:
-            job_id, phase, spec = row["id"], Phase(row["phase"]), from_json(row["spec"])
+            job_id, phase, spec = row["id"], Phase(row["phase"]), JobSpec.load(row["spec"])
             if phase is Phase.QUEUED and row["retry_at"] is not None:
                 continue  # waiting out a retry's backoff: its actor enqueues it when due
             if phase is Phase.QUEUED:

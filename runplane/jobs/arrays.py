@@ -17,8 +17,9 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from runplane.jobs.jobspec import canonical_json
 from runplane.jobs.phase import TERMINAL
-from runplane.jobs.spec import SubmitJobBody, canonical_json
+from runplane.jobs.spec import SubmitJobBody
 from runplane.persistence import Store, Tx, from_json, to_json
 
 #: Most jobs one batch may create (items, or the sweep's grid size).

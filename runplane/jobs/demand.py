@@ -1,27 +1,72 @@
-"""What a job asks of a node: its placement demand (``runplane/placement``'s model)."""
+"""What a job asks of a node: its placement demand (``runplane/placement``'s model), read
+from its typed spec (the body's models validated it at submit: only what they cannot check,
+a CUDA version and the weights, can still be refused here)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from runplane.placement import (
+    DemandError,
+    DemandProblem,
+    GpuRequirement,
+    JobDemand,
+    Requires,
+    Tier,
+    isolation_capability,
+)
+from runplane.placement.model import enforced_limits
 
-from runplane.placement import JobDemand
+from .jobspec import JobSpec
 
 
-def demand_of(
-    job_id: str, priority: int, spec: Mapping[str, Any], org_id: str | None = None
-) -> JobDemand:
-    """The placement demand of a job (its id, priority, decoded spec and org: nodes of
-    another org do not run it). Raises ``placement.DemandError`` for a spec placement
-    cannot read."""
-    return JobDemand.from_spec(
-        job_id=job_id,
-        priority=priority,
-        created_at=job_id,  # ids sort by creation time
-        limits=spec.get("limits") or {},
-        requires=spec.get("requires") or {},
-        weights=spec.get("weights") or {},
-        weights_preset=spec.get("weights_preset"),
-        isolation=spec.get("isolation"),
-        org_id=org_id,
+def requires_of(spec: JobSpec) -> Requires:
+    """The machine properties ``spec`` requires (an ``isolation`` other than ``none`` is one
+    more capability: only a node whose executor gives it may run the job)."""
+    req = spec.requires
+    capabilities = set(req.capabilities)
+    if spec.isolation != "none":
+        capabilities.add(isolation_capability(spec.isolation))
+    return Requires(
+        gpu=GpuRequirement(
+            required=req.gpu.required,
+            min_vram_gb=float(req.gpu.min_vram_gb),
+            vendor=req.gpu.vendor,
+            cuda_min=req.gpu.cuda_min,
+        ),
+        min_cores=float(req.cpu.min_cores),
+        min_ram_gb=float(req.ram.min_gb),
+        min_disk_gb=float(req.disk.min_gb),
+        arch=tuple(req.arch),
+        min_tier=Tier.parse(req.trust.min_tier),
+        capabilities=frozenset(capabilities),
+        limits=enforced_limits(spec.limits.model_dump()),
     )
+
+
+def demand_of(job_id: str, priority: int, spec: JobSpec, org_id: str | None = None) -> JobDemand:
+    """The placement demand of a job (its id, priority, spec and org: nodes of another org
+    do not run it). Raises ``placement.DemandError`` for a CUDA version or weights
+    placement cannot read."""
+    problems: list[DemandProblem] = []
+    try:
+        requires = requires_of(spec)
+    except DemandError as exc:  # listed with the weights' problems, if any
+        problems, requires = list(exc.problems), Requires()
+    limits = spec.limits
+    try:
+        demand = JobDemand(
+            job_id=job_id,
+            priority=priority,
+            created_at=job_id,  # ids sort by creation time
+            cpu_cores=float(limits.cpu_cores or 0),
+            ram_gb=float(limits.ram_gb or 0),
+            gpu_count=limits.gpu_count or 0,
+            requires=requires,
+            weights=dict(spec.weights),
+            weights_preset=spec.weights_preset,
+            org_id=org_id,
+        )
+    except DemandError as exc:
+        raise DemandError(problems + list(exc.problems)) from None
+    if problems:
+        raise DemandError(problems)
+    return demand

@@ -4,27 +4,28 @@ built from the job's row (``runplane/agent/protocol.py`` is the wire format)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Literal
 
 from runplane import vault
 from runplane.agent import protocol as p
 from runplane.jobs.demand import demand_of
+from runplane.jobs.jobspec import JobSpec, PodHealth, PodService, StoredMount
 from runplane.jobs.rows import JobRow
 from runplane.jobs.spec import SETUP_KEY, execution_env, inline_path, mount_relpath, output_glob
 
 
-def _mount_order(mount: dict[str, Any], auth: Mapping[str, str]) -> p.MountSpec:
-    inline = mount["type"] == "inline"
-    connection = mount.get("connection_id")
-    ref = mount.get("ref") or ""
-    if connection and mount.get("commit"):
+def _mount_order(mount: StoredMount, auth: Mapping[str, str]) -> p.MountSpec:
+    inline = mount.type == "inline"
+    connection = mount.connection_id
+    ref = mount.ref
+    if connection and mount.commit:
         # through the server's git proxy: the agent never sees the connection's secret
-        ref = f"{p.SERVER_REF}{GIT_PROXY}/{connection}#{mount['commit']}"
+        ref = f"{p.SERVER_REF}{GIT_PROXY}/{connection}#{mount.commit}"
     return p.MountSpec(
-        type=mount["type"],
-        path=inline_path(mount["path"]) if inline else mount_relpath(mount["path"]),
+        type=mount.type,
+        path=inline_path(mount.path) if inline else mount_relpath(mount.path),
         ref=ref,
-        mode=mount.get("mode") or "rw",
+        mode=mount.mode,
         auth=auth.get(connection) if connection else None,
     )
 
@@ -33,10 +34,9 @@ def _mount_order(mount: dict[str, Any], auth: Mapping[str, str]) -> p.MountSpec:
 GIT_PROXY = "/v1/git/proxy"
 
 
-def connection_ids(spec: Mapping[str, Any]) -> set[str]:
+def connection_ids(spec: JobSpec) -> set[str]:
     """The git connections a job's mounts clone with (their credentials go in its order)."""
-    mounts = [spec.get("workspace"), *(spec.get("inputs") or [])]
-    return {m["connection_id"] for m in mounts if m and m.get("connection_id")}
+    return spec.connection_ids()
 
 
 def run_order(
@@ -56,66 +56,68 @@ def run_order(
     in ``row``)."""
     secrets = secrets or {}
     spec = row.spec
-    timeout = (spec.get("limits") or {}).get("timeout_sec") or None
-    workspace = spec.get("workspace")
-    inputs = [m for m in spec.get("inputs") or [] if m]
     return p.Run(
         job_id=row.id,
         attempt=attempt,
         spec=p.RunSpec(
-            command=spec["command"],
+            command=list(spec.command),
             env=vault.substitute(execution_env(row.id, spec), secrets),
-            setup=(spec.get("env") or {}).get(SETUP_KEY) or None,
-            timeout_sec=timeout,
-            workspace=_mount_order(workspace, auth or {}) if workspace else None,
-            inputs=[_mount_order(m, auth or {}) for m in inputs],
+            setup=spec.env.get(SETUP_KEY) or None,
+            timeout_sec=spec.limits.timeout_sec or None,
+            workspace=_mount_order(spec.workspace, auth or {}) if spec.workspace else None,
+            inputs=[_mount_order(m, auth or {}) for m in spec.inputs],
             outputs=[
-                p.OutputGlob(
-                    artifact=o["artifact"],
-                    glob=output_glob(o["glob"]),
-                    optional=bool(o.get("optional")),
-                )
-                for o in spec.get("outputs") or []
+                p.OutputGlob(artifact=o.artifact, glob=output_glob(o.glob), optional=o.optional)
+                for o in spec.outputs
             ],
-            isolation=_isolation(spec.get("isolation")),
+            isolation=_isolation(spec.isolation),
             limits=_limits(row),
-            pod=_pod(spec.get("pod"), secrets),
+            pod=_pod(spec.pod, secrets),
             mask=vault.maskable([*secrets.values(), *masked]) or None,
         ),
     )
 
 
-def _pod(
-    pod: list[dict[str, Any]] | None, secrets: Mapping[str, str]
-) -> list[p.PodServiceSpec] | None:
+def _pod(pod: list[PodService] | None, secrets: Mapping[str, str]) -> list[p.PodServiceSpec] | None:
     """A session's pod as the agent runs it (``runplane/agent/pod.py``), each service's
     ``${secrets.NAME}`` references put in; None otherwise."""
     if not pod:
         return None
     return [
         p.PodServiceSpec(
-            name=s["name"],
-            command=list(s["command"]),
-            env=vault.substitute(s.get("env") or {}, secrets),
-            needs=list(s.get("needs") or []),
-            health=p.PodHealthSpec(**s["health"]) if s.get("health") else None,
+            name=s.name,
+            command=list(s.command),
+            env=vault.substitute(s.env, secrets),
+            needs=list(s.needs),
+            health=_health(s.health),
         )
         for s in pod
     ]
 
 
+def _health(health: PodHealth | None) -> p.PodHealthSpec | None:
+    if health is None:
+        return None
+    return p.PodHealthSpec(
+        command=list(health.command),
+        period_sec=health.period_sec,
+        timeout_sec=health.timeout_sec,
+        retries=health.retries,
+    )
+
+
 def _limits(row: JobRow) -> p.RunLimits | None:
     """What the agent enforces: the limits given, and the GPUs to assign (the job's GPU
     reservation: ``gpu_count``, or one for ``requires.gpu.required``); None when none."""
-    limits = row.spec.get("limits") or {}
+    limits = row.spec.limits
     gpus = demand_of(row.id, row.priority, row.spec).gpus
     order = p.RunLimits(
-        ram_gb=limits.get("ram_gb") or 0,
-        cpu_cores=limits.get("cpu_cores") or 0,
-        pids=limits.get("pids") or 0,
+        ram_gb=limits.ram_gb or 0,
+        cpu_cores=limits.cpu_cores or 0,
+        pids=limits.pids or 0,
         gpus=gpus,
-        no_internet=bool(limits.get("no_internet")),
-        egress_allow=list(limits.get("egress_allow") or []),
+        no_internet=limits.no_internet,
+        egress_allow=list(limits.egress_allow),
     )
     return order if order != p.RunLimits() else None
 

@@ -22,6 +22,7 @@ from runplane.jobs.phase import TERMINAL, JobState, Phase
 from runplane.persistence import Store, Tx, now_ms, to_json
 from runplane.problems import Problem
 
+from .jobspec import JobSpec
 from .rows import JobRow as JobRow  # re-exported: the rows these functions return
 
 IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000
@@ -41,7 +42,7 @@ class NewJob:
     org_id: str
     project: str
     submitted_by: str
-    spec: dict[str, Any]
+    spec: JobSpec
     spec_hash: str
     priority: int
     idempotency_key: str | None = None
@@ -219,14 +220,14 @@ def new_row(job: NewJob, now: int) -> dict[str, Any]:
         "org_id": job.org_id,
         "project": job.project,
         "submitted_by": job.submitted_by,
-        "stack": spec["stack"],
-        "image": spec["image"],
+        "stack": spec.stack,
+        "image": spec.image,
         "phase": Phase.QUEUED.value,
         "priority": job.priority,
-        "mode": spec["mode"],
-        "seed": spec["seed"],
+        "mode": spec.mode,
+        "seed": spec.seed,
         "spec_hash": job.spec_hash,
-        "spec": to_json(spec),
+        "spec": spec.stored_json(),
         "node_id": None,
         "attempt": 0,
         "attempts": 0,

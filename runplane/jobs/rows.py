@@ -9,6 +9,7 @@ from typing import Any
 
 from runplane.persistence import from_json
 
+from .jobspec import JobSpec
 from .phase import Phase
 
 
@@ -37,7 +38,7 @@ class JobRow:
     seed: int
     spec_hash: str
     #: the resolved spec (what runs, secrets included: views redact)
-    spec: dict[str, Any]
+    spec: JobSpec
     node_id: str | None
     attempt: int  # current attempt number (fencing)
     attempts: int  # infra requeues
@@ -104,7 +105,7 @@ class JobRow:
             mode=row["mode"],
             seed=row["seed"],
             spec_hash=row["spec_hash"],
-            spec=_decoded(row["spec"]),
+            spec=JobSpec.load(row["spec"]),
             node_id=row["node_id"],
             attempt=row["attempt"],
             attempts=row["attempts"],

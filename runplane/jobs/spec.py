@@ -11,194 +11,34 @@ determines the run, so equal hashes reproduce identically, and a rerun inherits 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StringConstraints,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, StringConstraints
 
 from runplane.problems import FieldProblem, Problem
 from runplane.stacks import Catalog, Stack, config_env, validate_config
 from runplane.suggest import suggestion
 
+from .jobspec import (
+    WORK_ROOT,
+    JobSpec,
+    LimitsBody,
+    Mount,
+    Name,
+    RequiresBody,
+    RetryBody,
+    _Strict,
+    canonical_json,
+    spec_hash,
+)
+from .jobspec import OutputSpecBody as OutputSpecBody  # re-exported: part of the body
+
 SETUP_KEY = "RUNPLANE_SETUP"
 DISPLAY_KEY = "RUNPLANE_DISPLAY"
 INT64_MAX = 2**63 - 1
-#: Where a mount path is rooted inside the job: `/work/x` is `x` in the job's directory.
-WORK_ROOT = "/work"
 DEFAULT_INLINE_FILE = "main.py"
-
-#: Fields of the resolved spec that ``spec_hash`` covers (the spec's list, in its order).
-HASHED_FIELDS = (
-    "stack",
-    "image",
-    "command",
-    "env",
-    "config",
-    "workspace",
-    "inputs",
-    "limits",
-    "seed",
-    "requires",
-)
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-NonNeg = Annotated[int, Field(ge=0)]
-Name = Annotated[str, StringConstraints(min_length=1, max_length=256)]
-
-
-MAX_MOUNT_PATH = 1024
-MAX_REF = 8192
-
-
-def _check_relative(value: str, what: str) -> str:
-    """Refuse what could escape the job's directory or confuse a filesystem."""
-    if len(value) > MAX_MOUNT_PATH:
-        raise ValueError(f"{what} is longer than {MAX_MOUNT_PATH} characters")
-    if "\\" in value or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
-        raise ValueError(f"{what} must not contain a backslash or control characters")
-    if ".." in value.split("/"):
-        raise ValueError(f"{what} must not contain a '..' segment")
-    return value
-
-
-def _is_http(ref: str) -> bool:
-    return ref.startswith(("http://", "https://")) and len(ref) > len("https://")
-
-
-def _is_node_path(ref: str) -> bool:
-    return ref.startswith(("/", "file://"))
-
-
-class Mount(_Strict):
-    path: str = WORK_ROOT
-    ref: str = ""
-    type: Literal["git", "archive", "file", "dir", "inline"] = "inline"
-    mode: Literal["ro", "rw"] = "rw"
-    #: a git connection of the org (docs/git.md): ``ref`` is then a branch, tag or commit
-    #: of its repository (empty: the connection's default_ref, else HEAD)
-    connection_id: str | None = Field(None, min_length=1, max_length=64)
-
-    @field_validator("path")
-    @classmethod
-    def _path(cls, value: str) -> str:
-        return _check_relative(value, "mount path")
-
-    @model_validator(mode="after")
-    def _ref(self) -> Mount:
-        ref = self.ref
-        if self.type != "inline" and len(ref) > MAX_REF:
-            raise ValueError(f"ref is longer than {MAX_REF} characters")
-        if self.connection_id is not None:
-            if self.type != "git":
-                raise ValueError("connection_id names a git connection: the type is git")
-            if ref.startswith("-") or any(c.isspace() for c in ref) or "#" in ref:
-                raise ValueError("with connection_id, ref is a branch, tag or commit")
-        elif self.type == "git":
-            url, _, rev = ref.partition("#")
-            if (
-                not url
-                or url.startswith("-")
-                or rev.startswith("-")
-                or any(c.isspace() for c in ref)
-            ):
-                raise ValueError("a git ref is '<repository url>[#<branch, tag or commit>]'")
-        elif self.type == "archive" and not _is_http(ref):
-            raise ValueError("an archive ref is the http(s) URL of a .zip or .tar.gz")
-        elif self.type == "file" and not (_is_http(ref) or _is_node_path(ref)):
-            raise ValueError("a file ref is an http(s) URL or a path on the node")
-        elif self.type == "dir" and ref and not (_is_http(ref) or _is_node_path(ref)):
-            raise ValueError("a dir ref is empty, an archive's http(s) URL or a path on the node")
-        return self
-
-
-class OutputSpecBody(_Strict):
-    artifact: Name
-    glob: Name
-    optional: bool = False
-
-    @field_validator("glob")
-    @classmethod
-    def _glob(cls, value: str) -> str:
-        _check_relative(value, "output glob")
-        if value.startswith("/") and not value.startswith(WORK_ROOT + "/"):
-            raise ValueError(f"an output glob is relative to the job's directory ({WORK_ROOT})")
-        return value
-
-
-class LimitsBody(_Strict):
-    cpu_cores: NonNeg | None = None
-    ram_gb: NonNeg | None = None
-    gpu_count: NonNeg | None = None
-    pids: NonNeg | None = None
-    timeout_sec: NonNeg | None = None
-    no_internet: bool = False
-    egress_allow: list[str] = Field(default_factory=list)
-
-
-class GpuRequires(_Strict):
-    required: bool = False
-    min_vram_gb: NonNeg = 0
-    vendor: str = ""
-    cuda_min: str = ""
-
-
-class CpuRequires(_Strict):
-    min_cores: NonNeg = 0
-
-
-class RamRequires(_Strict):
-    min_gb: NonNeg = 0
-
-
-class DiskRequires(_Strict):
-    min_gb: NonNeg = 0
-
-
-class TrustRequires(_Strict):
-    min_tier: Literal["community", "partner", "trusted"] = "community"
-
-
-class RequiresBody(_Strict):
-    gpu: GpuRequires = Field(default_factory=GpuRequires)
-    cpu: CpuRequires = Field(default_factory=CpuRequires)
-    ram: RamRequires = Field(default_factory=RamRequires)
-    disk: DiskRequires = Field(default_factory=DiskRequires)
-    arch: list[str] = Field(default_factory=list)
-    trust: TrustRequires = Field(default_factory=TrustRequires)
-    capabilities: list[str] = Field(default_factory=list)
-
-
-#: Most retries a policy may ask for, and the longest backoff one retry may wait.
-MAX_RETRIES = 10
-MAX_BACKOFF_SEC = 24 * 3600
-
-
-class RetryBody(_Strict):
-    """A retry policy (an addition to the spec, docs/jobs.md "Retries"): a try that ends
-    in a phase listed in ``on`` runs again, up to ``limit`` times, after
-    ``backoff_sec * backoff_factor ** (retries so far)`` seconds (capped at a day)."""
-
-    limit: int = Field(3, ge=0, le=MAX_RETRIES)
-    on: list[Literal["failed", "timeout"]] = Field(["failed"], min_length=1)
-    backoff_sec: int = Field(10, ge=0, le=MAX_BACKOFF_SEC)
-    backoff_factor: float = Field(2.0, ge=1.0, le=10.0)
-
-    def delay_sec(self, retries_done: int) -> float:
-        """The backoff before retry number ``retries_done + 1``."""
-        return float(min(MAX_BACKOFF_SEC, self.backoff_sec * self.backoff_factor**retries_done))
 
 
 class SubmitJobBody(_Strict):
@@ -226,28 +66,16 @@ class SubmitJobBody(_Strict):
 
 @dataclass(frozen=True, slots=True)
 class ResolvedJob:
-    """What a job runs with, fixed at admission. ``spec`` is JSON-ready."""
+    """What a job runs with, fixed at admission."""
 
-    spec: dict[str, Any]
+    spec: JobSpec
     spec_hash: str
     priority: int
     project: str
 
     @property
     def stack(self) -> str:
-        return str(self.spec["stack"])
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def spec_hash(spec: dict[str, Any]) -> str:
-    """Lowercase hex SHA-256 of the canonical JSON of the hashed fields."""
-    subset = {name: spec.get(name) for name in HASHED_FIELDS}
-    if spec.get("pod"):  # a session's pod (only those specs have one: other hashes unchanged)
-        subset["pod"] = spec["pod"]
-    return hashlib.sha256(canonical_json(subset).encode()).hexdigest()
+        return self.spec.stack
 
 
 def _merge_requires(body: RequiresBody, stack_requires: Any) -> dict[str, Any]:
@@ -380,7 +208,7 @@ def draft(
     *,
     config: Mapping[str, Any] | None = None,
     fingerprint: str | None = None,
-) -> dict[str, Any]:
+) -> JobSpec:
     """The resolved spec of ``body`` before admission (limits as asked); raise ``Problem``
     (400/422) when it cannot run. ``config`` replaces the body's (a RunSpec's folded layers)."""
     stack, resolved_config, found = issues(body, catalog, config)
@@ -391,41 +219,43 @@ def draft(
 
 def build(
     body: SubmitJobBody, stack: Stack, resolved_config: dict[str, Any], fingerprint: str
-) -> dict[str, Any]:
+) -> JobSpec:
     """The spec of a body that has no issues, with its validated config."""
     command = list(body.command) if body.command else list(stack.default_command)
     outputs = [o.model_dump() for o in body.outputs]
     known_globs = {o["glob"] for o in outputs}
     outputs += [o.model_dump() for o in stack.default_outputs if o.glob not in known_globs]
-    return {
-        "stack": stack.name,
-        "image": stack.image,
-        "command": command,
-        "env": dict(body.env),
-        "config": resolved_config,
-        "workspace": body.workspace.model_dump() if body.workspace else None,
-        "inputs": [m.model_dump() for m in body.inputs],
-        "outputs": outputs,
-        "limits": body.limits.model_dump(),
-        "seed": body.seed if body.seed is not None else default_seed(fingerprint),
-        "requires": _merge_requires(body.requires, stack.requires),
-        "mode": body.mode,
-        "weights": dict(body.weights),
-        "weights_preset": body.weights_preset,
-        "isolation": body.isolation,
-        # not hashed: how often to try does not change what a try runs
-        **({"retry": body.retry.model_dump()} if body.retry is not None else {}),
-    }
+    # validated from its stored form: every key it has is one it writes (JobSpec.stored)
+    return JobSpec.model_validate(
+        {
+            "stack": stack.name,
+            "image": stack.image,
+            "command": command,
+            "env": dict(body.env),
+            "config": resolved_config,
+            "workspace": body.workspace.model_dump() if body.workspace else None,
+            "inputs": [m.model_dump() for m in body.inputs],
+            "outputs": outputs,
+            "limits": body.limits.model_dump(),
+            "seed": body.seed if body.seed is not None else default_seed(fingerprint),
+            "requires": _merge_requires(body.requires, stack.requires),
+            "mode": body.mode,
+            "weights": dict(body.weights),
+            "weights_preset": body.weights_preset,
+            "isolation": body.isolation,
+            # not hashed: how often to try does not change what a try runs
+            **({"retry": body.retry.model_dump()} if body.retry is not None else {}),
+        }
+    )
 
 
-def retry_policy(spec: Mapping[str, Any]) -> RetryBody | None:
+def retry_policy(spec: JobSpec) -> RetryBody | None:
     """The retry policy a resolved spec carries, if any."""
-    policy = spec.get("retry")
-    return RetryBody.model_validate(policy) if policy else None
+    return spec.retry
 
 
 def finish(
-    spec: dict[str, Any],
+    spec: JobSpec,
     *,
     priority: int,
     project: str,
@@ -435,10 +265,9 @@ def finish(
     """Fix ``spec`` with the admitted ``limits`` (the clamp's four keys) and fingerprint it.
     ``known_hash`` is reused when the limits change nothing (a rerun keeps its spec_hash)."""
     if limits is not None:
-        merged = {**spec["limits"], **limits}
-        if merged != spec["limits"]:
-            spec = {**spec, "limits": merged}
-            known_hash = None
+        admitted = spec.with_limits(limits)
+        if admitted.limits != spec.limits:
+            spec, known_hash = admitted, None
     return ResolvedJob(
         spec=spec,
         spec_hash=known_hash or spec_hash(spec),
@@ -482,10 +311,10 @@ def output_glob(glob: str) -> str:
     return glob
 
 
-def execution_env(job_id: str, spec: dict[str, Any]) -> dict[str, str]:
+def execution_env(job_id: str, spec: JobSpec) -> dict[str, str]:
     """The environment the job's process gets: config, then the job's env, then platform keys."""
-    env = config_env(spec.get("config") or {})
-    env.update({k: v for k, v in spec["env"].items() if k not in (SETUP_KEY,)})
+    env = config_env(spec.config)
+    env.update({k: v for k, v in spec.env.items() if k not in (SETUP_KEY,)})
     env["RUNPLANE_JOB_ID"] = job_id
-    env["RUNPLANE_SEED"] = str(spec["seed"])
+    env["RUNPLANE_SEED"] = str(spec.seed)
     return env

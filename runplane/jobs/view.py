@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from runplane.jobs.jobspec import JobSpec, StoredMount
 from runplane.jobs.phase import Phase
 from runplane.jobs.rows import JobRow
 from runplane.jobs.spec import DISPLAY_KEY, SETUP_KEY
@@ -17,52 +18,59 @@ from runplane.timefmt import iso_ms_or_none
 _TRUTHY = {"1", "true", "yes", "on"}
 
 
-def _mount_view(mount: dict[str, Any] | None) -> dict[str, Any] | None:
+def _mount_view(mount: StoredMount | None) -> dict[str, Any] | None:
     if not mount:
         return None
-    view: dict[str, Any] = {"type": mount["type"], "path": mount["path"]}
-    if mount["type"] == "inline":
-        view["code"] = mount.get("ref", "")
-    elif mount["type"] in ("git", "archive") or str(mount.get("ref", "")).startswith("http"):
-        view["ref"] = mount.get("ref", "")
-    if mount.get("connection_id"):
+    view: dict[str, Any] = {"type": mount.type, "path": mount.path}
+    if mount.type == "inline":
+        view["code"] = mount.ref
+    elif mount.type in ("git", "archive") or mount.ref.startswith("http"):
+        view["ref"] = mount.ref
+    if mount.connection_id:
         # additions (docs/git.md): the connection, the ref asked and the commit it resolved
         # to at submit (``ref`` is then ``<repo_url>#<commit>``, what the agent fetches)
-        view.update(
-            connection_id=mount["connection_id"], rev=mount.get("rev"), commit=mount.get("commit")
-        )
+        view.update(connection_id=mount.connection_id, rev=mount.rev, commit=mount.commit)
     return view
 
 
-def spec_view(spec: dict[str, Any]) -> dict[str, Any]:
-    env = dict(spec.get("env") or {})
-    limits = spec.get("limits") or {}
-    requires = spec.get("requires") or {}
+def spec_view(spec: JobSpec) -> dict[str, Any]:
+    env = dict(spec.env)
+    limits, requires = spec.limits, spec.requires
     return {
-        "command": spec.get("command") or [],
+        "command": list(spec.command),
         "setup": env.get(SETUP_KEY, ""),
         "display": env.get(DISPLAY_KEY, "").strip().lower() in _TRUTHY,
         "env": redact_env(env),
-        "config": dict(spec.get("config") or {}),
-        "workspace": _mount_view(spec.get("workspace")),
-        "inputs": [
-            {"path": m["path"], "ref": m.get("ref", ""), "type": m["type"]}
-            for m in spec.get("inputs") or []
-        ],
-        "outputs": [
-            {"artifact": o["artifact"], "glob": o["glob"]} for o in spec.get("outputs") or []
-        ],
+        "config": dict(spec.config),
+        "workspace": _mount_view(spec.workspace),
+        "inputs": [{"path": m.path, "ref": m.ref, "type": m.type} for m in spec.inputs],
+        "outputs": [{"artifact": o.artifact, "glob": o.glob} for o in spec.outputs],
         # addition: the retry policy (docs/jobs.md "Retries"), null without one
-        "retry": spec.get("retry"),
+        "retry": spec.retry.model_dump(mode="json") if spec.retry is not None else None,
         "resources": {
-            "cpu_cores": limits.get("cpu_cores") or 0,
-            "ram_gb": limits.get("ram_gb") or 0,
-            "gpu_count": limits.get("gpu_count") or 0,
-            "timeout_sec": limits.get("timeout_sec") or 0,
-            "gpu_required": bool((requires.get("gpu") or {}).get("required")),
-            "min_tier": (requires.get("trust") or {}).get("min_tier", "community"),
+            "cpu_cores": limits.cpu_cores or 0,
+            "ram_gb": limits.ram_gb or 0,
+            "gpu_count": limits.gpu_count or 0,
+            "timeout_sec": limits.timeout_sec or 0,
+            "gpu_required": requires.gpu.required,
+            "min_tier": requires.trust.min_tier,
         },
     }
+
+
+def _retries_view(row: JobRow) -> dict[str, Any]:
+    """Additions (docs/jobs.md "Retries"): the retries its policy made, each retried try's
+    outcome (oldest first), and while it waits out a backoff, when it goes back in line."""
+    tries = [
+        dict(
+            t,
+            started_at=iso_ms_or_none(t.get("started_at")),
+            finished_at=iso_ms_or_none(t.get("finished_at")),
+        )
+        for t in row.tries
+    ]
+    retry_at = iso_ms_or_none(row.retry_at) if row.phase is Phase.QUEUED else None
+    return {"retries": row.retries, "tries": tries, "retry_at": retry_at}
 
 
 def job_view(row: JobRow, *, wait_reason: str | None = None) -> dict[str, Any]:
@@ -118,21 +126,9 @@ def job_view(row: JobRow, *, wait_reason: str | None = None) -> dict[str, Any]:
             {"name": name, "kind": s.get("kind", "data"), "count": s.get("count", 0)}
             for name, s in sorted((row.streams or {}).items())
         ],
+        **_retries_view(row),
     }
-    # additions (docs/jobs.md "Retries"): the retries its policy made, each retried try's
-    # outcome (oldest first), and while it waits out a backoff, when it goes back in line
-    view["retries"] = row.retries
-    view["tries"] = [
-        dict(
-            t,
-            started_at=iso_ms_or_none(t.get("started_at")),
-            finished_at=iso_ms_or_none(t.get("finished_at")),
-        )
-        for t in row.tries
-    ]
-    view["retry_at"] = iso_ms_or_none(row.retry_at) if row.phase is Phase.QUEUED else None
-    reason = wait_reason or row.wait_reason
-    if row.phase is Phase.QUEUED and reason:
+    if row.phase is Phase.QUEUED and (reason := wait_reason or row.wait_reason):
         view["wait_reason"] = reason
     if row.log_dropped:
         view["log_truncated"] = {"kept": row.log_lines, "dropped": row.log_dropped}

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from runplane.jobs.jobspec import JobSpec
 from runplane.jobs.phase import ON_NODE, Phase
 from runplane.nodes.status import AttemptOutcome, NodeStatus
 from runplane.persistence import Store, from_json, now_ms, to_json
@@ -248,7 +249,7 @@ class NodeJob:
     stack: str
     phase: Phase
     priority: int
-    spec: dict[str, Any]  # decoded: the node view sums the jobs' demands
+    spec: JobSpec  # the node view sums the jobs' demands
     #: the GPU devices its agent assigned (empty until it reported them)
     gpus: tuple[str, ...] = ()
 
@@ -260,7 +261,7 @@ class NodeJob:
             stack=row["stack"],
             phase=Phase(row["phase"]),
             priority=row["priority"],
-            spec=from_json(row["spec"]),
+            spec=JobSpec.load(row["spec"]),
             gpus=tuple(from_json(row["gpus"]) or ()) if row.get("gpus") else (),
         )
 

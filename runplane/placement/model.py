@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import IntEnum
@@ -417,136 +417,6 @@ class JobDemand:
         object.__setattr__(twin, "job_id", job_id)
         object.__setattr__(twin, "created_at", created_at)
         return twin
-
-    @classmethod
-    def from_spec(
-        cls,
-        job_id: str,
-        *,
-        priority: int = 100,
-        created_at: CreatedAt = 0.0,
-        limits: Mapping[str, Any] | None = None,
-        requires: Mapping[str, Any] | None = None,
-        weights: Mapping[str, Any] | None = None,
-        weights_preset: str | None = None,
-        isolation: str | None = None,
-        org_id: str | None = None,
-    ) -> JobDemand:
-        """Build from the submit body's ``limits``/``requires``/``weights`` maps. An
-        ``isolation`` other than ``none`` is one more required capability
-        (:func:`isolation_capability`): only a node whose executor gives it may run the job.
-
-        Raises :class:`DemandError` listing every problem (keys like ``requires.gpu.vendor``).
-        """
-        problems: list[DemandProblem] = []
-        limits = limits or {}
-        requires = requires or {}
-
-        def num(src: Mapping[str, Any], name: str, key: str) -> float:
-            value = src.get(name, 0)
-            if value is None:
-                return 0.0
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                problems.append(DemandProblem(key, "bad_type", f"{key} must be a number"))
-                return 0.0
-            if not math.isfinite(value) or value < 0:
-                problems.append(DemandProblem(key, "out_of_range", f"{key} must be >= 0"))
-                return 0.0
-            return float(value)
-
-        def sub(name: str) -> Mapping[str, Any]:
-            value = requires.get(name) or {}
-            if not isinstance(value, Mapping):
-                key = f"requires.{name}"
-                problems.append(DemandProblem(key, "bad_type", f"{key} must be an object"))
-                return {}
-            return value
-
-        def strings(value: Any, key: str) -> tuple[str, ...]:
-            if value is None:
-                return ()
-            if isinstance(value, str) or not isinstance(value, Iterable):
-                problems.append(DemandProblem(key, "bad_type", f"{key} must be a list of strings"))
-                return ()
-            items = tuple(value)
-            if not all(isinstance(v, str) for v in items):
-                problems.append(DemandProblem(key, "bad_type", f"{key} must be a list of strings"))
-                return ()
-            return items
-
-        gpu_map, cpu_map, ram_map, disk_map, trust_map = (
-            sub("gpu"),
-            sub("cpu"),
-            sub("ram"),
-            sub("disk"),
-            sub("trust"),
-        )
-        gpu_count = num(limits, "gpu_count", "limits.gpu_count")
-        if gpu_count != int(gpu_count):
-            problems.append(
-                DemandProblem("limits.gpu_count", "bad_type", "limits.gpu_count must be an integer")
-            )
-        tier: Tier = Tier.COMMUNITY
-        raw_tier = trust_map.get("min_tier")
-        if raw_tier:
-            try:
-                tier = Tier.parse(raw_tier)
-            except (ValueError, KeyError):
-                valid = ", ".join(t.label for t in Tier)
-                problems.append(
-                    DemandProblem(
-                        "requires.trust.min_tier",
-                        "bad_value",
-                        f"unknown tier {raw_tier!r}; valid: {valid}",
-                    )
-                )
-        cuda_min = str(gpu_map.get("cuda_min") or "")
-        if cuda_min and cuda_version(cuda_min) is None:
-            problems.append(
-                DemandProblem(
-                    "requires.gpu.cuda_min",
-                    "bad_value",
-                    f"requires.gpu.cuda_min {cuda_min!r} is not a version like '12.1'",
-                )
-            )
-            cuda_min = ""
-        weight_map = dict(weights or {})
-        problems.extend(weight_problems(weight_map, weights_preset))
-        arch = strings(requires.get("arch"), "requires.arch")
-        caps = strings(requires.get("capabilities"), "requires.capabilities")
-        if isolation and isolation != "none":
-            caps = (*caps, isolation_capability(isolation))
-        spec = Requires(
-            gpu=GpuRequirement(
-                required=bool(gpu_map.get("required", False)),
-                min_vram_gb=num(gpu_map, "min_vram_gb", "requires.gpu.min_vram_gb"),
-                vendor=str(gpu_map.get("vendor") or ""),
-                cuda_min=cuda_min,
-            ),
-            min_cores=num(cpu_map, "min_cores", "requires.cpu.min_cores"),
-            min_ram_gb=num(ram_map, "min_gb", "requires.ram.min_gb"),
-            min_disk_gb=num(disk_map, "min_gb", "requires.disk.min_gb"),
-            arch=arch,
-            min_tier=tier,
-            capabilities=frozenset(caps),
-            limits=enforced_limits(limits),
-        )
-        cpu_cores = num(limits, "cpu_cores", "limits.cpu_cores")
-        ram_gb = num(limits, "ram_gb", "limits.ram_gb")
-        if problems:
-            raise DemandError(problems)
-        return cls(
-            job_id=job_id,
-            priority=priority,
-            created_at=created_at,
-            cpu_cores=cpu_cores,
-            ram_gb=ram_gb,
-            gpu_count=int(gpu_count),
-            requires=spec,
-            weights={k: float(v) for k, v in weight_map.items()},
-            weights_preset=weights_preset,
-            org_id=org_id,
-        )
 
 
 #: The node capability ``isolation-<kind>`` says its executor gives isolation ``kind``.

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from runplane.jobs.jobspec import JobSpec
 from runplane.jobs.spec import Issue, SubmitJobBody, issues
 from runplane.layering import Folded, fold
 from runplane.policy.clamp import LIMIT_KEYS
@@ -116,7 +117,8 @@ def resolved_run(
     }
 
 
-def stored_run(spec: Mapping[str, Any], folded: Folded, has_runspec: bool) -> dict[str, Any]:
+def stored_run(spec: JobSpec, folded: Folded, has_runspec: bool) -> dict[str, Any]:
     """What the job row keeps: the ResolvedRun of the admitted spec and ``has_runspec``."""
-    run = resolved_run(spec["stack"], spec["command"], spec["limits"], spec["config"], folded)
+    limits = spec.limits.model_dump()
+    run = resolved_run(spec.stack, list(spec.command), limits, spec.config, folded)
     return {**run, "has_runspec": has_runspec}

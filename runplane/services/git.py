@@ -18,7 +18,7 @@ from runplane.git.probe import GitProbeError, ls_remote, resolve
 from runplane.git.statuses import STATE_OF
 from runplane.git.tickets import TICKET_TTL_SEC, Ticket, TicketInvalid, mint, verify
 from runplane.jobs import repo as jobs_repo
-from runplane.jobs.orders import connection_ids
+from runplane.jobs.jobspec import JobSpec, StoredMount
 from runplane.jobs.rows import JobRow
 from runplane.jobs.transitions import JobTransitioned, Transitions
 from runplane.persistence import Store, Tx
@@ -133,49 +133,57 @@ class Git:
 
     # -- jobs whose mounts clone with a connection
 
-    async def resolve_mounts(self, spec: dict[str, Any], org_id: str) -> None:
-        """At submit: each mount naming a connection gets its ref resolved to a commit with
+    async def resolve_mounts(self, spec: JobSpec, org_id: str) -> JobSpec:
+        """At submit: ``spec`` with each mount naming a connection resolved to a commit with
         the connection's credential: ``ref`` becomes ``<repo_url>#<commit>`` (what the agent
         fetches), ``rev`` keeps what was asked, ``commit`` the answer. 404 for a connection
         of another org (or none), 422 for a ref the repository does not have, 503 when the
         repository cannot be reached (the connection is then marked degraded)."""
-        fields = [("workspace", spec.get("workspace"))]
-        fields += [(f"inputs.{i}", m) for i, m in enumerate(spec.get("inputs") or [])]
-        for key, mount in fields:
-            if not mount or not mount.get("connection_id"):
-                continue
-            conn = await connections.get(self.store, mount["connection_id"], org_id)
-            rev = mount.get("ref") or conn.default_ref or "HEAD"
-            try:
-                commit = await resolve(
-                    conn.repo_url, conn.credential(self.sealer()), rev, within=RESOLVE_SEC
-                )
-            except GitProbeError as exc:
-                await connections.set_status(self.store, conn.id, DEGRADED, str(exc))
-                raise Problem(
-                    503,
-                    "git_unavailable",
-                    f"git connection {conn.id}: {exc}; try again later",
-                    headers={"Retry-After": "30"},
-                ) from None
-            if commit is None:
-                message = f"{key}.ref: no branch, tag or commit {rev!r} in {conn.repo_url}"
-                raise Problem(
-                    422,
-                    "unknown_ref",
-                    message,
-                    [FieldProblem(f"{key}.ref", "unknown_ref", message)],
-                )
-            if conn.status != ACTIVE:
-                await connections.set_status(self.store, conn.id, ACTIVE, "")
-            mount.update(ref=f"{conn.repo_url}#{commit}", rev=rev, commit=commit)
+        workspace = spec.workspace
+        if workspace is not None and workspace.connection_id:
+            workspace = await self._resolved(workspace, "workspace", org_id)
+        inputs = [
+            await self._resolved(m, f"inputs.{i}", org_id) if m.connection_id else m
+            for i, m in enumerate(spec.inputs)
+        ]
+        return spec.model_copy(update={"workspace": workspace, "inputs": inputs})
+
+    async def _resolved(self, mount: StoredMount, key: str, org_id: str) -> StoredMount:
+        assert mount.connection_id is not None
+        conn = await connections.get(self.store, mount.connection_id, org_id)
+        rev = mount.ref or conn.default_ref or "HEAD"
+        try:
+            commit = await resolve(
+                conn.repo_url, conn.credential(self.sealer()), rev, within=RESOLVE_SEC
+            )
+        except GitProbeError as exc:
+            await connections.set_status(self.store, conn.id, DEGRADED, str(exc))
+            raise Problem(
+                503,
+                "git_unavailable",
+                f"git connection {conn.id}: {exc}; try again later",
+                headers={"Retry-After": "30"},
+            ) from None
+        if commit is None:
+            message = f"{key}.ref: no branch, tag or commit {rev!r} in {conn.repo_url}"
+            raise Problem(
+                422,
+                "unknown_ref",
+                message,
+                [FieldProblem(f"{key}.ref", "unknown_ref", message)],
+            )
+        if conn.status != ACTIVE:
+            await connections.set_status(self.store, conn.id, ACTIVE, "")
+        return mount.model_copy(
+            update={"ref": f"{conn.repo_url}#{commit}", "rev": rev, "commit": commit}
+        )
 
     def follow(self, transitions: Transitions, poke: Callable[[], Awaitable[None]]) -> None:
         """Queue a run's commit status with its phase change, in its transaction; once it
         is stored, ``poke`` the webhook dispatcher that sends it."""
 
         async def queued(moved: JobTransitioned) -> None:
-            if moved.changed and moved.phase.value in STATE_OF and connection_ids(moved.row.spec):
+            if moved.changed and moved.phase.value in STATE_OF and moved.row.spec.connection_ids():
                 await poke()  # a commit status was queued with the change
 
         transitions.in_tx(self.status_tx)
@@ -187,8 +195,9 @@ class Git:
         error); None for other jobs and phases. The connection's ``report_status`` is read
         in the transaction (off: nothing is queued)."""
         row = moved.row
-        workspace = row.spec.get("workspace") or {}
-        conn_id, commit = workspace.get("connection_id"), workspace.get("commit")
+        workspace = row.spec.workspace
+        conn_id = workspace.connection_id if workspace is not None else None
+        commit = workspace.commit if workspace is not None else None
         status = STATE_OF.get(moved.phase.value)
         if not moved.changed or not conn_id or not commit or status is None:
             return None
@@ -203,7 +212,7 @@ class Git:
         key = self.settings.secret_key_bytes()
         expires = int(clock.wall()) + TICKET_TTL_SEC
         out: dict[str, str] = {}
-        for conn_id in connection_ids(row.spec):
+        for conn_id in row.spec.connection_ids():
             token = mint(key, Ticket(row.id, attempt, conn_id, expires))
             out[conn_id] = "Basic " + base64.b64encode(f"runplane:{token}".encode()).decode()
         return out

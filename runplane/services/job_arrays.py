@@ -19,6 +19,7 @@ from runplane.actors.job_messages import JOBS, Cancel, CancelOutcome
 from runplane.auth.audit import ArrayEntry
 from runplane.ids import new_id
 from runplane.jobs import arrays, repo
+from runplane.jobs.jobspec import JobSpec
 from runplane.jobs.rows import JobRow
 from runplane.persistence import Tx, now_ms
 from runplane.placement import JobDemand
@@ -60,7 +61,7 @@ class ArrayCreated:
 @dataclass(frozen=True, slots=True)
 class _Planned:
     item: arrays.Item
-    spec: dict[str, Any]
+    spec: JobSpec
     make_run: MakeRun
 
 
@@ -91,6 +92,33 @@ def _batch_problem(
     )
 
 
+def _new_jobs(planned: Sequence[_Planned], who: Submitter, array_id: str) -> list[repo.NewJob]:
+    return [
+        repo.NewJob(
+            id=new_id("job_"),
+            org_id=who.org_id,
+            project=p.item.body.project,
+            submitted_by=who.subject,
+            spec=p.spec,
+            spec_hash="",
+            priority=p.item.body.priority,
+            array_id=array_id,
+            array_index=p.item.index,
+        )
+        for p in planned
+    ]
+
+
+def _requests(new_jobs: Sequence[repo.NewJob], who: Submitter) -> tuple[adm.Request, ...]:
+    """What the admission gate is asked for each job: its limits."""
+    return tuple(
+        adm.Request(
+            who.org_id, who.subject, j.project, {k: getattr(j.spec.limits, k) for k in LIMIT_KEYS}
+        )
+        for j in new_jobs
+    )
+
+
 class JobArrays:
     def __init__(self, jobs: Jobs) -> None:
         self.jobs = jobs
@@ -109,56 +137,18 @@ class JobArrays:
         if replay is not None:
             return await self._replay(replay)
         items = arrays.expand(batch)
-        planned: list[_Planned] = []
-        rejected: list[Rejected] = []
-        for item in items:
-            try:
-                spec, make_run = await self.jobs.plan(item.body, who)
-            except Problem as exc:
-                rejected.append(Rejected(item.index, exc))
-                continue
-            planned.append(_Planned(item, spec, make_run))
+        planned, rejected = await self._plan(items, who)
         if rejected and (batch.atomic or not planned):
             raise _batch_problem(rejected, items, len(items))
         array_id = new_id("arr_")
-        new_jobs = [
-            repo.NewJob(
-                id=new_id("job_"),
-                org_id=who.org_id,
-                project=p.item.body.project,
-                submitted_by=who.subject,
-                spec=p.spec,
-                spec_hash="",
-                priority=p.item.body.priority,
-                array_id=array_id,
-                array_index=p.item.index,
-            )
-            for p in planned
-        ]
-        requests = tuple(
-            adm.Request(
-                who.org_id, who.subject, j.project, {k: j.spec["limits"].get(k) for k in LIMIT_KEYS}
-            )
-            for j in new_jobs
-        )
+        new_jobs = _new_jobs(planned, who, array_id)
         ids = tuple(j.id for j in new_jobs)
-        many = await adm.admit_many(self.jobs.admission, requests, ids)
+        many = await adm.admit_many(self.jobs.admission, _requests(new_jobs, who), ids)
         if many.refusal is not None:
             raise AdmissionRefused(many.refusal, many.reason)
         held = set(ids)
         try:
-            admitted: list[repo.NewJob] = []
-            demands: dict[str, JobDemand] = {}
-            known: Demands = {}  # the items of an array mostly ask alike
-            for new, p, decision in zip(new_jobs, planned, many.decisions, strict=True):
-                try:
-                    job, demands[new.id] = self.jobs.admitted(
-                        new, decision, p.make_run, known=known
-                    )
-                except Problem as exc:
-                    rejected.append(Rejected(p.item.index, exc))
-                    continue
-                admitted.append(job)
+            admitted, demands = self._admitted(new_jobs, planned, many.decisions, rejected)
             if rejected and (batch.atomic or not admitted):
                 raise _batch_problem(rejected, items, len(items))
             for gone in set(ids) - {j.id for j in admitted}:
@@ -188,6 +178,42 @@ class JobArrays:
         notes = {j.array_index or 0: j.notes for j in admitted if j.notes}
         rejected.sort(key=lambda r: r.index)
         return ArrayCreated(array_id, written, notes, rejected)
+
+    async def _plan(
+        self, items: Sequence[arrays.Item], who: Submitter
+    ) -> tuple[list[_Planned], list[Rejected]]:
+        """Each item's spec before admission, or why it cannot run."""
+        planned: list[_Planned] = []
+        rejected: list[Rejected] = []
+        for item in items:
+            try:
+                spec, make_run = await self.jobs.plan(item.body, who)
+            except Problem as exc:
+                rejected.append(Rejected(item.index, exc))
+                continue
+            planned.append(_Planned(item, spec, make_run))
+        return planned, rejected
+
+    def _admitted(
+        self,
+        new_jobs: Sequence[repo.NewJob],
+        planned: Sequence[_Planned],
+        decisions: Sequence[adm.Decision],
+        rejected: list[Rejected],
+    ) -> tuple[list[repo.NewJob], dict[str, JobDemand]]:
+        """The jobs as admitted and their demands; a job placement refuses is added to
+        ``rejected``."""
+        admitted: list[repo.NewJob] = []
+        demands: dict[str, JobDemand] = {}
+        known: Demands = {}  # the items of an array mostly ask alike
+        for new, p, decision in zip(new_jobs, planned, decisions, strict=True):
+            try:
+                job, demands[new.id] = self.jobs.admitted(new, decision, p.make_run, known=known)
+            except Problem as exc:
+                rejected.append(Rejected(p.item.index, exc))
+                continue
+            admitted.append(job)
+        return admitted, demands
 
     def _insert(
         self, array: arrays.NewArray, jobs: list[repo.NewJob], audit: ArrayEntry | None

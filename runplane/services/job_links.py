@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from runplane import sealed_env, vault
+from runplane import vault
 from runplane.actors import placement as pl
 from runplane.agent import protocol as p
-from runplane.jobs.orders import cancel_order, connection_ids, run_order
+from runplane.jobs.jobspec import opened
+from runplane.jobs.orders import cancel_order, run_order
 from runplane.jobs.rows import JobRow
 from runplane.nodes.status import AttemptOutcome
 from runplane.persistence import Store
@@ -38,14 +39,14 @@ class FleetLink:
         values opened and masked (runplane/sealed_env.py), the values of the org secrets
         its env references (docs/secrets.md): none of them stored with the job."""
         auth: dict[str, str] = {}
-        if connection_ids(row.spec):
+        if row.spec.connection_ids():
             auth = await self.git.mount_auth(row, attempt)
         masked: list[str] = []
-        if sealed_env.has_sealed(row.spec):
-            spec, masked = sealed_env.opened_spec(row.spec, self.sealer, row.org_id)
+        if row.spec.has_sealed():
+            spec, masked = opened(row.spec, self.sealer, row.org_id)
             row = replace(row, spec=spec)
         secrets: dict[str, str] = {}
-        refs = vault.spec_references(row.spec)
+        refs = row.spec.secret_references()
         if refs:
             names = {name for found in refs.values() for name in found}
             secrets = await vault.values(self.store, self.sealer(), row.org_id, names)

@@ -20,7 +20,7 @@ from typing import Any
 
 import trio
 
-from runplane import runs, sealed_env, vault
+from runplane import runs, vault
 from runplane.actors import admission as adm
 from runplane.actors import placement as pl
 from runplane.actors.job import JobActor
@@ -32,7 +32,7 @@ from runplane.jobs import repo
 from runplane.jobs.demand import demand_of
 from runplane.jobs.events import JobEvent
 from runplane.jobs.follow import JobEventSource, follow
-from runplane.jobs.orders import connection_ids
+from runplane.jobs.jobspec import JobSpec, PodService, canonical_json, opened, sealed
 from runplane.jobs.phase import Phase
 from runplane.jobs.rows import JobRow
 from runplane.jobs.spec import (
@@ -40,7 +40,6 @@ from runplane.jobs.spec import (
     SubmitJobBody,
     body_hash,
     build,
-    canonical_json,
     finish,
     raise_issues,
     request_hash,
@@ -72,14 +71,15 @@ class Submitter:
 
 
 #: Makes a job's stored ResolvedRun from its admitted spec.
-MakeRun = Callable[[dict[str, Any]], dict[str, Any]]
+MakeRun = Callable[[JobSpec], dict[str, Any]]
 #: Demands already made, by what they depend on (``_demand_key``), for a job array's items.
 Demands = dict[tuple[Any, ...], JobDemand]
 
 
 def _demand_key(resolved: ResolvedJob, org_id: str | None) -> tuple[Any, ...]:
-    spec = resolved.spec
-    asks = [spec.get(k) for k in ("limits", "requires", "weights", "weights_preset", "isolation")]
+    asks = resolved.spec.model_dump(
+        mode="json", include={"limits", "requires", "weights", "weights_preset", "isolation"}
+    )
     return (resolved.priority, org_id, canonical_json(asks))
 
 
@@ -157,7 +157,7 @@ class Jobs:
         self.admission = admission
         #: resolves the refs of mounts that name a git connection (the git service's
         #: ``resolve_mounts``: spec, org), set by the root
-        self.resolve_git: Callable[[dict[str, Any], str], Awaitable[None]] | None = None
+        self.resolve_git: Callable[[JobSpec, str], Awaitable[JobSpec]] | None = None
         #: every submit's seconds (created or refused) and the count of each outcome, for
         #: /metrics (runplane/services/telemetry.py)
         self.submit_seconds = Histogram()
@@ -239,7 +239,7 @@ class Jobs:
 
     async def plan(
         self, body: SubmitJobBody, who: Submitter, pod: list[dict[str, Any]] | None = None
-    ) -> tuple[dict[str, Any], MakeRun]:
+    ) -> tuple[JobSpec, MakeRun]:
         """The spec ``body`` runs with before admission (config folded, stack and config
         checked, secret references and git mounts resolved) and the function making its
         stored ResolvedRun from the admitted spec; a Problem (400/422) when it cannot run."""
@@ -249,10 +249,11 @@ class Jobs:
         assert planned.stack is not None
         spec = build(body, planned.stack, planned.config, fingerprint)
         if pod:
-            spec["pod"] = pod
-        await vault.check_refs(self.store, spec, who.org_id)
-        if self.resolve_git is not None and connection_ids(spec):
-            await self.resolve_git(spec, who.org_id)
+            services = [PodService.model_validate(service) for service in pod]
+            spec = spec.model_copy(update={"pod": services})
+        await vault.check_refs(self.store, spec.secret_references(), who.org_id)
+        if self.resolve_git is not None and spec.connection_ids():
+            spec = await self.resolve_git(spec, who.org_id)
         return spec, lambda s: runs.stored_run(s, planned.folded, planned.has_runspec)
 
     def admitted(
@@ -276,7 +277,7 @@ class Jobs:
         demand = _check_placeable(resolved, new.id, new.org_id, known)
         admitted = replace(
             new,
-            spec=sealed_env.sealed_spec(resolved.spec, self.sealer, new.org_id),
+            spec=sealed(resolved.spec, self.sealer, new.org_id),
             spec_hash=resolved.spec_hash,
             run=make_run(resolved.spec),
             notes=decision.clamp.notes,
@@ -332,12 +333,12 @@ class Jobs:
                 "under its session: start a new one with POST /v1/sessions",
             )
         # the plain values, sealed afresh for the new row
-        spec, source_run = sealed_env.opened_spec(row.spec, self.sealer, row.org_id)[0], row.run
+        spec, source_run = opened(row.spec, self.sealer, row.org_id)[0], row.run
 
-        def make_run(admitted: dict[str, Any]) -> dict[str, Any]:
+        def make_run(admitted: JobSpec) -> dict[str, Any]:
             if source_run is None:
                 return runs.stored_run(admitted, runs.NO_LAYERS, False)
-            return {**source_run, "resources": runs.resources(admitted["limits"])}
+            return {**source_run, "resources": runs.resources(admitted.limits.model_dump())}
 
         return await self._create(
             spec,
@@ -352,7 +353,7 @@ class Jobs:
 
     async def _create(
         self,
-        spec: dict[str, Any],
+        spec: JobSpec,
         who: Submitter,
         *,
         priority: int,
@@ -390,7 +391,7 @@ class Jobs:
         if prior is not None:
             return await self._replay(prior)
         request = adm.Request(
-            who.org_id, who.subject, project, {k: spec["limits"].get(k) for k in LIMIT_KEYS}
+            who.org_id, who.subject, project, {k: getattr(spec.limits, k) for k in LIMIT_KEYS}
         )
         decision = await adm.admit(self.admission, request, new.id)
         if decision.refusal is not None:

@@ -227,7 +227,7 @@ class Pipelines:
                     list(s.needs),
                     s.allow_failure,
                     s.stack,
-                    sealed_env.sealed_spec(
+                    sealed_env.sealed_doc(
                         stage_payload(s, body.project), self.jobs.sealer, who.org_id
                     ),
                 )
@@ -314,7 +314,7 @@ class Pipelines:
 
     async def _launch(self, launch: Launch) -> str:
         run = launch.run
-        payload = sealed_env.opened_spec(launch.body, self.jobs.sealer, run.org_id)[0]
+        payload = sealed_env.opened_doc(launch.body, self.jobs.sealer, run.org_id)[0]
         try:
             body = RunSpecBody.model_validate(payload)
         except ValidationError as exc:

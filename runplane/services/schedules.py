@@ -249,36 +249,36 @@ class Schedules:
                     f"job.{dry.errors[0].key}: {dry.errors[0].message}",
                     errors,
                 )
-            spec = job.model_dump(mode="json", exclude_unset=True)
+            stored = job.model_dump(mode="json", exclude_unset=True)
             try:
-                await vault.check_refs(self.store, spec, who.org_id)
+                await vault.check_refs(self.store, vault.doc_references(stored), who.org_id)
             except Problem as exc:
                 raise _prefixed(exc, "job") from None
-            return "job", sealed_env.sealed_spec(spec, self.jobs.sealer, who.org_id)
+            return "job", sealed_env.sealed_doc(stored, self.jobs.sealer, who.org_id)
         assert pipeline is not None
         try:
             await self.pipelines.validate(pipeline, submitter)
         except Problem as exc:
             raise _prefixed(exc, "pipeline") from None
-        spec = pipeline.model_dump(mode="json", exclude_unset=True)
-        for stage in spec["stages"]:
+        stored = pipeline.model_dump(mode="json", exclude_unset=True)
+        for stage in stored["stages"]:
             try:
-                await vault.check_refs(self.store, stage, who.org_id)
+                await vault.check_refs(self.store, vault.doc_references(stage), who.org_id)
             except Problem as exc:
                 raise _prefixed(exc, f"pipeline.stages.{stage.get('name', '')}") from None
-        spec["stages"] = [
-            sealed_env.sealed_spec(s, self.jobs.sealer, who.org_id) for s in spec["stages"]
+        stored["stages"] = [
+            sealed_env.sealed_doc(s, self.jobs.sealer, who.org_id) for s in stored["stages"]
         ]
-        return "pipeline", spec
+        return "pipeline", stored
 
     def _opened(self, row: ScheduleRow) -> dict[str, Any]:
-        spec = row.body["spec"]
+        stored = row.body["spec"]
         if row.kind == "job":
-            return sealed_env.opened_spec(spec, self.jobs.sealer, row.org_id)[0]
+            return sealed_env.opened_doc(stored, self.jobs.sealer, row.org_id)[0]
         return {
-            **spec,
+            **stored,
             "stages": [
-                sealed_env.opened_spec(s, self.jobs.sealer, row.org_id)[0] for s in spec["stages"]
+                sealed_env.opened_doc(s, self.jobs.sealer, row.org_id)[0] for s in stored["stages"]
             ],
         }
 

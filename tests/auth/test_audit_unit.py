@@ -5,6 +5,7 @@ from __future__ import annotations
 from runplane.auth import audit
 from runplane.auth.principal import ADMIN, Principal, anonymous
 from runplane.jobs import repo
+from runplane.jobs.jobspec import JobSpec
 from runplane.persistence import Store
 
 USER = Principal(kind="user", subject="usr_1", org_id="org_a", read_org="org_a", credential="token")
@@ -74,7 +75,7 @@ async def test_append_and_list(store: Store) -> None:
 
 
 def test_job_snapshot_keeps_no_spec() -> None:
-    spec = {"stack": "shell", "image": "i", "mode": "run", "seed": 1, "env": {"K": "v"}}
+    spec = JobSpec(stack="shell", image="i", mode="run", seed=1, env={"K": "v"})
     new = repo.NewJob(
         id="job_1", org_id="o", project="", submitted_by="u", spec=spec, spec_hash="h", priority=1
     )

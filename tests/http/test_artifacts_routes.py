@@ -25,6 +25,7 @@ from runplane.http.caller import Caller
 from runplane.http.routes import artifacts as routes
 from runplane.ids import new_id
 from runplane.jobs import repo
+from runplane.jobs.jobspec import JobSpec
 from runplane.settings import Settings
 from tests.artifacts.bytes import get_bytes
 from tests.e2e.conftest import LiveServer, e2e_settings, start_server
@@ -224,7 +225,7 @@ async def test_artifacts_zip(client: Any) -> None:
 
 
 async def _insert_job(app: QuartTrio, org_id: str) -> str:
-    spec = {"stack": "shell", "image": "x", "mode": "run", "seed": 1, "command": ["true"]}
+    spec = JobSpec(stack="shell", image="x", mode="run", seed=1, command=["true"])
     new = repo.NewJob(
         id=new_id("job_"),
         org_id=org_id,

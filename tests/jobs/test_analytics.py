@@ -102,10 +102,11 @@ async def test_counts_from_a_seeded_history_are_exact(
 
 async def test_the_rollup_written_with_each_job_matches_a_backfill(store: Store) -> None:
     from runplane.jobs import repo
+    from runplane.jobs.jobspec import JobSpec
     from runplane.jobs.phase import JobState, Phase
 
     def new(i: int, org: str) -> repo.NewJob:
-        spec = {"stack": "shell", "image": "i", "mode": "run", "seed": 1, "limits": {}}
+        spec = JobSpec(stack="shell", image="i", mode="run", seed=1)
         return repo.NewJob(
             id=f"job_live{i}",
             org_id=org,

@@ -4,17 +4,15 @@ agent to mask (runplane/jobs/orders.py, runplane/vault.py)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from runplane import vault
 from runplane.jobs import repo
+from runplane.jobs.jobspec import JobSpec, PodService
 from runplane.jobs.orders import run_order
 from runplane.jobs.rows import JobRow
 from runplane.jobs.spec import SubmitJobBody, resolve
 from runplane.stacks import load_catalog
 
 
-def row_of(spec: dict[str, Any]) -> JobRow:
+def row_of(spec: JobSpec) -> JobRow:
     job = repo.NewJob(
         id="job_x",
         org_id="org_a",
@@ -32,11 +30,12 @@ def test_pod_services_get_their_secret_references_and_everything_is_masked() -> 
         {"stack": "shell", "command": ["true"], "env": {"A": "${secrets.ONE}"}}
     )
     spec = resolve(body, load_catalog()).spec
-    spec["pod"] = [
-        {"name": "web", "command": ["srv"], "env": {"DB_URL": "pg://u:${secrets.TWO}@db"}},
-        {"name": "db", "command": ["db"], "env": {"PORT": "5432"}},
+    pod = [
+        PodService(name="web", command=["srv"], env={"DB_URL": "pg://u:${secrets.TWO}@db"}),
+        PodService(name="db", command=["db"], env={"PORT": "5432"}),
     ]
-    assert vault.spec_references(spec) == {
+    spec = spec.model_copy(update={"pod": pod})
+    assert spec.secret_references() == {
         "env.A": ["ONE"],
         "pod.web.env.DB_URL": ["TWO"],
     }

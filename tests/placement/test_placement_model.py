@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
+from runplane.jobs.demand import demand_of
+from runplane.jobs.jobspec import JobSpec
 from runplane.placement import (
     DEFAULT_CPU_CORES,
     DEFAULT_RAM_GB,
@@ -220,11 +223,12 @@ def test_explicit_weights_override_and_extend_the_preset() -> None:
 # --- from the API's shapes ----------------------------------------------------------------
 
 
-def test_job_from_submit_body_maps() -> None:
-    job = JobDemand.from_spec(
-        "job-1",
-        priority=150,
-        created_at=5,
+def _spec(**fields: object) -> JobSpec:
+    return JobSpec.model_validate({"stack": "shell", **fields})
+
+
+def test_job_from_its_spec_maps() -> None:
+    spec = _spec(
         limits={"cpu_cores": 4, "ram_gb": 16, "gpu_count": 2, "timeout_sec": 600},
         requires={
             "gpu": {"required": True, "min_vram_gb": 24, "vendor": "NVIDIA", "cuda_min": "12.1"},
@@ -238,6 +242,8 @@ def test_job_from_submit_body_maps() -> None:
         weights={"dlperf": 2},
         weights_preset="training",
     )
+    job = demand_of("job-1", 150, spec)
+    assert (job.priority, job.created_at) == (150, "job-1")  # ids sort by creation time
     assert (job.cpu, job.ram, job.gpus) == (4, 16, 2)
     assert (job.cpu_min, job.ram_min, job.disk_min) == (8, 32, 100)
     assert job.requires.gpu.vendor == "nvidia"
@@ -245,37 +251,43 @@ def test_job_from_submit_body_maps() -> None:
     assert job.requires.min_tier is Tier.PARTNER
     assert job.requires.capabilities == frozenset({"docker"})
     assert job.weight_table["dlperf"] == 2
+    gvisor = demand_of("job-2", 1, _spec(isolation="gvisor"))
+    assert gvisor.requires.capabilities == frozenset({"isolation-gvisor"})
 
 
-def test_job_from_spec_reports_every_problem() -> None:
-    with pytest.raises(DemandError) as caught:
-        JobDemand.from_spec(
-            "j",
+def test_the_spec_refuses_malformed_shapes() -> None:
+    """What the body's models check is not checked again by placement."""
+    with pytest.raises(ValidationError) as caught:
+        _spec(
             limits={"cpu_cores": -2, "gpu_count": 1.5},
-            requires={
-                "gpu": {"cuda_min": "latest"},
-                "trust": {"min_tier": "gold"},
-                "arch": "x86_64",
-                "ram": 4,
-            },
-            weights={"fast": 1},
-            weights_preset="quick",
+            requires={"trust": {"min_tier": "gold"}, "arch": "x86_64", "ram": 4},
         )
+    locs = {err["loc"][:2] for err in caught.value.errors()}
+    assert locs >= {
+        ("limits", "cpu_cores"),
+        ("limits", "gpu_count"),
+        ("requires", "trust"),
+        ("requires", "arch"),
+        ("requires", "ram"),
+    }
+
+
+def test_demand_of_reports_every_problem_placement_checks() -> None:
+    spec = _spec(
+        requires={"gpu": {"cuda_min": "latest"}}, weights={"fast": 1}, weights_preset="quick"
+    )
+    with pytest.raises(DemandError) as caught:
+        demand_of("j", 1, spec)
     keys = {(p.key, p.code) for p in caught.value.problems}
     assert keys == {
-        ("limits.cpu_cores", "out_of_range"),
-        ("limits.gpu_count", "bad_type"),
         ("requires.gpu.cuda_min", "bad_value"),
-        ("requires.trust.min_tier", "bad_value"),
-        ("requires.arch", "bad_type"),
-        ("requires.ram", "bad_type"),
         ("weights.fast", "unknown_weight"),
         ("weights_preset", "unknown_preset"),
     }
 
 
 def test_empty_spec_is_the_default_job() -> None:
-    assert JobDemand.from_spec("j") == JobDemand("j")
+    assert demand_of("j", 100, _spec()) == JobDemand("j", created_at="j")
 
 
 def test_node_and_load_from_the_api_node_view() -> None:
@@ -312,9 +324,7 @@ def test_node_and_load_from_the_api_node_view() -> None:
 
 def test_for_job_is_the_same_demand_for_another_job() -> None:
     """A job array's items share one derived demand: the copy equals a fresh one."""
-    from runplane.jobs.demand import demand_of
-
-    spec = {"limits": {"cpu_cores": 2, "gpu_count": 1}, "requires": {"arch": ["x86_64"]}}
+    spec = _spec(limits={"cpu_cores": 2, "gpu_count": 1}, requires={"arch": ["x86_64"]})
     first = demand_of("job_a", 7, spec, "org_x")
     twin = first.for_job("job_b", "job_b")
     fresh = demand_of("job_b", 7, spec, "org_x")
