@@ -55,8 +55,7 @@ from .filters import (
 )
 from .model import JobDemand, NodeLoad, NodeShape
 from .scoring import score_breakdown, score_gpu_fit
-from .shelves import Entry, FleetClass, Shape, ShapeKey, Shelf
-from .sortedlist import Item
+from .shelves import Entry, FleetClass, Item, Shape, ShapeKey, Shelf
 from .verdicts import BaseVerdicts, ClassVerdict, Feasibility, StaticBase
 from .walks import STREAM_LISTS, Scope, streams_for
 from .weights import GPU_FIT
@@ -91,6 +90,12 @@ def _static_view(node: NodeShape) -> tuple[object, ...]:
         node.disk_gb,
         node.max_concurrency,
     )
+
+
+def _count_from(shelf: Shelf, cpu: float) -> int:
+    """How many of the shelf's nodes have at least ``cpu`` free CPU cores."""
+    fit = shelf.lists["fit"]
+    return len(fit) - fit.bisect_left((cpu,))
 
 
 def _limit(cost: float, need: int) -> int:
@@ -180,29 +185,6 @@ class FleetIndex:
             shapes=len(self._shelves),
             shelves=sum(len(s) for s in self._shelves.values()),
         )
-
-    def copy(self) -> FleetIndex:
-        """An independent working copy (entries are immutable and shared)."""
-        other = FleetIndex.__new__(FleetIndex)
-        other.per_stream = self.per_stream
-        other.stream_budget = self.stream_budget
-        other.walk = self.walk
-        other._entries = dict(self._entries)
-        other._classes = {cid: c.copy() for cid, c in self._classes.items()}
-        other._class_ids = dict(self._class_ids)
-        other._next_cid = self._next_cid
-        other._shape_ids = dict(self._shape_ids)
-        other._disabled = set(self._disabled)
-        other._all = {owner: shelf.copy() for owner, shelf in self._all.items()}
-        other._shelves = {
-            shape: {free: s.copy() for free, s in by_free.items()}
-            for shape, by_free in self._shelves.items()
-        }
-        other._class_cache = dict(self._class_cache)
-        other._base_cache = dict(self._base_cache)
-        other._static_cache = dict(self._static_cache)
-        other._static_base_cache = dict(self._static_base_cache)
-        return other
 
     # --- writing -----------------------------------------------------------------------
 
@@ -543,13 +525,10 @@ class FleetIndex:
         ranged = name in ("fit", "roomy")
         if len(alls) == 1:
             only = alls[0]
-            in_range = only.lists["fit"].count_from((job.cpu,)) if ranged else len(only)
+            in_range = _count_from(only, job.cpu) if ranged else len(only)
             scan = wanted * in_range / scope.size
         else:
-            in_range = sum(
-                shelf.lists["fit"].count_from((job.cpu,)) if ranged else len(shelf)
-                for shelf in alls
-            )
+            in_range = sum(_count_from(s, job.cpu) if ranged else len(s) for s in alls)
             scan = wanted * in_range / scope.size + SHELF_COST * (len(alls) - 1)
         merge = SHELF_COST * len(scope.shelves) + wanted
         if min(scan, merge) <= MEMBER_COST * len(scope.classes):

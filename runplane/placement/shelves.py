@@ -5,18 +5,22 @@ load and derived free capacity), the :class:`Shelf` of sorted lists over walkabl
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
+
+from sortedcontainers import SortedList
 
 from .model import Gpu, JobDemand, NodeLoad, NodeShape
 from .scoring import fullness
-from .sortedlist import Item, SortedList
+
+Item = tuple[Any, ...]  # a sorted-list item: the sort key, node id last
 
 ShapeKey = tuple[str, tuple[Gpu, ...]]  # (arch, GPUs): what decides GPU eligibility
 Shape = int  # a fleet-local id of a ShapeKey (hashing Gpu tuples on every decision is slow)
 
 
 class Entry:
-    """One node's shape and load plus derived values. Never mutated once built (copies of
-    the fleet share entries)."""
+    """One node's shape and load plus derived values. Never mutated once built (a load
+    change builds a new entry)."""
 
     __slots__ = ("cid", "free_cpu", "free_gpu", "free_ram", "full", "load", "node", "walkable")
 
@@ -91,7 +95,7 @@ class Shelf:
     __slots__ = ("lists",)
 
     def __init__(self) -> None:
-        self.lists: dict[str, SortedList] = {name: SortedList() for name in ITEMS}
+        self.lists: dict[str, SortedList[Item]] = {name: SortedList() for name in ITEMS}
 
     def __len__(self) -> int:
         return len(self.lists["fit"])
@@ -112,11 +116,6 @@ class Shelf:
             lst.remove(item(old))
             lst.add(item(new))
 
-    def copy(self) -> Shelf:
-        other = Shelf.__new__(Shelf)
-        other.lists = {name: lst.copy() for name, lst in self.lists.items()}
-        return other
-
 
 class FleetClass:
     __slots__ = ("cid", "key", "members", "owner", "rep", "shape", "walkable")
@@ -129,9 +128,3 @@ class FleetClass:
         self.owner = rep.owner
         self.members: set[str] = set()
         self.walkable = 0
-
-    def copy(self) -> FleetClass:
-        other = FleetClass(self.cid, self.key, self.rep, self.shape)
-        other.members = set(self.members)
-        other.walkable = self.walkable
-        return other

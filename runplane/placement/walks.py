@@ -11,8 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .model import JobDemand
-from .shelves import ITEMS, Entry, FleetClass, Shelf
-from .sortedlist import Item
+from .shelves import ITEMS, Entry, FleetClass, Item, Shelf
 from .weights import BINPACK, DLPERF, GPU_FIT, RELIABILITY, SPREAD
 
 #: The candidate streams of each scorer (the ``fit`` stream is always walked).
