@@ -42,13 +42,12 @@ from . import walks
 from .explain import EMPTY_FLEET, Placement, Unplaced, unplaced
 from .filters import (
     CLASS_FILTERS,
-    CPU_FREE,
     DISABLED,
     GPU_FREE,
+    MOMENTARY_FITS,
+    MOMENTARY_REASONS,
     NODE_FILTERS,
-    OTHER_ORG,
     OWNER,
-    RAM_FREE,
     SLOTS_FULL,
     first_rejection,
     gpu_verdict,
@@ -643,22 +642,23 @@ class FleetIndex:
         return unplaced(counts, job, len(matching))
 
     def _busy_counts(self, job: JobDemand, matching: tuple[str, ...]) -> dict[str, int]:
-        """The momentary filters, fused, over nodes that pass every static one: a node's
-        first reason is SLOTS_FULL, GPU_FREE, CPU_FREE, RAM_FREE or OTHER_ORG (or none)."""
+        """The momentary filters over nodes that pass every static one: a node's first
+        reason is ``slots_free``'s or ``gpu_free``'s (by where the index keeps it: off the
+        walkable shelves, or with fewer free GPUs than its class's threshold), else the
+        first momentary fit filter it fails (or none)."""
         thresholds = self.feasibility(job).thresholds
         entries = self._entries
-        slots = gpus = cpu = ram = other = 0
-        need_cpu, need_ram, need_gpu = job.cpu, job.ram, job.gpus
+        counts = dict.fromkeys(MOMENTARY_REASONS, 0)
+        need_gpu = job.gpus
         for nid in matching:
             e = entries[nid]
             if not e.walkable:
-                slots += 1
+                counts[SLOTS_FULL] += 1
             elif need_gpu and e.free_gpu < thresholds[e.cid]:
-                gpus += 1
-            elif e.free_cpu < need_cpu:
-                cpu += 1
-            elif e.free_ram < need_ram:
-                ram += 1
-            elif e.node.one_org and e.load.runs_other_org(job.org_id):
-                other += 1
-        return {SLOTS_FULL: slots, GPU_FREE: gpus, CPU_FREE: cpu, RAM_FREE: ram, OTHER_ORG: other}
+                counts[GPU_FREE] += 1
+            else:
+                for reason, fits in MOMENTARY_FITS:
+                    if not fits(e, job):
+                        counts[reason] += 1
+                        break
+        return counts

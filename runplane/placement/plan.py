@@ -126,24 +126,10 @@ def plan(queue: Iterable[JobDemand], fleet: FleetIndex, *, explain: bool = True)
 
 # --- the reference: every node filtered, every stream sorted in full ---------------------
 
-#: Filters that make a node *eligible* for a stream (walkable, class, free GPUs)...
-_ELIGIBILITY = frozenset(
-    {
-        "disabled",
-        "owner",
-        "trust",
-        "arch",
-        "capabilities",
-        "limits",
-        "gpu",
-        "slots",
-        "slots_free",
-        "gpu_free",
-    }
-)
-#: ...and the rest, that make an eligible node *fit* (CPU, RAM, disk).
-_ELIGIBLE = tuple(f for f in FILTERS if f.name in _ELIGIBILITY)
-_FITS = tuple(f for f in FILTERS if f.name not in _ELIGIBILITY)
+#: The eligibility filters (the index keeps nodes that fail them off a stream's walk) and
+#: the fit filters (every node a stream visits must pass them), each checked in full here.
+_ELIGIBLE = tuple(f for f in FILTERS if f.eligibility)
+_FITS = tuple(f for f in FILTERS if not f.eligibility)
 
 
 def stream_key(stream: str, job: JobDemand) -> Callable[[NodeShape, NodeLoad], tuple[object, ...]]:

@@ -10,6 +10,7 @@ import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from .filters import fit_needs
 from .model import JobDemand
 from .shelves import ITEMS, Entry, FleetClass, Item, Shelf
 from .weights import BINPACK, DLPERF, GPU_FIT, RELIABILITY, SPREAD
@@ -71,6 +72,7 @@ def scan(
     limit: int,
 ) -> tuple[list[Entry], int] | None:
     """Walk the all-nodes shelf, skipping ineligible nodes; ``None`` past ``limit``."""
+    needs = fit_needs(job)
     out: list[Entry] = []
     visits = seen = 0
     for item in items:
@@ -86,7 +88,7 @@ def scan(
         if seen >= budget:
             break
         seen += 1
-        if e.fits(job):
+        if e.fits(job, needs):
             out.append(e)
             if len(out) >= need:
                 break
@@ -105,6 +107,7 @@ def merge(
 ) -> tuple[list[Entry], int] | None:
     """Heap-merge the selected shelves (their nodes have enough free GPUs), skipping
     nodes of ineligible classes; ``None`` past ``limit`` visits."""
+    needs = fit_needs(job)
     heap: list[tuple[Item, int]] = []
     for idx, it in enumerate(iters):
         item = next(it, None)
@@ -123,7 +126,7 @@ def merge(
             if seen >= budget:
                 break
             seen += 1
-            if e.fits(job):
+            if e.fits(job, needs):
                 out.append(e)
                 if len(out) >= need:
                     break
@@ -145,6 +148,7 @@ def enumerate_members(
     budget: int,
 ) -> tuple[list[Entry], int]:
     """Sort the eligible members of the scope's classes: cheap when they are few."""
+    needs = fit_needs(job)
     ranged = stream in RANGED_STREAMS
     eligible: list[Entry] = []
     for cid in scope.classes:
@@ -163,7 +167,7 @@ def enumerate_members(
         if seen >= budget:
             break
         seen += 1
-        if e.fits(job):
+        if e.fits(job, needs):
             out.append(e)
             if len(out) >= need:
                 break
