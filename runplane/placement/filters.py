@@ -585,7 +585,7 @@ MOMENTARY_FITS: tuple[tuple[str, Fits], ...] = tuple(
 
 def fit_needs(job: JobDemand) -> tuple[float, ...]:
     """What ``job`` needs of each comparison in :data:`HAVES` (once per walk)."""
-    return tuple(need(job) for need in NEEDS)
+    return tuple([need(job) for need in NEEDS])
 
 
 def first_rejection(

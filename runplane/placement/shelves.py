@@ -46,7 +46,7 @@ class Entry:
         self.full = fullness(node, load)
         self.walkable = cid >= 0 and load.active_jobs < node.max_concurrency
         #: each fit comparison's node side (:data:`~runplane.placement.filters.HAVES`)
-        self.have = tuple(have(self) for have in HAVES)
+        self.have = tuple([have(self) for have in HAVES])
 
     def fits(self, job: JobDemand, needs: tuple[float, ...]) -> bool:
         """Every fit filter passes (CPU, RAM and disk, capacity and free; one org at a time

@@ -32,7 +32,13 @@ B = Gpu("B", "nvidia", 80, "12.10")
 C = Gpu("C", "amd", 16, "")
 D = Gpu("D", "nvidia", 12, "11.8")
 GPU_SETS = [(), (), (A,), (A, A), (B,), (B, B, B, B), (C,), (C, C), (A, D), (B, A, D)]
-CAPS = [frozenset(), frozenset({"docker"}), frozenset({"docker", "kvm"}), frozenset({"kvm"})]
+CAPS = [
+    frozenset(),
+    frozenset({"docker"}),
+    frozenset({"docker", "kvm"}),
+    frozenset({"kvm"}),
+    frozenset({"uid-per-job"}),
+]
 NODE_IDS = [f"n{i:02d}" for i in range(40)]
 
 
@@ -70,6 +76,8 @@ def nodes(draw: st.DrawFn) -> tuple[NodeShape, NodeLoad]:
         used_ram=draw(st.sampled_from([0] * 3 + [1, 2, 8, 30, 70])),
         used_gpu=draw(st.integers(0, len(gpus) + 1)),
         active_jobs=draw(st.integers(0, slots + 1)),
+        # the orgs whose jobs hold it (one org at a time on a node whose jobs share a uid)
+        orgs=draw(often((), (("org_a", 1),), (("org_b", 1),), (("org_a", 1), ("org_b", 1)))),  # type: ignore[arg-type]
     )
     return shape, load
 
