@@ -14,9 +14,9 @@ everything else placement needs of it:
   (``explain.py`` builds the sentence from these);
 * whether it is an *eligibility* filter (the index keeps the nodes that fail it off
   what a stream walks: class verdicts, walkable and free-GPU shelves) or a *fit* filter
-  with a fast form on an index entry (``have``/``need``, a comparison, or ``fits``),
-  which every node a stream visits must pass (``Entry.fits``); the momentary breakdown
-  of a wait reason and the reference in ``plan.py`` follow the same split.
+  with ``fits``, its fast form on an index entry, which every node a stream visits must
+  pass (:func:`fits_all`, their conjunction written out); the momentary breakdown of a
+  wait reason and the reference in ``plan.py`` follow the same split.
 
 A node's reason is its first rejection in :data:`FILTERS` order, so counts per reason add
 up to the number of nodes rejected. The index relies on that order: ``disabled`` first,
@@ -117,21 +117,14 @@ class Reason:
 @dataclass(frozen=True, slots=True)
 class Filter:
     """A named feasibility check and what placement needs of it; call it like the
-    function it wraps.
-
-    An eligibility filter gives neither ``fits`` nor ``have``/``need``. A fit filter
-    gives its fast form on an index entry, true exactly when ``check`` passes (a test
-    holds them equal): a comparison, ``have(entry) >= need(job)`` (the index compares
-    all of them in one pass: no call per filter on the hot path), or else ``fits``.
-    """
+    function it wraps. ``fits``: ``None`` for an eligibility filter, else its fast form
+    on an index entry, true exactly when ``check`` passes (a test holds them equal)."""
 
     name: str
     level: Level
     check: Check
     reasons: tuple[Reason, ...]
     fits: Fits | None = None
-    have: Callable[[Candidate], float] | None = None
-    need: Callable[[JobDemand], float] | None = None
 
     def __post_init__(self) -> None:
         static = self.static
@@ -142,11 +135,6 @@ class Filter:
                 raise ValueError(f"filter {self.name}: momentary reason {r.code} needs busy")
         if not self.reasons:
             raise ValueError(f"filter {self.name} gives no reason")
-        have, need = self.have, self.need
-        if (have is None) != (need is None) or (have is not None and self.fits is not None):
-            raise ValueError(f"filter {self.name}: give have and need, or fits")
-        if have is not None and need is not None:
-            object.__setattr__(self, "fits", lambda e, job: have(e) >= need(job))
         if self.fits is not None and (self.level == "class" or len(self.reasons) != 1):
             raise ValueError(f"filter {self.name}: only a node or load filter of one reason fits")
 
@@ -487,16 +475,14 @@ FILTERS: tuple[Filter, ...] = (
                 lambda job: f"{job.cpu_min:g} CPU cores",
             ),
         ),
-        have=lambda e: e.node.cpu_cores,
-        need=lambda job: job.cpu_min,
+        fits=lambda e, job: e.node.cpu_cores >= job.cpu_min,
     ),
     Filter(
         "ram",
         "node",
         check_ram,
         (Reason(RAM, ("has less RAM", "have less RAM"), lambda job: f"{job.ram_min:g} GB RAM"),),
-        have=lambda e: e.node.ram_gb,
-        need=lambda job: job.ram_min,
+        fits=lambda e, job: e.node.ram_gb >= job.ram_min,
     ),
     Filter(
         "disk",
@@ -507,8 +493,7 @@ FILTERS: tuple[Filter, ...] = (
                 DISK, ("has less disk", "have less disk"), lambda job: f"{job.disk_min:g} GB disk"
             ),
         ),
-        have=lambda e: e.node.disk_gb,
-        need=lambda job: job.disk_min,
+        fits=lambda e, job: e.node.disk_gb >= job.disk_min,
     ),
     Filter(
         "slots",
@@ -528,16 +513,14 @@ FILTERS: tuple[Filter, ...] = (
         "load",
         check_cpu_free,
         (Reason(CPU_FREE, busy=lambda job: _has(f"less than {job.cpu:g} CPU cores free")),),
-        have=lambda e: e.free_cpu,
-        need=lambda job: job.cpu,
+        fits=lambda e, job: e.free_cpu >= job.cpu,
     ),
     Filter(
         "ram_free",
         "load",
         check_ram_free,
         (Reason(RAM_FREE, busy=lambda job: _has(f"less than {job.ram:g} GB RAM free")),),
-        have=lambda e: e.free_ram,
-        need=lambda job: job.ram,
+        fits=lambda e, job: e.free_ram >= job.ram,
     ),
     Filter(
         "other_org",
@@ -566,26 +549,26 @@ REASON_OF: dict[str, Reason] = {r.code: r for f in FILTERS for r in f.reasons}
 REASONS: tuple[str, ...] = tuple(REASON_OF)
 MOMENTARY_REASONS: frozenset[str] = frozenset(r.code for f in MOMENTARY_FILTERS for r in f.reasons)
 STATIC_REASONS: frozenset[str] = frozenset(REASONS) - MOMENTARY_REASONS
-#: The fit filters' fast forms, as the index runs them on each node a stream visits
-#: (``Entry.fits``): the comparisons' two sides, and the other checks.
-HAVES: tuple[Callable[[Candidate], float], ...] = tuple(
-    f.have for f in FILTERS if f.have is not None
-)
-NEEDS: tuple[Callable[[JobDemand], float], ...] = tuple(
-    f.need for f in FILTERS if f.need is not None
-)
-FIT_PREDICATES: tuple[Fits, ...] = tuple(
-    f.fits for f in FILTERS if f.fits is not None and f.have is None
-)
 #: The momentary fit filters with their reason (a wait reason's busy breakdown).
 MOMENTARY_FITS: tuple[tuple[str, Fits], ...] = tuple(
     (f.reasons[0].code, f.fits) for f in MOMENTARY_FILTERS if f.fits is not None
 )
 
 
-def fit_needs(job: JobDemand) -> tuple[float, ...]:
-    """What ``job`` needs of each comparison in :data:`HAVES` (once per walk)."""
-    return tuple([need(job) for need in NEEDS])
+def fits_all(e: Candidate, job: JobDemand) -> bool:
+    """Every fit filter's ``fits``, and-ed and written out: what the index runs on each
+    node a stream visits (about 90 times a decision; a call per filter there would cost a
+    tenth of it). A new fit filter adds its condition here too:
+    ``test_placement_filters.py`` holds this to the declarations."""
+    node = e.node
+    return (
+        e.free_cpu >= job.cpu
+        and e.free_ram >= job.ram
+        and node.cpu_cores >= job.cpu_min
+        and node.ram_gb >= job.ram_min
+        and node.disk_gb >= job.disk_min
+        and not (node.one_org and e.load.runs_other_org(job.org_id))
+    )
 
 
 def first_rejection(

@@ -5,13 +5,11 @@ load and derived free capacity), the :class:`Shelf` of sorted lists over walkabl
 from __future__ import annotations
 
 from collections.abc import Callable
-from operator import ge
 from typing import Any
 
 from sortedcontainers import SortedList
 
-from .filters import FIT_PREDICATES, HAVES
-from .model import Gpu, JobDemand, NodeLoad, NodeShape
+from .model import Gpu, NodeLoad, NodeShape
 from .scoring import fullness
 
 Item = tuple[Any, ...]  # a sorted-list item: the sort key, node id last
@@ -24,17 +22,7 @@ class Entry:
     """One node's shape and load plus derived values. Never mutated once built (a load
     change builds a new entry)."""
 
-    __slots__ = (
-        "cid",
-        "free_cpu",
-        "free_gpu",
-        "free_ram",
-        "full",
-        "have",
-        "load",
-        "node",
-        "walkable",
-    )
+    __slots__ = ("cid", "free_cpu", "free_gpu", "free_ram", "full", "load", "node", "walkable")
 
     def __init__(self, node: NodeShape, load: NodeLoad, cid: int) -> None:
         self.node = node
@@ -45,19 +33,6 @@ class Entry:
         self.free_gpu = len(node.gpus) - load.used_gpu
         self.full = fullness(node, load)
         self.walkable = cid >= 0 and load.active_jobs < node.max_concurrency
-        #: each fit comparison's node side (:data:`~runplane.placement.filters.HAVES`)
-        self.have = tuple([have(self) for have in HAVES])
-
-    def fits(self, job: JobDemand, needs: tuple[float, ...]) -> bool:
-        """Every fit filter passes (CPU, RAM and disk, capacity and free; one org at a time
-        where the jobs share a uid): what eligibility leaves to check. ``needs``:
-        :func:`~runplane.placement.filters.fit_needs` of ``job``."""
-        if not all(map(ge, self.have, needs)):
-            return False
-        for fits in FIT_PREDICATES:  # noqa: SIM110 (a generator costs more on the hot path)
-            if not fits(self, job):
-                return False
-        return True
 
 
 def _item_fit(e: Entry) -> Item:

@@ -10,7 +10,7 @@ import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .filters import fit_needs
+from .filters import fits_all
 from .model import JobDemand
 from .shelves import ITEMS, Entry, FleetClass, Item, Shelf
 from .weights import BINPACK, DLPERF, GPU_FIT, RELIABILITY, SPREAD
@@ -72,7 +72,6 @@ def scan(
     limit: int,
 ) -> tuple[list[Entry], int] | None:
     """Walk the all-nodes shelf, skipping ineligible nodes; ``None`` past ``limit``."""
-    needs = fit_needs(job)
     out: list[Entry] = []
     visits = seen = 0
     for item in items:
@@ -88,7 +87,7 @@ def scan(
         if seen >= budget:
             break
         seen += 1
-        if e.fits(job, needs):
+        if fits_all(e, job):
             out.append(e)
             if len(out) >= need:
                 break
@@ -107,7 +106,6 @@ def merge(
 ) -> tuple[list[Entry], int] | None:
     """Heap-merge the selected shelves (their nodes have enough free GPUs), skipping
     nodes of ineligible classes; ``None`` past ``limit`` visits."""
-    needs = fit_needs(job)
     heap: list[tuple[Item, int]] = []
     for idx, it in enumerate(iters):
         item = next(it, None)
@@ -126,7 +124,7 @@ def merge(
             if seen >= budget:
                 break
             seen += 1
-            if e.fits(job, needs):
+            if fits_all(e, job):
                 out.append(e)
                 if len(out) >= need:
                     break
@@ -148,7 +146,6 @@ def enumerate_members(
     budget: int,
 ) -> tuple[list[Entry], int]:
     """Sort the eligible members of the scope's classes: cheap when they are few."""
-    needs = fit_needs(job)
     ranged = stream in RANGED_STREAMS
     eligible: list[Entry] = []
     for cid in scope.classes:
@@ -167,7 +164,7 @@ def enumerate_members(
         if seen >= budget:
             break
         seen += 1
-        if e.fits(job, needs):
+        if fits_all(e, job):
             out.append(e)
             if len(out) >= need:
                 break

@@ -50,7 +50,7 @@ from runplane.placement.filters import (
     Filter,
     Reason,
     check_cpu_free,
-    fit_needs,
+    fits_all,
 )
 from runplane.placement.shelves import entry
 
@@ -270,15 +270,15 @@ def test_first_rejection_follows_filter_order(
 def test_a_fit_filters_fast_form_agrees_with_its_check(
     name: str, overrides: dict[str, Any], load: NodeLoad, job: JobDemand, reason: str | None
 ) -> None:
-    """What the index runs on each visited node (``Filter.fits``, ``Entry.fits``) says
-    what the check says."""
+    """What the index runs on each visited node (each ``Filter.fits``, and ``fits_all``,
+    them written out) says what the checks say."""
     f = FILTER[name]
     shape = node(**overrides)
     e = entry(shape, load)
     if f.fits is not None:
         assert f.fits(e, job) is (reason is None)
     fit_filters = [g for g in FILTERS if not g.eligibility]
-    assert e.fits(job, fit_needs(job)) is all(g(shape, load, job) is None for g in fit_filters)
+    assert fits_all(e, job) is all(g(shape, load, job) is None for g in fit_filters)
 
 
 def test_the_order_is_the_layout_the_index_relies_on() -> None:
@@ -333,14 +333,13 @@ def test_every_reason_reads_in_a_wait_reason(code: str) -> None:
 
 def test_a_declaration_says_what_placement_needs() -> None:
     free = Reason(CPU_FREE, busy=lambda job: ("has none free", "have none free"))
+    static = Reason(CPU, ("has few", "have few"), lambda job: "cores")
     with pytest.raises(ValueError, match="momentary reason CPU_FREE needs busy"):
         Filter("x", "load", check_cpu_free, (Reason(CPU_FREE, ("a", "b"), lambda job: "c"),))
     with pytest.raises(ValueError, match="static reason CPU_FREE needs nodes, need"):
         Filter("x", "node", check_cpu_free, (free,))
-    with pytest.raises(ValueError, match="have and need, or fits"):
-        Filter("x", "load", check_cpu_free, (free,), have=lambda e: e.free_cpu)
-    declared = Filter(
-        "x", "load", check_cpu_free, (free,), have=lambda e: e.free_cpu, need=lambda j: j.cpu
-    )
-    assert declared.fits is not None and not declared.eligibility
-    assert declared.fits(entry(node(), NodeLoad(used_cpu=15.5)), JobDemand("j")) is False
+    with pytest.raises(ValueError, match="only a node or load filter of one reason fits"):
+        Filter("x", "class", check_cpu_free, (static,), fits=lambda e, j: True)
+    declared = Filter("x", "load", check_cpu_free, (free,), fits=lambda e, j: e.free_cpu >= j.cpu)
+    assert not declared.eligibility
+    assert Filter("x", "load", check_cpu_free, (free,)).eligibility
