@@ -353,7 +353,7 @@ def test_plan_matches_brute_force(
     assert got.waiting.keys() == want.waiting.keys()
     for job_id, outcome in got.waiting.items():
         assert outcome.static == want.waiting[job_id].static
-    # The plan worked on a copy.
+    # The plan put back every load it reserved.
     assert sorted(indexed, key=lambda p: p[0].id) == before
 
 
