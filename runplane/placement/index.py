@@ -54,7 +54,7 @@ from .filters import (
 )
 from .model import JobDemand, NodeLoad, NodeShape
 from .scoring import score_breakdown, score_gpu_fit
-from .shelves import Entry, FleetClass, Item, Shape, ShapeKey, Shelf
+from .shelves import Entry, FleetClass, Item, Shape, ShapeKey, Shelf, items_from
 from .verdicts import BaseVerdicts, ClassVerdict, Feasibility, StaticBase
 from .walks import STREAM_LISTS, Scope, streams_for
 from .weights import GPU_FIT
@@ -492,15 +492,15 @@ class FleetIndex:
             if way == "scan":
                 alls = self._scanned(scope)
                 items = (
-                    alls[0].lists[name].irange(start)
+                    items_from(alls[0].lists[name], start)
                     if len(alls) == 1
-                    else heapq.merge(*(shelf.lists[name].irange(start) for shelf in alls))
+                    else heapq.merge(*(items_from(shelf.lists[name], start) for shelf in alls))
                 )
                 got = walks.scan(
                     self._entries, items, stop, job, scope.thresholds, need, budget, limit
                 )
             elif way == "merge":
-                iters = [shelf.lists[name].irange(start) for shelf in scope.shelves]
+                iters = [items_from(shelf.lists[name], start) for shelf in scope.shelves]
                 got = walks.merge(
                     self._entries, iters, stop, job, scope.thresholds, need, budget, limit
                 )
