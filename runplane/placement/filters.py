@@ -1,24 +1,44 @@
-"""Feasibility filters: small named units ``check(node, load, job) -> Rejection | None``.
+"""Feasibility filters, each declared once in :data:`FILTERS` (the evaluation order).
 
-Every filter has a *level*:
+A :class:`Filter` names a check ``check(node, load, job) -> Rejection | None`` and says
+everything else placement needs of it:
 
-* ``class``: reads only the node's class attributes (tier, arch, capabilities, GPUs), so
-  one verdict holds for every node of a class (the index evaluates it once per class);
-* ``node``: reads other static attributes of the node (disabled flag, capacities, slots);
-* ``load``: reads the node's current load: a *momentary* rejection ("busy now").
+* its *level*: ``class`` reads only the node's class attributes (tier, arch, capabilities,
+  GPUs, owner), so one verdict holds for every node of a class (the index evaluates it
+  once per class); ``node`` reads other static attributes (disabled flag, capacities,
+  slots); ``load`` reads the node's current load: a *momentary* rejection ("busy now").
+  ``class`` and ``node`` rejections are *static*: the machine can never run the job as
+  it is;
+* its *reasons* (:class:`Reason`) and how a wait reason says each: how one node / N
+  nodes fail it, and for a static one the job's requirement they fail
+  (``explain.py`` builds the sentence from these);
+* whether it is an *eligibility* filter (the index keeps the nodes that fail it off
+  what a stream walks: class verdicts, walkable and free-GPU shelves) or a *fit* filter
+  with ``fits``, its fast form on an index entry, which every node a stream visits must
+  pass (:func:`fits_all`, their conjunction written out); the momentary breakdown of a
+  wait reason and the reference in ``plan.py`` follow the same split.
 
-``class`` and ``node`` rejections are *static*: the machine can never run the job as it is.
-:data:`FILTERS` is the evaluation order; a node's reason is its first rejection, so counts
-per reason add up to the number of nodes rejected.
+A node's reason is its first rejection in :data:`FILTERS` order, so counts per reason add
+up to the number of nodes rejected. The index relies on that order: ``disabled`` first,
+then the ``class`` filters (``owner`` first), the other ``node`` ones, then the ``load``
+ones, eligibility before fit among those (``tests/placement/test_placement_filters.py``
+holds it). Adding a filter: docs/placement.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
-from .model import LIMIT_CAPABILITIES, JobDemand, NodeLoad, NodeShape, missing_limits
+from .model import (
+    ISOLATION_PREFIX,
+    LIMIT_CAPABILITIES,
+    JobDemand,
+    NodeLoad,
+    NodeShape,
+    missing_limits,
+)
 
 # Static reasons: the node can never run the job as the node is.
 DISABLED = "DISABLED"
@@ -43,15 +63,6 @@ CPU_FREE = "CPU_FREE"
 RAM_FREE = "RAM_FREE"
 OTHER_ORG = "OTHER_ORG"
 
-#: Every reason, in filter order.
-REASONS: tuple[str, ...] = (
-    DISABLED, OWNER, TRUST_TIER, ARCH, CAPABILITY, LIMITS, NO_GPU, GPU_COUNT, GPU_VENDOR,
-    CUDA_VERSION, GPU_VRAM, CPU, RAM, DISK, NO_SLOTS, SLOTS_FULL, GPU_FREE, CPU_FREE, RAM_FREE,
-    OTHER_ORG,
-)  # fmt: skip
-MOMENTARY_REASONS: frozenset[str] = frozenset({SLOTS_FULL, GPU_FREE, CPU_FREE, RAM_FREE, OTHER_ORG})
-STATIC_REASONS: frozenset[str] = frozenset(REASONS) - MOMENTARY_REASONS
-
 Level = Literal["class", "node", "load"]
 
 
@@ -68,22 +79,79 @@ class Rejection:
 
 
 Check = Callable[[NodeShape, NodeLoad, JobDemand], Rejection | None]
+Phrase = tuple[str, str]  # (singular, plural) predicate: "1 node <p[0]>", "N nodes <p[1]>"
+
+
+class Candidate(Protocol):
+    """What a fit check reads of a node the index visits (``shelves.Entry``)."""
+
+    @property
+    def node(self) -> NodeShape: ...
+    @property
+    def load(self) -> NodeLoad: ...
+    @property
+    def free_cpu(self) -> float: ...
+    @property
+    def free_ram(self) -> float: ...
+
+
+Fits = Callable[[Candidate, JobDemand], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """A reason a filter rejects with, and how a wait reason says it.
+
+    A static reason: ``nodes``, how nodes fail it (``has fewer CPU cores``), and ``need``,
+    the job's requirement it names (``8 CPU cores``; reasons of one requirement are
+    grouped under it). A momentary one: ``busy``, how nodes are busy (it may read the
+    job: ``has less than 4 GB RAM free``).
+    """
+
+    code: str
+    nodes: Phrase = ("", "")
+    need: Callable[[JobDemand], str] | None = None
+    busy: Callable[[JobDemand], Phrase] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Filter:
-    """A named feasibility check; call it like the function it wraps."""
+    """A named feasibility check and what placement needs of it; call it like the
+    function it wraps. ``fits``: ``None`` for an eligibility filter, else its fast form
+    on an index entry, true exactly when ``check`` passes (a test holds them equal)."""
 
     name: str
     level: Level
     check: Check
+    reasons: tuple[Reason, ...]
+    fits: Fits | None = None
+
+    def __post_init__(self) -> None:
+        static = self.static
+        for r in self.reasons:
+            if static and (r.need is None or not r.nodes[0] or r.busy is not None):
+                raise ValueError(f"filter {self.name}: static reason {r.code} needs nodes, need")
+            if not static and (r.busy is None or r.need is not None):
+                raise ValueError(f"filter {self.name}: momentary reason {r.code} needs busy")
+        if not self.reasons:
+            raise ValueError(f"filter {self.name} gives no reason")
+        if self.fits is not None and (self.level == "class" or len(self.reasons) != 1):
+            raise ValueError(f"filter {self.name}: only a node or load filter of one reason fits")
 
     @property
     def static(self) -> bool:
         return self.level != "load"
 
+    @property
+    def eligibility(self) -> bool:
+        return self.fits is None
+
     def __call__(self, node: NodeShape, load: NodeLoad, job: JobDemand) -> Rejection | None:
         return self.check(node, load, job)
+
+
+def _has(text: str) -> Phrase:
+    return ("has " + text, "have " + text)
 
 
 def _plural(n: float, word: str) -> str:
@@ -133,17 +201,48 @@ def qualifying_vram(node: NodeShape, job: JobDemand) -> list[float]:
     )
 
 
+def gpu_phrase(job: JobDemand) -> str:
+    """``2 GPUs with >= 24 GB VRAM, from nvidia, with CUDA >= 12.1``."""
+    req = job.requires.gpu
+    text = f"{job.gpus} GPU" + ("" if job.gpus == 1 else "s")
+    if req.min_vram_gb > 0:
+        text += f" with >= {req.min_vram_gb:g} GB VRAM"
+    if req.vendor:
+        text += f", from {req.vendor}"
+    if req.cuda_min:
+        text += f", with CUDA >= {req.cuda_min}"
+    return text
+
+
+def _capability(name: str) -> str:
+    """A required capability as the wait reason says it: an isolation one says what
+    gives it."""
+    if name.startswith(ISOLATION_PREFIX):
+        kind = name.removeprefix(ISOLATION_PREFIX)
+        return f"{name} (isolation {kind}: a container executor; the process executor gives none)"
+    return name
+
+
+def _capabilities_need(job: JobDemand) -> str:
+    caps = sorted(job.requires.capabilities)
+    return "capabilities " + " and ".join(_capability(c) for c in caps)
+
+
+def _limits_need(job: JobDemand) -> str:
+    named = " and ".join(
+        f"limits.{n} ({LIMIT_CAPABILITIES[n]})" for n in sorted(job.requires.limits)
+    )
+    return (
+        f"enforcing {named}: a node whose agent can (cgroups, bubblewrap), or one started "
+        "with --best-effort-limits"
+    )
+
+
+def _gpu_free_busy(job: JobDemand) -> Phrase:
+    return _has(f"fewer than {job.gpus} matching GPU" + ("" if job.gpus == 1 else "s") + " free")
+
+
 # --- static, node level -------------------------------------------------------------------
-
-
-def check_owner(node: NodeShape, load: NodeLoad, job: JobDemand) -> Rejection | None:
-    """A node another org owns runs only that org's jobs and those of orgs it granted."""
-    owner = node.owner
-    if owner is None or job.org_id is None or owner == job.org_id:
-        return None
-    if job.org_id in node.grantees:
-        return None
-    return Rejection(OWNER, f"node {node.id} belongs to another org")
 
 
 def check_disabled(node: NodeShape, load: NodeLoad, job: JobDemand) -> Rejection | None:
@@ -179,6 +278,16 @@ def check_slots(node: NodeShape, load: NodeLoad, job: JobDemand) -> Rejection | 
 
 
 # --- static, class level ------------------------------------------------------------------
+
+
+def check_owner(node: NodeShape, load: NodeLoad, job: JobDemand) -> Rejection | None:
+    """A node another org owns runs only that org's jobs and those of orgs it granted."""
+    owner = node.owner
+    if owner is None or job.org_id is None or owner == job.org_id:
+        return None
+    if job.org_id in node.grantees:
+        return None
+    return Rejection(OWNER, f"node {node.id} belongs to another org")
 
 
 def check_trust(node: NodeShape, load: NodeLoad, job: JobDemand) -> Rejection | None:
@@ -282,34 +391,184 @@ def check_other_org(node: NodeShape, load: NodeLoad, job: JobDemand) -> Rejectio
     return None
 
 
-#: The filters, in evaluation order. The index relies on this layout: ``disabled`` first,
-#: then every ``class`` filter, then the other ``node`` filters, then the ``load`` ones.
+# --- the registry ---------------------------------------------------------------------------
+
+_GPU_NODES: dict[str, Phrase] = {
+    NO_GPU: ("has no GPU", "have no GPU"),
+    GPU_COUNT: ("has fewer GPUs", "have fewer GPUs"),
+    GPU_VENDOR: ("has GPUs of another vendor", "have GPUs of another vendor"),
+    CUDA_VERSION: ("has an older CUDA", "have an older CUDA"),
+    GPU_VRAM: ("has smaller GPUs", "have smaller GPUs"),
+}
+
+#: Every filter, declared once, in evaluation order (see the module doc for the layout
+#: the index relies on).
 FILTERS: tuple[Filter, ...] = (
-    Filter("disabled", "node", check_disabled),
-    Filter("owner", "class", check_owner),
-    Filter("trust", "class", check_trust),
-    Filter("arch", "class", check_arch),
-    Filter("capabilities", "class", check_capabilities),
-    Filter("limits", "class", check_limits),
-    Filter("gpu", "class", check_gpu),
-    Filter("cpu", "node", check_cpu),
-    Filter("ram", "node", check_ram),
-    Filter("disk", "node", check_disk),
-    Filter("slots", "node", check_slots),
-    Filter("slots_free", "load", check_slots_free),
-    Filter("gpu_free", "load", check_gpu_free),
-    Filter("cpu_free", "load", check_cpu_free),
-    Filter("ram_free", "load", check_ram_free),
-    Filter("other_org", "load", check_other_org),
+    Filter(
+        "disabled",
+        "node",
+        check_disabled,
+        (Reason(DISABLED, ("is disabled", "are disabled"), lambda job: "an enabled node"),),
+    ),
+    Filter(
+        "owner",
+        "class",
+        check_owner,
+        (
+            Reason(
+                OWNER,
+                ("belongs to another org", "belong to another org"),
+                lambda job: "a node of your org or granted to it",
+            ),
+        ),
+    ),
+    Filter(
+        "trust",
+        "class",
+        check_trust,
+        (
+            Reason(
+                TRUST_TIER,
+                ("is of a lower tier", "are of a lower tier"),
+                lambda job: f"trust tier {job.requires.min_tier.label} or higher",
+            ),
+        ),
+    ),
+    Filter(
+        "arch",
+        "class",
+        check_arch,
+        (
+            Reason(
+                ARCH,
+                ("has another arch", "have another arch"),
+                lambda job: "arch " + " or ".join(job.requires.arch),
+            ),
+        ),
+    ),
+    Filter(
+        "capabilities",
+        "class",
+        check_capabilities,
+        (Reason(CAPABILITY, ("lacks them", "lack them"), _capabilities_need),),
+    ),
+    Filter(
+        "limits",
+        "class",
+        check_limits,
+        (Reason(LIMITS, ("cannot enforce them", "cannot enforce them"), _limits_need),),
+    ),
+    Filter(
+        "gpu",
+        "class",
+        check_gpu,
+        tuple(Reason(code, nodes, gpu_phrase) for code, nodes in _GPU_NODES.items()),
+    ),
+    Filter(
+        "cpu",
+        "node",
+        check_cpu,
+        (
+            Reason(
+                CPU,
+                ("has fewer CPU cores", "have fewer CPU cores"),
+                lambda job: f"{job.cpu_min:g} CPU cores",
+            ),
+        ),
+        fits=lambda e, job: e.node.cpu_cores >= job.cpu_min,
+    ),
+    Filter(
+        "ram",
+        "node",
+        check_ram,
+        (Reason(RAM, ("has less RAM", "have less RAM"), lambda job: f"{job.ram_min:g} GB RAM"),),
+        fits=lambda e, job: e.node.ram_gb >= job.ram_min,
+    ),
+    Filter(
+        "disk",
+        "node",
+        check_disk,
+        (
+            Reason(
+                DISK, ("has less disk", "have less disk"), lambda job: f"{job.disk_min:g} GB disk"
+            ),
+        ),
+        fits=lambda e, job: e.node.disk_gb >= job.disk_min,
+    ),
+    Filter(
+        "slots",
+        "node",
+        check_slots,
+        (Reason(NO_SLOTS, ("accepts no jobs", "accept no jobs"), lambda job: "a job slot"),),
+    ),
+    Filter(
+        "slots_free",
+        "load",
+        check_slots_free,
+        (Reason(SLOTS_FULL, busy=lambda job: _has("no free job slot")),),
+    ),
+    Filter("gpu_free", "load", check_gpu_free, (Reason(GPU_FREE, busy=_gpu_free_busy),)),
+    Filter(
+        "cpu_free",
+        "load",
+        check_cpu_free,
+        (Reason(CPU_FREE, busy=lambda job: _has(f"less than {job.cpu:g} CPU cores free")),),
+        fits=lambda e, job: e.free_cpu >= job.cpu,
+    ),
+    Filter(
+        "ram_free",
+        "load",
+        check_ram_free,
+        (Reason(RAM_FREE, busy=lambda job: _has(f"less than {job.ram:g} GB RAM free")),),
+        fits=lambda e, job: e.free_ram >= job.ram,
+    ),
+    Filter(
+        "other_org",
+        "load",
+        check_other_org,
+        (
+            Reason(
+                OTHER_ORG,
+                busy=lambda job: (
+                    "runs another org's jobs (one org at a time: its jobs share one uid)",
+                    "run another org's jobs (one org at a time: its jobs share one uid)",
+                ),
+            ),
+        ),
+        fits=lambda e, job: not (e.node.one_org and e.load.runs_other_org(job.org_id)),
+    ),
 )
+
+# Derived from FILTERS: every list below follows it.
 CLASS_FILTERS: tuple[Filter, ...] = tuple(f for f in FILTERS if f.level == "class")
-NODE_FILTERS: tuple[Filter, ...] = tuple(f for f in FILTERS[1:] if f.level == "node")
+NODE_FILTERS: tuple[Filter, ...] = tuple(f for f in FILTERS if f.level == "node")
 STATIC_FILTERS: tuple[Filter, ...] = tuple(f for f in FILTERS if f.static)
 MOMENTARY_FILTERS: tuple[Filter, ...] = tuple(f for f in FILTERS if not f.static)
+#: Every reason, in filter order, and each reason's declaration.
+REASON_OF: dict[str, Reason] = {r.code: r for f in FILTERS for r in f.reasons}
+REASONS: tuple[str, ...] = tuple(REASON_OF)
+MOMENTARY_REASONS: frozenset[str] = frozenset(r.code for f in MOMENTARY_FILTERS for r in f.reasons)
+STATIC_REASONS: frozenset[str] = frozenset(REASONS) - MOMENTARY_REASONS
+#: The momentary fit filters with their reason (a wait reason's busy breakdown).
+MOMENTARY_FITS: tuple[tuple[str, Fits], ...] = tuple(
+    (f.reasons[0].code, f.fits) for f in MOMENTARY_FILTERS if f.fits is not None
+)
 
-assert FILTERS[0].name == "disabled"
-assert FILTERS[1 : 1 + len(CLASS_FILTERS)] == CLASS_FILTERS
-assert FILTERS[1 + len(CLASS_FILTERS) : len(STATIC_FILTERS)] == NODE_FILTERS
+
+def fits_all(e: Candidate, job: JobDemand) -> bool:
+    """Every fit filter's ``fits``, and-ed and written out: what the index runs on each
+    node a stream visits (about 90 times a decision; a call per filter there would cost a
+    tenth of it). A new fit filter adds its condition here too:
+    ``test_placement_filters.py`` holds this to the declarations."""
+    node = e.node
+    return (
+        e.free_cpu >= job.cpu
+        and e.free_ram >= job.ram
+        and node.cpu_cores >= job.cpu_min
+        and node.ram_gb >= job.ram_min
+        and node.disk_gb >= job.disk_min
+        and not (node.one_org and e.load.runs_other_org(job.org_id))
+    )
 
 
 def first_rejection(

@@ -42,21 +42,19 @@ from . import walks
 from .explain import EMPTY_FLEET, Placement, Unplaced, unplaced
 from .filters import (
     CLASS_FILTERS,
-    CPU_FREE,
     DISABLED,
     GPU_FREE,
+    MOMENTARY_FITS,
+    MOMENTARY_REASONS,
     NODE_FILTERS,
-    OTHER_ORG,
     OWNER,
-    RAM_FREE,
     SLOTS_FULL,
     first_rejection,
     gpu_verdict,
 )
 from .model import JobDemand, NodeLoad, NodeShape
 from .scoring import score_breakdown, score_gpu_fit
-from .shelves import Entry, FleetClass, Shape, ShapeKey, Shelf
-from .sortedlist import Item
+from .shelves import Entry, FleetClass, Item, Shape, ShapeKey, Shelf, items_from
 from .verdicts import BaseVerdicts, ClassVerdict, Feasibility, StaticBase
 from .walks import STREAM_LISTS, Scope, streams_for
 from .weights import GPU_FIT
@@ -91,6 +89,12 @@ def _static_view(node: NodeShape) -> tuple[object, ...]:
         node.disk_gb,
         node.max_concurrency,
     )
+
+
+def _count_from(shelf: Shelf, cpu: float) -> int:
+    """How many of the shelf's nodes have at least ``cpu`` free CPU cores."""
+    fit = shelf.lists["fit"]
+    return len(fit) - fit.bisect_left((cpu,))
 
 
 def _limit(cost: float, need: int) -> int:
@@ -180,29 +184,6 @@ class FleetIndex:
             shapes=len(self._shelves),
             shelves=sum(len(s) for s in self._shelves.values()),
         )
-
-    def copy(self) -> FleetIndex:
-        """An independent working copy (entries are immutable and shared)."""
-        other = FleetIndex.__new__(FleetIndex)
-        other.per_stream = self.per_stream
-        other.stream_budget = self.stream_budget
-        other.walk = self.walk
-        other._entries = dict(self._entries)
-        other._classes = {cid: c.copy() for cid, c in self._classes.items()}
-        other._class_ids = dict(self._class_ids)
-        other._next_cid = self._next_cid
-        other._shape_ids = dict(self._shape_ids)
-        other._disabled = set(self._disabled)
-        other._all = {owner: shelf.copy() for owner, shelf in self._all.items()}
-        other._shelves = {
-            shape: {free: s.copy() for free, s in by_free.items()}
-            for shape, by_free in self._shelves.items()
-        }
-        other._class_cache = dict(self._class_cache)
-        other._base_cache = dict(self._base_cache)
-        other._static_cache = dict(self._static_cache)
-        other._static_base_cache = dict(self._static_base_cache)
-        return other
 
     # --- writing -----------------------------------------------------------------------
 
@@ -511,15 +492,15 @@ class FleetIndex:
             if way == "scan":
                 alls = self._scanned(scope)
                 items = (
-                    alls[0].lists[name].irange(start)
+                    items_from(alls[0].lists[name], start)
                     if len(alls) == 1
-                    else heapq.merge(*(shelf.lists[name].irange(start) for shelf in alls))
+                    else heapq.merge(*(items_from(shelf.lists[name], start) for shelf in alls))
                 )
                 got = walks.scan(
                     self._entries, items, stop, job, scope.thresholds, need, budget, limit
                 )
             elif way == "merge":
-                iters = [shelf.lists[name].irange(start) for shelf in scope.shelves]
+                iters = [items_from(shelf.lists[name], start) for shelf in scope.shelves]
                 got = walks.merge(
                     self._entries, iters, stop, job, scope.thresholds, need, budget, limit
                 )
@@ -543,13 +524,10 @@ class FleetIndex:
         ranged = name in ("fit", "roomy")
         if len(alls) == 1:
             only = alls[0]
-            in_range = only.lists["fit"].count_from((job.cpu,)) if ranged else len(only)
+            in_range = _count_from(only, job.cpu) if ranged else len(only)
             scan = wanted * in_range / scope.size
         else:
-            in_range = sum(
-                shelf.lists["fit"].count_from((job.cpu,)) if ranged else len(shelf)
-                for shelf in alls
-            )
+            in_range = sum(_count_from(s, job.cpu) if ranged else len(s) for s in alls)
             scan = wanted * in_range / scope.size + SHELF_COST * (len(alls) - 1)
         merge = SHELF_COST * len(scope.shelves) + wanted
         if min(scan, merge) <= MEMBER_COST * len(scope.classes):
@@ -664,22 +642,23 @@ class FleetIndex:
         return unplaced(counts, job, len(matching))
 
     def _busy_counts(self, job: JobDemand, matching: tuple[str, ...]) -> dict[str, int]:
-        """The momentary filters, fused, over nodes that pass every static one: a node's
-        first reason is SLOTS_FULL, GPU_FREE, CPU_FREE, RAM_FREE or OTHER_ORG (or none)."""
+        """The momentary filters over nodes that pass every static one: a node's first
+        reason is ``slots_free``'s or ``gpu_free``'s (by where the index keeps it: off the
+        walkable shelves, or with fewer free GPUs than its class's threshold), else the
+        first momentary fit filter it fails (or none)."""
         thresholds = self.feasibility(job).thresholds
         entries = self._entries
-        slots = gpus = cpu = ram = other = 0
-        need_cpu, need_ram, need_gpu = job.cpu, job.ram, job.gpus
+        counts = dict.fromkeys(MOMENTARY_REASONS, 0)
+        need_gpu = job.gpus
         for nid in matching:
             e = entries[nid]
             if not e.walkable:
-                slots += 1
+                counts[SLOTS_FULL] += 1
             elif need_gpu and e.free_gpu < thresholds[e.cid]:
-                gpus += 1
-            elif e.free_cpu < need_cpu:
-                cpu += 1
-            elif e.free_ram < need_ram:
-                ram += 1
-            elif e.node.one_org and e.load.runs_other_org(job.org_id):
-                other += 1
-        return {SLOTS_FULL: slots, GPU_FREE: gpus, CPU_FREE: cpu, RAM_FREE: ram, OTHER_ORG: other}
+                counts[GPU_FREE] += 1
+            else:
+                for reason, fits in MOMENTARY_FITS:
+                    if not fits(e, job):
+                        counts[reason] += 1
+                        break
+        return counts

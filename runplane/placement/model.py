@@ -253,8 +253,14 @@ class NodeLoad:
         )
 
     def runs_other_org(self, org: str | None) -> bool:
-        """Whether jobs of an org other than ``org`` hold some of the load."""
-        return org is not None and any(other != org for other, _ in self.orgs)
+        """Whether jobs of an org other than ``org`` hold some of the load (the index asks
+        it of every node a walk visits: no generator for the common none or one org)."""
+        orgs = self.orgs
+        if org is None or not orgs:
+            return False
+        if len(orgs) == 1:
+            return orgs[0][0] != org
+        return any(other != org for other, _ in orgs)
 
     @classmethod
     def from_view(cls, view: Mapping[str, Any]) -> NodeLoad:

@@ -40,6 +40,32 @@ class Plan:
     loads: dict[str, NodeLoad] = field(default_factory=dict)
 
 
+class Trial:
+    """A plan's working state: reservations made on ``fleet`` through :meth:`reserve`,
+    each node's load put back as it was on leaving the ``with`` block (however it is
+    left). It costs O(nodes reserved on), where a copy of the fleet would cost O(n); the
+    index's class and static verdicts do not read loads, so what a plan caches stays
+    true after it."""
+
+    __slots__ = ("_before", "fleet")
+
+    def __init__(self, fleet: FleetIndex) -> None:
+        self.fleet = fleet
+        self._before: dict[str, NodeLoad] = {}
+
+    def reserve(self, node_id: str, job: JobDemand) -> NodeLoad:
+        self._before.setdefault(node_id, self.fleet.load(node_id))
+        return self.fleet.reserve(node_id, job)
+
+    def __enter__(self) -> Trial:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for node_id, load in self._before.items():
+            self.fleet.update_load(node_id, load)
+        self._before.clear()
+
+
 def queue_order(jobs: Iterable[JobDemand]) -> list[JobDemand]:
     """Jobs in decision order: higher priority first, then oldest, then job id."""
     return sorted(jobs, key=lambda j: j.sort_key)
@@ -71,53 +97,39 @@ def place(job: JobDemand, fleet: FleetIndex, *, explain: bool = True) -> Placeme
 
 def plan(queue: Iterable[JobDemand], fleet: FleetIndex, *, explain: bool = True) -> Plan:
     """Place a queue in :func:`queue_order`, each assignment's reservation counted against
-    the jobs after it (on a working copy: ``fleet`` is not changed).
+    the jobs after it (in a :class:`Trial`: ``fleet`` is as it was when it returns).
 
     Greedy with backfill: a job that does not fit waits and later, smaller jobs may still
     be placed. Loads only grow during a plan, so once a job fails, every later job with
     the same :attr:`JobDemand.fit_signature` fails too: it reuses the first one's outcome
     without a search.
     """
-    work = fleet.copy()
     result = Plan()
     failed: dict[tuple[object, ...], Unplaced] = {}
-    for job in queue_order(queue):
-        known = failed.get(job.fit_signature)
-        if known is not None:
-            result.waiting[job.job_id] = known
-            continue
-        outcome = place(job, work, explain=explain)
-        if isinstance(outcome, Unplaced):
-            failed[job.fit_signature] = outcome
-            result.waiting[job.job_id] = outcome
-            continue
-        result.loads[outcome.node_id] = work.reserve(outcome.node_id, job)
-        result.assignments.append(
-            Assignment(job.job_id, outcome.node_id, outcome.score, job.cpu, job.ram, job.gpus)
-        )
+    with Trial(fleet) as work:
+        for job in queue_order(queue):
+            known = failed.get(job.fit_signature)
+            if known is not None:
+                result.waiting[job.job_id] = known
+                continue
+            outcome = place(job, fleet, explain=explain)
+            if isinstance(outcome, Unplaced):
+                failed[job.fit_signature] = outcome
+                result.waiting[job.job_id] = outcome
+                continue
+            result.loads[outcome.node_id] = work.reserve(outcome.node_id, job)
+            result.assignments.append(
+                Assignment(job.job_id, outcome.node_id, outcome.score, job.cpu, job.ram, job.gpus)
+            )
     return result
 
 
 # --- the reference: every node filtered, every stream sorted in full ---------------------
 
-#: Filters that make a node *eligible* for a stream (walkable, class, free GPUs)...
-_ELIGIBILITY = frozenset(
-    {
-        "disabled",
-        "owner",
-        "trust",
-        "arch",
-        "capabilities",
-        "limits",
-        "gpu",
-        "slots",
-        "slots_free",
-        "gpu_free",
-    }
-)
-#: ...and the rest, that make an eligible node *fit* (CPU, RAM, disk).
-_ELIGIBLE = tuple(f for f in FILTERS if f.name in _ELIGIBILITY)
-_FITS = tuple(f for f in FILTERS if f.name not in _ELIGIBILITY)
+#: The eligibility filters (the index keeps nodes that fail them off a stream's walk) and
+#: the fit filters (every node a stream visits must pass them), each checked in full here.
+_ELIGIBLE = tuple(f for f in FILTERS if f.eligibility)
+_FITS = tuple(f for f in FILTERS if not f.eligibility)
 
 
 def stream_key(stream: str, job: JobDemand) -> Callable[[NodeShape, NodeLoad], tuple[object, ...]]:

@@ -15,13 +15,15 @@ import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from sortedcontainers import SortedList
+
 from .explain import Unplaced
 from .index import FleetIndex
-from .model import JobDemand
-from .plan import Assignment, place
-from .sortedlist import SortedList
+from .model import CreatedAt, JobDemand
+from .plan import Assignment, Trial, place
 
 Signature = tuple[object, ...]
+SortKey = tuple[int, CreatedAt, str]  # JobDemand.sort_key
 
 
 class JobQueue:
@@ -32,7 +34,7 @@ class JobQueue:
 
     def __init__(self, jobs: Iterable[JobDemand] = ()) -> None:
         self._jobs: dict[str, JobDemand] = {}
-        self._groups: dict[Signature, SortedList] = {}
+        self._groups: dict[Signature, SortedList[SortKey]] = {}
         for job in jobs:
             self.add(job)
 
@@ -95,12 +97,12 @@ class GroupPlan:
 
 
 def plan_groups(queue: JobQueue, fleet: FleetIndex, *, explain: bool = True) -> GroupPlan:
-    """Place ``queue`` in queue order on a working copy of ``fleet`` (``fleet`` itself is
-    not changed), greedy with backfill, as :func:`runplane.placement.plan.plan` does."""
-    work = fleet.copy()
+    """Place ``queue`` in queue order, each assignment's reservation counted against the
+    jobs after it (in a :class:`~runplane.placement.plan.Trial`: ``fleet`` is as it was
+    when it returns), greedy with backfill, as :func:`runplane.placement.plan.plan` does."""
     result = GroupPlan()
-    heads: list[tuple[tuple[object, ...], Signature]] = []
-    walkers: dict[Signature, Iterator[tuple[object, ...]]] = {}
+    heads: list[tuple[SortKey, Signature]] = []
+    walkers: dict[Signature, Iterator[SortKey]] = {}
     for signature in queue.signatures():
         walker = iter(queue._groups[signature])
         first = next(walker, None)
@@ -108,18 +110,19 @@ def plan_groups(queue: JobQueue, fleet: FleetIndex, *, explain: bool = True) -> 
             walkers[signature] = walker
             heads.append((first, signature))
     heapq.heapify(heads)
-    while heads:
-        key, signature = heapq.heappop(heads)
-        job = queue._jobs[str(key[2])]
-        outcome = place(job, work, explain=explain)
-        if isinstance(outcome, Unplaced):
-            result.waiting[signature] = outcome  # the rest of the group waits too
-            continue
-        work.reserve(outcome.node_id, job)
-        result.assignments.append(
-            Assignment(job.job_id, outcome.node_id, outcome.score, job.cpu, job.ram, job.gpus)
-        )
-        following = next(walkers[signature], None)
-        if following is not None:
-            heapq.heappush(heads, (following, signature))
+    with Trial(fleet) as work:
+        while heads:
+            key, signature = heapq.heappop(heads)
+            job = queue._jobs[key[2]]
+            outcome = place(job, fleet, explain=explain)
+            if isinstance(outcome, Unplaced):
+                result.waiting[signature] = outcome  # the rest of the group waits too
+                continue
+            work.reserve(outcome.node_id, job)
+            result.assignments.append(
+                Assignment(job.job_id, outcome.node_id, outcome.score, job.cpu, job.ram, job.gpus)
+            )
+            following = next(walkers[signature], None)
+            if following is not None:
+                heapq.heappush(heads, (following, signature))
     return result

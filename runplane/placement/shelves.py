@@ -4,19 +4,23 @@ load and derived free capacity), the :class:`Shelf` of sorted lists over walkabl
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
-from .model import Gpu, JobDemand, NodeLoad, NodeShape
+from sortedcontainers import SortedList
+
+from .model import Gpu, NodeLoad, NodeShape
 from .scoring import fullness
-from .sortedlist import Item, SortedList
+
+Item = tuple[Any, ...]  # a sorted-list item: the sort key, node id last
 
 ShapeKey = tuple[str, tuple[Gpu, ...]]  # (arch, GPUs): what decides GPU eligibility
 Shape = int  # a fleet-local id of a ShapeKey (hashing Gpu tuples on every decision is slow)
 
 
 class Entry:
-    """One node's shape and load plus derived values. Never mutated once built (copies of
-    the fleet share entries)."""
+    """One node's shape and load plus derived values. Never mutated once built (a load
+    change builds a new entry)."""
 
     __slots__ = ("cid", "free_cpu", "free_gpu", "free_ram", "full", "load", "node", "walkable")
 
@@ -29,19 +33,6 @@ class Entry:
         self.free_gpu = len(node.gpus) - load.used_gpu
         self.full = fullness(node, load)
         self.walkable = cid >= 0 and load.active_jobs < node.max_concurrency
-
-    def fits(self, job: JobDemand) -> bool:
-        """CPU, RAM and disk: capacity and free; one org at a time where the jobs share a
-        uid (what eligibility leaves to check)."""
-        node = self.node
-        return (
-            self.free_cpu >= job.cpu
-            and self.free_ram >= job.ram
-            and node.cpu_cores >= job.cpu_min
-            and node.ram_gb >= job.ram_min
-            and node.disk_gb >= job.disk_min
-            and not (node.one_org and self.load.runs_other_org(job.org_id))
-        )
 
 
 def _item_fit(e: Entry) -> Item:
@@ -80,6 +71,12 @@ ITEMS: dict[str, Callable[[Entry], Item]] = {
 LOAD_LISTS = ("fit", "roomy", "full", "empty")
 
 
+def items_from(lst: SortedList[Item], start: Item | None) -> Iterator[Item]:
+    """The items ``>= start`` (all when ``None``: a plain iteration, much cheaper to start
+    than ``irange``), ascending. Do not change the list meanwhile."""
+    return iter(lst) if start is None else lst.irange(start)
+
+
 def entry(node: NodeShape, load: NodeLoad) -> Entry:
     """A detached entry, to compute sort items outside a fleet (the reference)."""
     return Entry(node, load, 0)
@@ -91,7 +88,7 @@ class Shelf:
     __slots__ = ("lists",)
 
     def __init__(self) -> None:
-        self.lists: dict[str, SortedList] = {name: SortedList() for name in ITEMS}
+        self.lists: dict[str, SortedList[Item]] = {name: SortedList() for name in ITEMS}
 
     def __len__(self) -> int:
         return len(self.lists["fit"])
@@ -112,11 +109,6 @@ class Shelf:
             lst.remove(item(old))
             lst.add(item(new))
 
-    def copy(self) -> Shelf:
-        other = Shelf.__new__(Shelf)
-        other.lists = {name: lst.copy() for name, lst in self.lists.items()}
-        return other
-
 
 class FleetClass:
     __slots__ = ("cid", "key", "members", "owner", "rep", "shape", "walkable")
@@ -129,9 +121,3 @@ class FleetClass:
         self.owner = rep.owner
         self.members: set[str] = set()
         self.walkable = 0
-
-    def copy(self) -> FleetClass:
-        other = FleetClass(self.cid, self.key, self.rep, self.shape)
-        other.members = set(self.members)
-        other.walkable = self.walkable
-        return other

@@ -10,9 +10,9 @@ import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from .filters import fits_all
 from .model import JobDemand
-from .shelves import ITEMS, Entry, FleetClass, Shelf
-from .sortedlist import Item
+from .shelves import ITEMS, Entry, FleetClass, Item, Shelf
 from .weights import BINPACK, DLPERF, GPU_FIT, RELIABILITY, SPREAD
 
 #: The candidate streams of each scorer (the ``fit`` stream is always walked).
@@ -87,7 +87,7 @@ def scan(
         if seen >= budget:
             break
         seen += 1
-        if e.fits(job):
+        if fits_all(e, job):
             out.append(e)
             if len(out) >= need:
                 break
@@ -124,7 +124,7 @@ def merge(
             if seen >= budget:
                 break
             seen += 1
-            if e.fits(job):
+            if fits_all(e, job):
                 out.append(e)
                 if len(out) >= need:
                     break
@@ -164,7 +164,7 @@ def enumerate_members(
         if seen >= budget:
             break
         seen += 1
-        if e.fits(job):
+        if fits_all(e, job):
             out.append(e)
             if len(out) >= need:
                 break

@@ -1,4 +1,5 @@
-"""Each feasibility filter passes and rejects with the right reason (table-driven)."""
+"""Each feasibility filter passes and rejects with the right reason (table-driven), and
+what its declaration says (fast form, order, wait-reason phrases) holds."""
 
 from __future__ import annotations
 
@@ -40,8 +41,18 @@ from runplane.placement import (
     NodeShape,
     Requires,
     Tier,
+    explain,
     first_rejection,
 )
+from runplane.placement.filters import (
+    CLASS_FILTERS,
+    REASON_OF,
+    Filter,
+    Reason,
+    check_cpu_free,
+    fits_all,
+)
+from runplane.placement.shelves import entry
 
 RTX = Gpu("RTX 4090", "nvidia", 24, "12.4")
 SMALL = Gpu("RTX 3060", "nvidia", 12, "12.2")
@@ -253,3 +264,82 @@ def test_first_rejection_follows_filter_order(
 ) -> None:
     rejection = first_rejection(node(**overrides), load, job)
     assert (rejection.reason if rejection else None) == reason
+
+
+@pytest.mark.parametrize(("name", "overrides", "load", "job", "reason"), CASES)
+def test_a_fit_filters_fast_form_agrees_with_its_check(
+    name: str, overrides: dict[str, Any], load: NodeLoad, job: JobDemand, reason: str | None
+) -> None:
+    """What the index runs on each visited node (each ``Filter.fits``, and ``fits_all``,
+    them written out) says what the checks say."""
+    f = FILTER[name]
+    shape = node(**overrides)
+    e = entry(shape, load)
+    if f.fits is not None:
+        assert f.fits(e, job) is (reason is None)
+    fit_filters = [g for g in FILTERS if not g.eligibility]
+    assert fits_all(e, job) is all(g(shape, load, job) is None for g in fit_filters)
+
+
+def test_the_order_is_the_layout_the_index_relies_on() -> None:
+    """``disabled`` first (the index keeps disabled nodes out of classes and counts them
+    all), then the class filters with ``owner`` first (the index applies it per org on
+    verdicts of the others), the other node filters, the load filters; among these, the
+    two the index applies by where it keeps a node first (the busy breakdown)."""
+    assert FILTERS[0].name == "disabled"
+    assert CLASS_FILTERS[0].name == "owner"
+    rank = {"class": 0, "node": 1, "load": 2}
+    ranks = [rank[f.level] for f in FILTERS[1:]]
+    assert ranks == sorted(ranks)
+    assert [f.name for f in MOMENTARY_FILTERS][:2] == ["slots_free", "gpu_free"]
+    assert all(not f.eligibility for f in MOMENTARY_FILTERS[2:])
+
+
+def test_eligibility_filters_are_classes_or_where_the_index_keeps_a_node() -> None:
+    """The index applies a class filter by class verdicts, and four node and load
+    filters by where it keeps a node (out of the classes; off the walkable shelves; on
+    a shelf of its free GPU count). Any other filter must be a fit filter, which the
+    index checks on each node it visits: a new filter of node or load level that is not
+    is not applied by the index at all."""
+    kept = {"disabled", "slots", "slots_free", "gpu_free"}
+    assert {f.name for f in FILTERS if f.eligibility and f.level != "class"} == kept
+
+
+@pytest.mark.parametrize("code", sorted(REASON_OF))
+def test_every_reason_reads_in_a_wait_reason(code: str) -> None:
+    job = JobDemand(
+        "j",
+        gpu_count=2,
+        org_id="org_a",
+        requires=Requires(
+            gpu=GpuRequirement(min_vram_gb=24),
+            arch=("arm64",),
+            capabilities=frozenset({"kvm"}),
+            limits=frozenset({"pids"}),
+        ),
+    )
+    reason = REASON_OF[code]
+    if code in STATIC_REASONS:
+        assert reason.need is not None
+        text = explain({code: 3}, job)
+        assert text == f"no node meets: {reason.need(job)} (3 nodes {reason.nodes[1]})"
+    else:
+        assert reason.busy is not None
+        text = explain({code: 1}, job)
+        assert text == (
+            f"waiting for free capacity: 1 node matches but is busy (1 node {reason.busy(job)[0]})"
+        )
+
+
+def test_a_declaration_says_what_placement_needs() -> None:
+    free = Reason(CPU_FREE, busy=lambda job: ("has none free", "have none free"))
+    static = Reason(CPU, ("has few", "have few"), lambda job: "cores")
+    with pytest.raises(ValueError, match="momentary reason CPU_FREE needs busy"):
+        Filter("x", "load", check_cpu_free, (Reason(CPU_FREE, ("a", "b"), lambda job: "c"),))
+    with pytest.raises(ValueError, match="static reason CPU_FREE needs nodes, need"):
+        Filter("x", "node", check_cpu_free, (free,))
+    with pytest.raises(ValueError, match="only a node or load filter of one reason fits"):
+        Filter("x", "class", check_cpu_free, (static,), fits=lambda e, j: True)
+    declared = Filter("x", "load", check_cpu_free, (free,), fits=lambda e, j: e.free_cpu >= j.cpu)
+    assert not declared.eligibility
+    assert Filter("x", "load", check_cpu_free, (free,)).eligibility

@@ -1,4 +1,4 @@
-"""The fleet index: maintenance operations, copies and statistics."""
+"""The fleet index: maintenance operations, plans that leave it as it was, statistics."""
 
 from __future__ import annotations
 
@@ -16,7 +16,10 @@ from runplane.placement import (
     Placement,
     Unplaced,
     place,
+    plan,
 )
+from runplane.placement.plan import Trial
+from runplane.placement.queue import JobQueue, plan_groups
 
 RTX = Gpu("RTX 4090", "nvidia", 24, "12.4")
 
@@ -74,19 +77,41 @@ def test_reserve_and_release() -> None:
     assert fleet.release("a", job) == NodeLoad()  # floored at zero
 
 
-def test_copy_is_independent_both_ways() -> None:
-    fleet = FleetIndex([n(f"n{i}") for i in range(600)])  # several list blocks
-    copy = fleet.copy()
-    copy.reserve("n1", JobDemand("j", cpu_cores=8))
-    fleet.reserve("n2", JobDemand("j", cpu_cores=8))
-    copy.remove("n3")
-    fleet.upsert(n("new"))
-    assert fleet.load("n1") == NodeLoad() and copy.load("n2") == NodeLoad()
-    assert "n3" in fleet and "new" not in copy
-    job = JobDemand("k", cpu_cores=8, weights={"binpack": 0, "gpu_fit": 0, "reliability": 0})
-    for each, full in ((fleet, "n2"), (copy, "n1")):
-        takes = each.stream_takes(job)["fit"]
-        assert full not in takes and len(takes) == each.per_stream
+def _snapshot(fleet: FleetIndex) -> tuple[object, ...]:
+    """What a decision reads of the fleet: nodes and loads, the shelves' sizes, what each
+    stream of a job weighting every scorer takes, and where that job goes."""
+    probe = JobDemand("probe", weights={"binpack": 1, "spread": 1, "dlperf": 1})
+    nodes = sorted(fleet, key=lambda pair: pair[0].id)
+    return (nodes, fleet.statistics(), fleet.stream_takes(probe), place(probe, fleet))
+
+
+def test_a_plan_leaves_the_fleet_as_it_was() -> None:
+    """A plan reserves on the fleet itself (a Trial) and puts every load back: here it
+    fills all 600 nodes (several sorted-list blocks; every shelf emptied, so rebuilt on
+    the way back), and the fleet answers as before, for plan and for plan_groups."""
+    fleet = FleetIndex([n(f"n{i:03d}", dlperf=i % 7) for i in range(600)])
+    queue = [JobDemand(f"j{i:04d}", cpu_cores=4) for i in range(1_300)]
+    before = _snapshot(fleet)
+    planned = plan(queue, fleet)
+    assert len(planned.assignments) == 1_200 and len(planned.waiting) == 100
+    assert all(load.active_jobs == 2 for load in planned.loads.values())
+    assert _snapshot(fleet) == before
+    grouped = plan_groups(JobQueue(queue), fleet)
+    assert [(a.job_id, a.node_id) for a in grouped.assignments] == [
+        (a.job_id, a.node_id) for a in planned.assignments
+    ]
+    assert _snapshot(fleet) == before
+
+
+def test_a_trial_puts_loads_back_when_it_fails() -> None:
+    fleet = FleetIndex([n("a"), n("b")])
+    with pytest.raises(RuntimeError), Trial(fleet) as work:
+        assert work.reserve("a", JobDemand("j", cpu_cores=8)) == NodeLoad(8, 2, 0, 1)
+        work.reserve("a", JobDemand("k"))
+        assert fleet.load("a") == NodeLoad(9, 4, 0, 2)
+        raise RuntimeError("a plan failing midway")
+    assert fleet.load("a") == NodeLoad() and fleet.load("b") == NodeLoad()
+    assert fleet.stream_takes(JobDemand("j", cpu_cores=8))["fit"] == ["a", "b"]
 
 
 def test_statistics() -> None:
