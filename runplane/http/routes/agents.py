@@ -29,11 +29,15 @@ from runplane.actors.job_messages import (
 )
 from runplane.actors.node import AttemptEnded, Beat, Drain, NodeMsg, Released, UpdateReported
 from runplane.agent import protocol as p
+from runplane.auth.rules import PUBLIC
 from runplane.http.context import services
+from runplane.http.openapi import doc
 from runplane.jobs import repo
 from runplane.jobs.phase import Phase
 from runplane.nodes.connect import ConnectRefused
+from runplane.nodes.enrollment import NodeIdentity
 from runplane.runtime import ActorGone, ActorRef, MailboxClosed, Registry
+from runplane.services.fleet import Fleet
 
 blueprint = Blueprint("agents", __name__)
 log = logging.getLogger("runplane.nodes")
@@ -71,29 +75,21 @@ async def _refuse(code: int, reason: str) -> None:
 
 
 @blueprint.websocket("/v1/nodes/connect")
+@doc(
+    "The node agents' WebSocket",
+    # it authenticates in its handler (node credential, join token or open enrollment;
+    # runplane/actors/fleet.py), so the HTTP layer lets it through
+    rule=PUBLIC,
+)
 async def connect() -> None:
     svc = services()
     fleet = svc.root.fleet
     await websocket.accept()
-    with trio.move_on_after(HELLO_TIMEOUT) as waited:
-        first = await websocket.receive()
-    if waited.cancelled_caught:
-        await _close(p.CLOSE_PROTOCOL_ERROR, "no hello within 10 s")
+    found = await _hello(fleet)
+    if found is None:
         return
-    try:
-        hello = p.decode_agent(first)
-        if not isinstance(hello, p.Hello):
-            raise ValueError("the first message must be hello")
-        identity, credential = await fleet.identify(hello)
-    except (ValidationError, ValueError) as exc:
-        await _close(p.CLOSE_PROTOCOL_ERROR, f"bad hello: {exc}".splitlines()[0])
-        return
-    except ConnectRefused as exc:
-        log.warning("agent refused", extra={"code": exc.code, "reason": exc.reason})
-        await _refuse(exc.code, exc.reason)
-        return
+    hello, identity, credential = found
     node_id = identity.node_id
-    leading = current_app.extensions.get("runplane.ha.leading")
     send, receive = trio.open_memory_channel[str](OUTBOX_CAPACITY)
     node = await fleet.attach(identity, hello, send)
     await websocket.send(
@@ -109,42 +105,73 @@ async def connect() -> None:
     log.info("agent connected", extra={"node_id": node_id, "agent_version": hello.agent_version})
     try:
         async with trio.open_nursery() as nursery:
-
-            async def write() -> None:
-                async with receive:
-                    async for text in receive:
-                        if leading is not None and not leading():
-                            # HA: this replica's lease may have ended (it was paused past
-                            # it): nothing more goes to the agent, which reconnects to the
-                            # new leader (docs/operations.md "High availability")
-                            log.warning(
-                                "not sent: the lease may have ended", extra={"node_id": node_id}
-                            )
-                            break
-                        await websocket.send(text)
-                # the node actor closed our outbox: this session is stale or the node is lost
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(write)
-            while True:
-                raw = await websocket.receive()
-                try:
-                    msg = p.decode_agent(raw)
-                except ValidationError as exc:
-                    kind = p.unknown_type(raw, p.AGENT_TYPES)
-                    if kind is not None:
-                        log.warning(
-                            "agent message of an unknown type ignored",
-                            extra={"node_id": node_id, "type": kind[:64]},
-                        )
-                        continue
-                    await _close(p.CLOSE_PROTOCOL_ERROR, f"bad message: {exc}".splitlines()[0])
-                    return
-                await _dispatch(node_id, node, send, msg)
+            nursery.start_soon(_write, node_id, receive, nursery.cancel_scope)
+            await _read(node_id, node, send)
     finally:
         with trio.CancelScope(shield=True):
             await fleet.detach(node, node_id, send)
         log.info("agent disconnected", extra={"node_id": node_id})
+
+
+async def _hello(fleet: Fleet) -> tuple[p.Hello, NodeIdentity, str | None] | None:
+    """The agent's hello and who it is; None when the session was closed instead (no
+    hello in time, a malformed one, a refused credential)."""
+    with trio.move_on_after(HELLO_TIMEOUT) as waited:
+        first = await websocket.receive()
+    if waited.cancelled_caught:
+        await _close(p.CLOSE_PROTOCOL_ERROR, "no hello within 10 s")
+        return None
+    try:
+        hello = p.decode_agent(first)
+        if not isinstance(hello, p.Hello):
+            raise ValueError("the first message must be hello")
+        identity, credential = await fleet.identify(hello)
+    except (ValidationError, ValueError) as exc:
+        await _close(p.CLOSE_PROTOCOL_ERROR, f"bad hello: {exc}".splitlines()[0])
+        return None
+    except ConnectRefused as exc:
+        log.warning("agent refused", extra={"code": exc.code, "reason": exc.reason})
+        await _refuse(exc.code, exc.reason)
+        return None
+    return hello, identity, credential
+
+
+async def _write(
+    node_id: str, receive: trio.MemoryReceiveChannel[str], session: trio.CancelScope
+) -> None:
+    """Send what the actors put in the outbox; end the session when the node actor
+    closes it (this session is stale, or the node is lost)."""
+    leading = current_app.extensions.get("runplane.ha.leading")
+    async with receive:
+        async for text in receive:
+            if leading is not None and not leading():
+                # HA: this replica's lease may have ended (it was paused past it): nothing
+                # more goes to the agent, which reconnects to the new leader
+                # (docs/operations.md "High availability")
+                log.warning("not sent: the lease may have ended", extra={"node_id": node_id})
+                break
+            await websocket.send(text)
+    session.cancel()
+
+
+async def _read(node_id: str, node: ActorRef[NodeMsg], send: trio.MemorySendChannel[str]) -> None:
+    """Forward each frame to the actor it concerns until the agent goes, or sends a
+    malformed frame (closed with 4400)."""
+    while True:
+        raw = await websocket.receive()
+        try:
+            msg = p.decode_agent(raw)
+        except ValidationError as exc:
+            kind = p.unknown_type(raw, p.AGENT_TYPES)
+            if kind is not None:
+                log.warning(
+                    "agent message of an unknown type ignored",
+                    extra={"node_id": node_id, "type": kind[:64]},
+                )
+                continue
+            await _close(p.CLOSE_PROTOCOL_ERROR, f"bad message: {exc}".splitlines()[0])
+            return
+        await _dispatch(node_id, node, send, msg)
 
 
 async def _dispatch(

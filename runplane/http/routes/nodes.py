@@ -8,11 +8,13 @@ from typing import Any
 from quart import Blueprint, request
 
 from runplane.actors import channels
+from runplane.auth.rules import ADMIN, MANAGE, READ, scope
 from runplane.http import audit
 from runplane.http.bodies import parse_body
 from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.guards import require_admin, require_area
+from runplane.http.mcp.tools import NoArgs, Tool
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, flag_arg, int_arg
@@ -27,7 +29,19 @@ PAGE_DEFAULT, PAGE_MAX = 50, 200
 
 @blueprint.get("")
 @accepts_query("paginate", "cursor", "limit")
-@doc("The fleet", v.Node, many=True, page=v.NodePage)
+@doc(
+    "The fleet",
+    v.Node,
+    many=True,
+    page=v.NodePage,
+    rule=READ,
+    mcp=Tool(
+        "get_nodes",
+        "List nodes",
+        "The fleet: each node's status, capacity, committed load and running jobs.",
+        NoArgs,
+    ),
+)
 async def list_nodes() -> Any:
     fleet = services().root.fleet
     org = current_caller().read_org
@@ -53,6 +67,9 @@ async def list_nodes() -> Any:
     status=201,
     body=grants.GrantBody,
     errors=(404, 409),  # 404: an owner or grantee org that does not exist
+    # cross-org node grants (docs/placement.md): owners/admins hold nodes:grant (via *);
+    # the routes narrow a non-superuser to grants of its own org
+    rule=scope("nodes:grant"),
 )
 async def grant() -> tuple[dict[str, Any], int]:
     require_area("node_sharing", "node sharing")
@@ -72,14 +89,14 @@ async def grant() -> tuple[dict[str, Any], int]:
 
 
 @blueprint.get("/grants")
-@doc("Node grants", v.NodeGrantList)
+@doc("Node grants", v.NodeGrantList, rule=READ)
 async def list_grants() -> dict[str, Any]:
     require_area("node_sharing", "node sharing")
     return await grants.listing(services().store, current_caller().read_org)
 
 
 @blueprint.delete("/grants/<grant_id>")
-@doc("Revoke a node grant", status=204, content="empty")
+@doc("Revoke a node grant", status=204, content="empty", rule=scope("nodes:grant"))
 async def revoke_grant(grant_id: str) -> tuple[str, int]:
     require_area("node_sharing", "node sharing")
     gone = await grants.revoke(services().store, grant_id, current_caller().read_org)
@@ -91,7 +108,14 @@ async def revoke_grant(grant_id: str) -> tuple[str, int]:
 
 
 @blueprint.patch("/<node_id>")
-@doc("Change a node's name, caps or disabled flag", v.NodePatchResult, body=patch.NodePatch)
+@doc(
+    "Change a node's name, caps or disabled flag",
+    v.NodePatchResult,
+    body=patch.NodePatch,
+    # overrides: the admin token or an owner/admin of the owning org (the route: a node of
+    # another org is 404, one no org owns 403 to everybody but the admin token)
+    rule=MANAGE,
+)
 async def patch_node(node_id: str) -> dict[str, Any]:
     """Overrides (docs/placement.md): the admin token, or an owner/admin of the org that
     owns the node; a node no org owns is the admin token's only."""
@@ -109,7 +133,7 @@ async def patch_node(node_id: str) -> dict[str, Any]:
 
 @blueprint.get("/<node_id>/metrics")
 @accepts_query("window")
-@doc("A node's load samples over a window", v.NodeMetrics)
+@doc("A node's load samples over a window", v.NodeMetrics, rule=READ)
 async def node_metrics(node_id: str) -> dict[str, Any]:
     """The node's sampled load (docs/placement.md#node-metrics); nodes are a shared fleet:
     visible to every caller that may list them."""
@@ -118,7 +142,14 @@ async def node_metrics(node_id: str) -> dict[str, Any]:
 
 
 @blueprint.post("/<node_id>/update")
-@doc("Ask a node's agent to update itself", v.NodeUpdateResult, also=(202,), errors=(409,))
+@doc(
+    "Ask a node's agent to update itself",
+    v.NodeUpdateResult,
+    also=(202,),
+    errors=(409,),
+    # self-update: fleet-wide operator control (spec: the admin token)
+    rule=ADMIN,
+)
 async def update_node(node_id: str) -> tuple[dict[str, Any], int]:
     """Self-update to the node's channel target (docs/agent.md#self-update): 200 when the
     signal reached the connected agent, 202 when it takes it at its next connect."""
