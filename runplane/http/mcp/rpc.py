@@ -62,7 +62,7 @@ async def handle(raw: str | bytes, tools: Tools, call_route: CallRoute) -> Any:
     answer: notifications only)."""
     try:
         message = json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested past the stack
         return _error(None, RpcError(PARSE_ERROR, f"parse error: {exc}"))
     if isinstance(message, list):
         if not message:
