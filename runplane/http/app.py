@@ -55,6 +55,7 @@ from runplane.http.routes import (
     ui,
     webhooks,
 )
+from runplane.http.strict import check_answer, strict_views
 from runplane.nodes.metrics import SAMPLE_SEC
 from runplane.persistence import Store, open_store
 from runplane.persistence.errors import FencedError, WriteBatchError
@@ -221,6 +222,8 @@ def _install_routes(app: QuartTrio) -> None:
     app.before_request(check_request_text)
     install_auth(app)  # the auth layer: each route's @doc(..., rule=...) says what it needs
     app.before_request(check_query)  # after auth: unknown query parameters are a 400
+    if strict_views():  # RUNPLANE_STRICT_VIEWS=1 (tests)
+        app.after_request(check_answer)  # every JSON answer is exactly its model
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,8 @@ beyond those its auth rule, path, query and body imply (see
 :func:`runplane.http.openapi.document.error_statuses`) and, for a route that is also an
 MCP tool, the tool (:class:`runplane.http.mcp.tools.Tool`). Everything else derives from
 it by walking the app's routes (:func:`declared_routes`): the rule table, the OpenAPI
-document, the MCP tool list and the route matrix's coverage check.
+document, the MCP tool list, the route matrix's coverage check, and the strict check of
+the answers in tests (:mod:`runplane.http.strict`).
 """
 
 from __future__ import annotations

@@ -161,7 +161,7 @@ class SeatBody(Body):
 @blueprint.post("/v1/auth/seat")
 @doc(
     "Seat a user in an org (a login token, shown once)",
-    v.View,
+    v.Seated,
     status=201,
     body=SeatBody,
     errors=(409,),

@@ -56,7 +56,7 @@ async def create_org() -> tuple[dict[str, Any], int]:
 
 
 @blueprint.get("")
-@doc("The caller's orgs", v.View, many=True, rule=Rule("user_session", identity=True))
+@doc("The caller's orgs", v.OrgMembership, many=True, rule=Rule("user_session", identity=True))
 async def list_orgs() -> list[dict[str, Any]]:
     return await identity.memberships(services().store, current_principal().subject)
 
@@ -79,7 +79,7 @@ class MemberBody(Body):
 @blueprint.post("/<org_id>/members")
 @doc(
     "Add a member to an org",
-    v.View,
+    v.MemberAdded,
     status=201,
     body=MemberBody,
     errors=(409,),
