@@ -32,6 +32,8 @@ log_truncated  # variable in runplane/http/openapi/views/
 ended_at  # variable in runplane/http/openapi/views/
 effective_caps  # variable in runplane/http/openapi/views/
 next_attempt_at  # variable in runplane/http/openapi/views/
+gpu_models  # variable in runplane/http/openapi/views/
+reputation  # variable in runplane/http/openapi/views/
 regex  # variable in runplane/http/routes/artifacts.py
 part_isolating  # variable in runplane/http/routes/artifacts.py
 _install  # function in runplane/http/routes/artifacts.py
