@@ -7,7 +7,8 @@ For each fleet size: build the index, then make ``--decisions`` decisions with a
 job kinds (CPU, GPU, multi-GPU, arm64, capability, trusted 8-GPU, never placeable), each
 placed job reserving its share and old ones finishing, so loads keep moving. Only
 ``place()`` is timed. Also measured: load updates (reserve/release), a 500-job ``plan()``
-(reserving on the fleet and putting the loads back), the naive way (filter and score every node) at each size, and,
+(reserving on the fleet, putting the loads back), the naive way (filter and score every
+node) at each size, and,
 at 1,000 nodes, how often the bounded candidate set picks the node that scoring every
 feasible node would (and how close its score is).
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass
 from typing import Any, cast
 
 from quart import request
@@ -54,6 +55,7 @@ from runplane.http.routes import (
     ui,
     webhooks,
 )
+from runplane.http.strict import check_answer, strict_views
 from runplane.nodes.metrics import SAMPLE_SEC
 from runplane.persistence import Store, open_store
 from runplane.persistence.errors import FencedError, WriteBatchError
@@ -61,7 +63,7 @@ from runplane.policy.refusal import AdmissionRefused
 from runplane.problems import Problem
 from runplane.runtime import AskTimeout, MailboxFull
 from runplane.settings import Settings, ensure_secret_key
-from runplane.stacks import load_catalog
+from runplane.stacks import Catalog, load_catalog
 from runplane.system import HEARTBEAT_SEC, Root
 
 log = logging.getLogger("runplane.http")
@@ -168,6 +170,109 @@ async def _on_unexpected(exc: Exception) -> Any:
     )
 
 
+#: The route modules, in the order their blueprints are registered.
+ROUTES = (
+    health,
+    admin,
+    join_tokens,
+    stacks,
+    jobs,
+    arrays,
+    events,
+    streams,
+    pipelines,
+    sessions,
+    analytics,
+    nodes,
+    agents,
+    artifacts,
+    auth,
+    orgs,
+    audit,
+    runs,
+    policy,
+    me,
+    webhooks,
+    schedules,
+    sharing,
+    ui,
+    git,
+    secrets,
+    openapi,
+    metrics,
+    mcp,
+)
+
+
+def _install_error_handlers(app: QuartTrio) -> None:
+    app.register_error_handler(Problem, _on_problem)
+    app.register_error_handler(AdmissionRefused, _on_refused)
+    app.register_error_handler(MailboxFull, _on_overload)
+    app.register_error_handler(AskTimeout, _on_overload)
+    app.register_error_handler(WriteBatchError, _on_write_failed)
+    app.register_error_handler(HTTPException, _on_http_exception)
+    app.register_error_handler(Exception, _on_unexpected)
+
+
+def _install_routes(app: QuartTrio) -> None:
+    for module in ROUTES:
+        app.register_blueprint(module.blueprint)
+    app.view_functions["static"] = ui.static_asset  # Quart's static route, declared
+    # first: control characters in path ids and query values never reach auth or the store
+    app.before_request(check_request_text)
+    install_auth(app)  # the auth layer: each route's @doc(..., rule=...) says what it needs
+    app.before_request(check_query)  # after auth: unknown query parameters are a 400
+    if strict_views():  # RUNPLANE_STRICT_VIEWS=1 (tests)
+        app.after_request(check_answer)  # every JSON answer is exactly its model
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    heartbeat_sec: float
+    node_sample_sec: float
+
+
+def _lifespan(
+    app: QuartTrio, settings: Settings, store: Store | None, catalog: Catalog, timing: Timing
+) -> Callable[[], AsyncGenerator[None, None]]:
+    """The app's lifespan: open the store (unless given), start the root supervisor in
+    the app's nursery; at shutdown stop the actor tree, then close the store."""
+
+    async def lifespan() -> AsyncGenerator[None, None]:
+        own_store = store is None
+        active = store or open_store(settings.database_url, settings.data_dir)
+        if own_store:
+            await active.open()
+        artifact_store = open_artifact_store(settings.data_dir)
+        await artifact_store.open()
+        root = Root(
+            settings,
+            active,
+            catalog,
+            heartbeat_sec=timing.heartbeat_sec,
+            node_sample_sec=timing.node_sample_sec,
+            artifacts=artifact_store,
+        )
+        try:
+            await app.nursery.start(root.run)
+            app.extensions["runplane"] = Services(
+                settings=settings,
+                store=active,
+                root=root,
+                catalog=catalog,
+                artifacts=artifact_store,
+            )
+            log.info("started", extra={"store": active.kind})
+            yield
+        finally:
+            await root.stop()
+            if own_store:
+                await active.close()
+            log.info("store closed", extra={"store": active.kind})
+
+    return lifespan
+
+
 def create_app(
     settings: Settings,
     *,
@@ -189,82 +294,12 @@ def create_app(
     app.config["PROPAGATE_EXCEPTIONS"] = False
     app.extensions["runplane.ha"] = ha_status
     app.extensions["runplane.ha.leading"] = ha_leading
-    app.register_error_handler(Problem, _on_problem)
-    app.register_error_handler(AdmissionRefused, _on_refused)
-    app.register_error_handler(MailboxFull, _on_overload)
-    app.register_error_handler(AskTimeout, _on_overload)
-    app.register_error_handler(WriteBatchError, _on_write_failed)
-    app.register_error_handler(HTTPException, _on_http_exception)
-    app.register_error_handler(Exception, _on_unexpected)
-    app.register_blueprint(health.blueprint)
-    app.register_blueprint(admin.blueprint)
-    app.register_blueprint(join_tokens.blueprint)
-    app.register_blueprint(stacks.blueprint)
-    app.register_blueprint(jobs.blueprint)
-    app.register_blueprint(arrays.blueprint)
-    app.register_blueprint(events.blueprint)
-    app.register_blueprint(streams.blueprint)
-    app.register_blueprint(pipelines.blueprint)
-    app.register_blueprint(sessions.blueprint)
-    app.register_blueprint(analytics.blueprint)
-    app.register_blueprint(nodes.blueprint)
-    app.register_blueprint(agents.blueprint)
-    app.register_blueprint(artifacts.blueprint)
-    app.register_blueprint(auth.blueprint)
-    app.register_blueprint(orgs.blueprint)
-    app.register_blueprint(audit.blueprint)
-    app.register_blueprint(runs.blueprint)
-    app.register_blueprint(policy.blueprint)
-    app.register_blueprint(me.blueprint)
-    app.register_blueprint(webhooks.blueprint)
-    app.register_blueprint(schedules.blueprint)
-    app.register_blueprint(sharing.blueprint)
-    app.register_blueprint(ui.blueprint)
-    app.register_blueprint(git.blueprint)
-    app.register_blueprint(secrets.blueprint)
-    app.register_blueprint(openapi.blueprint)
-    app.register_blueprint(metrics.blueprint)
-    app.register_blueprint(mcp.blueprint)
-    # first: control characters in path ids and query values never reach auth or the store
-    app.before_request(check_request_text)
-    install_auth(app)  # the auth layer: runplane/auth/rules.py says what each route needs
-    app.before_request(check_query)  # after auth: unknown query parameters are a 400
-
+    _install_error_handlers(app)
+    _install_routes(app)
     catalog = load_catalog(settings.stacks_dir)
-
-    @app.while_serving
-    async def lifespan() -> AsyncGenerator[None, None]:
-        own_store = store is None
-        active = store or open_store(settings.database_url, settings.data_dir)
-        if own_store:
-            await active.open()
-        artifact_store = open_artifact_store(settings.data_dir)
-        await artifact_store.open()
-        root = Root(
-            settings,
-            active,
-            catalog,
-            heartbeat_sec=heartbeat_sec,
-            node_sample_sec=node_sample_sec,
-            artifacts=artifact_store,
-        )
-        try:
-            await app.nursery.start(root.run)
-            app.extensions["runplane"] = Services(
-                settings=settings,
-                store=active,
-                root=root,
-                catalog=catalog,
-                artifacts=artifact_store,
-            )
-            log.info("started", extra={"store": active.kind})
-            yield
-        finally:
-            await root.stop()
-            if own_store:
-                await active.close()
-            log.info("store closed", extra={"store": active.kind})
-
+    app.while_serving(
+        _lifespan(app, settings, store, catalog, Timing(heartbeat_sec, node_sample_sec))
+    )
     # Quart's documented way to add ASGI middleware; mypy flags any assignment to a method
     app.asgi_app = RequestLogMiddleware(app.asgi_app)  # type: ignore[method-assign]
     return app

@@ -1,7 +1,9 @@
 """The auth layer: one ``before_request`` (and ``before_websocket``) hook in front of every
-route. It resolves the caller's credential to a :class:`Principal`, applies the route's
-rule from :mod:`runplane.auth.rules` under the deployment's mode, and leaves the principal
-in ``g`` for :func:`current_principal` (and so ``current_caller()``).
+route. It resolves the caller's credential to a :class:`Principal`, applies the matched
+view's declared rule (its ``@doc(..., rule=...)``, a :class:`runplane.auth.rules.Rule`)
+under the deployment's mode, and leaves the principal in ``g`` for
+:func:`current_principal` (and so ``current_caller()``). A route that declares no rule
+answers 500.
 
 Credentials, all as ``Authorization: Bearer <secret>`` (``?token=`` only where the rule
 allows it): the operator admin token, an access token ``rpt_...``, a login session
@@ -17,21 +19,29 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from quart import Quart, g, has_request_context, has_websocket_context, request, websocket
+from quart import (
+    Quart,
+    current_app,
+    g,
+    has_request_context,
+    has_websocket_context,
+    request,
+    websocket,
+)
 from werkzeug.datastructures import Headers
 
 from runplane.auth import access, shares
 from runplane.auth.access import Denial, decide
 from runplane.auth.principal import NO_ORG, InvalidCredential, Principal, anonymous
-from runplane.auth.rules import UNLISTED, WEBSOCKET, Rule, rule_for
+from runplane.auth.rules import WEBSOCKET, Rule
 from runplane.http.context import services
+from runplane.http.openapi.route_doc import doc_of
 from runplane.problems import Problem, not_found
 from runplane.streams.tickets import looks_like_ticket
 
 log = logging.getLogger("runplane.auth")
 
 ORG_HEADER = "X-Runplane-Org"
-_unlisted_seen: set[str] = set()
 
 
 def _bearer(headers: Headers) -> str | None:
@@ -42,10 +52,6 @@ def _bearer(headers: Headers) -> str | None:
     return str(token.strip())
 
 
-def _route_name(method: str, rule: str) -> str:
-    return f"{method} {rule}"
-
-
 async def _authenticate(*, is_websocket: bool) -> None:
     req = websocket if is_websocket else request
     url_rule = req.url_rule
@@ -53,31 +59,45 @@ async def _authenticate(*, is_websocket: bool) -> None:
         g.principal = anonymous(sees_all=services().settings.auth != "required")
         return
     method = WEBSOCKET if is_websocket else request.method
-    if (
-        not is_websocket
-        and method == "OPTIONS"
-        and getattr(url_rule, "provide_automatic_options", False)
-    ):
+    if method == "OPTIONS" and getattr(url_rule, "provide_automatic_options", False):
         g.principal = anonymous(sees_all=True)
         return
-    route = _route_name(method, url_rule.rule)
-    rule = rule_for(method, url_rule.rule, websocket=is_websocket)
-    svc = services()
-    if rule is None:  # a bug tests/http/test_route_matrix.py reports; stay strict meanwhile
-        if route not in _unlisted_seen:
-            _unlisted_seen.add(route)
-            log.error(
-                "route has no auth rule: add it to RULES in runplane/auth/rules.py",
-                extra={"route": route},
-            )
-        rule = UNLISTED
-    if rule.identity and not svc.store.supports_identity:
+    route = f"{method} {url_rule.rule}"
+    rule = _declared_rule(url_rule.endpoint, route)
+    if rule.identity and not services().store.supports_identity:
         raise Problem(
             404,
             "identity_inactive",
             "users, orgs and login sessions need a database; this server runs with "
             "RUNPLANE_DATABASE_URL=memory",
         )
+    found = await _credential(req, rule)
+    if found is None:  # a share grant or a stream ticket: decided already
+        return
+    principal, invalid = found
+    g.principal = principal
+    await _decide(req, rule, principal, invalid, route)
+
+
+def _declared_rule(endpoint: str, route: str) -> Rule:
+    """The matched view's declared rule (``@doc(..., rule=...)``); a route that declares
+    none is a bug (the route matrix reports it too): 500, never let through."""
+    declared = doc_of(current_app.view_functions.get(endpoint))
+    if declared is None:
+        log.error("route declares no auth rule", extra={"route": route})
+        raise Problem(
+            500,
+            "undeclared_route",
+            f"{route} declares no auth rule: give its view @doc(..., rule=...) "
+            "(runplane/http/openapi/route_doc.py)",
+        )
+    return declared.rule
+
+
+async def _credential(req: Any, rule: Rule) -> tuple[Principal, str | None] | None:
+    """The request's principal and, for a credential that is not valid, why. None when
+    nothing is left to decide: a share grant authorizes a route its shares read, and a
+    stream ticket stands in for the credential (the route verifies it)."""
     secret = _bearer(req.headers)
     presented = _shared_token(req, secret, rule)
     shared: Principal | None = None
@@ -85,28 +105,34 @@ async def _authenticate(*, is_websocket: bool) -> None:
         shared = await _shared_principal(rule, presented, req.view_args or {})
         if rule.shared:
             g.principal = shared
-            return  # the grant is the authorization: its job, its categories
+            return None  # the grant is the authorization: its job, its categories
     if rule.stream_ticket:
         bearer_ticket = secret if shared is None and looks_like_ticket(secret) else None
         ticket = req.args.get("ticket") or bearer_ticket
         if ticket:  # the route verifies it; nobody is authenticated here
             g.principal = anonymous(sees_all=False)
             g.stream_ticket = ticket
-            return
-    invalid: str | None = None
+            return None
     if shared is not None:
-        principal = shared  # elsewhere a share reads nothing: no org, no scope, decided below
-    else:
-        if secret is None and rule.query_token:
-            secret = req.args.get("token") or None
-        try:
-            principal = await access.resolve(
-                svc.settings, svc.store, secret, org_id=req.headers.get(ORG_HEADER) or None
-            )
-        except InvalidCredential as exc:
-            invalid = exc.reason
-            principal = anonymous(sees_all=svc.settings.auth != "required")
-    g.principal = principal
+        return shared, None  # elsewhere a share reads nothing: no org, no scope
+    if secret is None and rule.query_token:
+        secret = req.args.get("token") or None
+    svc = services()
+    try:
+        principal = await access.resolve(
+            svc.settings, svc.store, secret, org_id=req.headers.get(ORG_HEADER) or None
+        )
+    except InvalidCredential as exc:
+        return anonymous(sees_all=svc.settings.auth != "required"), exc.reason
+    return principal, None
+
+
+async def _decide(
+    req: Any, rule: Rule, principal: Principal, invalid: str | None, route: str
+) -> None:
+    """Apply ``rule`` to ``principal`` under the deployment's mode: raise the refusal, or
+    (``shadow``) log what ``required`` would have refused."""
+    svc = services()
     mode = svc.settings.auth
     standing = None
     if rule.need == "org_manage" and principal.authenticated:

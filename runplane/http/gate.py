@@ -158,19 +158,8 @@ class Gate:
         with trio.CancelScope() as cancel_scope:
             self._open[cancel_scope] = epoch
             try:
-                try:
-                    response = await self._client.send(request, stream=True)
-                except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                    log.warning(
-                        "leader unreachable", extra={"address": address, "error": repr(exc)}
-                    )
-                    await _problem(
-                        scope, send, 503, "no_leader", "the leader did not answer; retry"
-                    )
-                    return
-                except httpx.TransportError as exc:
-                    log.warning("leader lost", extra={"address": address, "error": repr(exc)})
-                    await _problem(scope, send, 502, "leader_lost", LEADER_LOST)
+                response = await self._send(request, scope, send, address)
+                if response is None:
                     return
                 try:
                     await send(
@@ -206,6 +195,21 @@ class Gate:
                 del self._open[cancel_scope]
         if not started and cancel_scope.cancelled_caught:
             await _problem(scope, send, 502, "leader_lost", LEADER_LOST)
+
+    async def _send(
+        self, request: httpx.Request, scope: Scope, send: Send, address: str
+    ) -> httpx.Response | None:
+        """The leader's answer, streaming; None when the leader could not be reached (the
+        client was answered 503 ``no_leader``, or 502 ``leader_lost``)."""
+        try:
+            return await self._client.send(request, stream=True)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            log.warning("leader unreachable", extra={"address": address, "error": repr(exc)})
+            await _problem(scope, send, 503, "no_leader", "the leader did not answer; retry")
+        except httpx.TransportError as exc:
+            log.warning("leader lost", extra={"address": address, "error": repr(exc)})
+            await _problem(scope, send, 502, "leader_lost", LEADER_LOST)
+        return None
 
     # -- WebSocket (the agents' /v1/nodes/connect)
 

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from quart import current_app, request
 
-from runplane.auth.rules import rule_for
+from runplane.http.openapi.route_doc import doc_of
 from runplane.problems import FieldProblem, Problem
 from runplane.suggest import accepted_phrase
 
@@ -54,7 +54,8 @@ def check_args(accepted: Collection[str]) -> None:
     url_rule = request.url_rule
     credentials: tuple[str, ...] = ()  # accepted without being listed as parameters
     if url_rule is not None:
-        rule = rule_for(request.method, url_rule.rule)
+        declared = doc_of(current_app.view_functions.get(url_rule.endpoint))
+        rule = declared.rule if declared is not None else None
         if rule is not None and rule.query_token and TOKEN_PARAM not in names:
             names.append(TOKEN_PARAM)
         if rule is not None and rule.shared:  # a share code or embed token may come so

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from quart_trio import QuartTrio
 
+from runplane.auth.rules import PUBLIC
 from runplane.http.app import MAX_JSON_BODY, create_app
+from runplane.http.openapi import doc
 from runplane.persistence import StoreClosedError
 from runplane.settings import Settings
 
@@ -124,6 +126,7 @@ async def test_unexpected_error_is_500_without_internals(
     application = create_app(make_settings())
 
     @application.get("/v1/explode")
+    @doc("Explode", rule=PUBLIC)
     async def explode() -> str:
         raise RuntimeError("database password is hunter2")
 

@@ -2,13 +2,14 @@
 
 Two guarantees:
 
-1. ``test_every_route_has_a_rule``: each (method, URL rule) Quart registers has an entry in
-   ``runplane/auth/rules.py:RULES``. A new route without one fails here.
+1. ``test_every_route_has_a_rule``: each (method, URL rule) Quart registers is declared:
+   its view carries ``@doc(..., rule=...)`` (runplane/http/openapi/route_doc.py). A new
+   route without one fails here (and answers 500).
 2. ``test_route_matrix``: each registered route is called as anonymous, a token of the wrong
    org, a token missing scopes, a viewer, a member, an org admin, the admin token and an
    owner's login session, and the status must be what the spec's tier for that route says
-   (401 / 403 / 404 / 2xx). The tiers below are written from the spec, not read from RULES,
-   so the test checks the table (and the handlers) against the spec. A new non-public route
+   (401 / 403 / 404 / 2xx). The tiers below are written from the spec, not read from the
+   declarations, so the test checks the declared rules (and the handlers) against the spec. A new non-public route
    must get a case in CASES here.
 
 Cross-org ids answer 404 with a body byte-identical to an unknown id's
@@ -29,8 +30,10 @@ from werkzeug.datastructures import FileStorage
 
 from runplane import vault
 from runplane.auth import identity, tokens
-from runplane.auth.rules import methods_of, rule_for
+from runplane.auth.roles import SCOPES
+from runplane.auth.rules import Rule
 from runplane.http.app import create_app
+from runplane.http.openapi.route_doc import declared_routes, rules_of
 from runplane.nodes import enrollment, grants
 from runplane.webhooks import endpoints
 from tests.auth.support import (
@@ -48,18 +51,14 @@ from tests.auth.support import (
     unique,
 )
 
-RULES_FILE = "runplane/auth/rules.py"
+DECLARATION = "@doc(..., rule=...) (runplane/http/openapi/route_doc.py)"
 THIS_FILE = "tests/http/test_route_matrix.py"
 
 
 def registered_routes(app: QuartTrio) -> list[tuple[str, str]]:
     """(method, rule) for every route the app serves (HEAD rides on GET, automatic OPTIONS
-    is public, a WebSocket rule is method WEBSOCKET)."""
-    out = []
-    for url_rule in app.url_map.iter_rules():
-        for method in methods_of(url_rule):
-            out.append((method, url_rule.rule))
-    return sorted(set(out))
+    is public, a WebSocket rule is method WEBSOCKET), from the routes' declarations."""
+    return sorted({(d.method, d.rule) for d in declared_routes(app)})
 
 
 @dataclass
@@ -711,16 +710,41 @@ async def served(make_settings: Callable[..., Any]) -> Any:
 
 async def test_every_route_has_a_rule(make_settings: Callable[..., Any]) -> None:
     app = create_app(make_settings())
-    missing = [
-        f"{m} {r}"
-        for m, r in registered_routes(app)
-        if rule_for(m, r, websocket=m == "WEBSOCKET") is None
-    ]
+    missing = [f"{d.method} {d.rule}" for d in declared_routes(app) if d.route is None]
     assert not missing, (
-        f"routes without an auth rule: {missing}. Add each to RULES in {RULES_FILE} "
+        f"routes without a declaration: {missing}. Give each view {DECLARATION} "
         "(public | read | scope | manage | org_manage | admin | operator | user_session), "
         f"and a case for it in CASES in {THIS_FILE}."
     )
+
+
+async def test_declared_rules_shape(make_settings: Callable[..., Any]) -> None:
+    rules = rules_of(create_app(make_settings()))
+    for (method, route), rule in rules.items():
+        assert method in {"GET", "POST", "PUT", "PATCH", "DELETE", "WEBSOCKET"}, method
+        assert route.startswith("/"), route
+        if rule.need == "scope":
+            assert rule.scope in SCOPES
+    # ?token= is accepted on exactly one route (spec point 7)
+    assert [k for k, r in rules.items() if r.query_token] == [("GET", "/v1/jobs/<job_id>/events")]
+    assert rules[("WEBSOCKET", "/v1/nodes/connect")] == Rule("public")
+    assert rules[("GET", "/static/<path:filename>")] == Rule("public")
+
+
+async def test_an_undeclared_route_answers_500(make_settings: Callable[..., Any]) -> None:
+    """A route without a declaration is refused loudly, never let through."""
+    app = create_app(make_settings(auth="off"))
+
+    @app.get("/v1/undeclared")
+    async def undeclared() -> str:
+        return "reached"
+
+    async with app.test_app():
+        response = await app.test_client().get("/v1/undeclared")
+        assert response.status_code == 500
+        body = await response.get_json()
+        assert body["code"] == "undeclared_route"
+        assert "GET /v1/undeclared" in body["detail"] and "rule=" in body["detail"]
 
 
 async def test_route_matrix(served: Any) -> None:
@@ -729,7 +753,7 @@ async def test_route_matrix(served: Any) -> None:
     uncovered = [f"{m} {r}" for m, r in routes if (m, r) not in CASES and (m, r) not in WEBSOCKETS]
     assert not uncovered, (
         f"routes the matrix does not cover: {uncovered}. Add a Case to CASES in {THIS_FILE} "
-        f"with the spec's tier for it (and its rule to RULES in {RULES_FILE})."
+        f"with the spec's tier for it (and declare its rule: {DECLARATION})."
     )
     failures = []
     calls = 0

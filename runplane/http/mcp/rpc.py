@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from runplane import __version__
 
-from .tools import TOOLS
+from .tools import RouteTool
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
 #: A tool's route refused or failed: ``data`` holds its status and problem.
@@ -53,23 +53,27 @@ def _error(ident: Any, exc: RpcError) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": ident, "error": exc.body()}
 
 
-async def handle(raw: str | bytes, call_route: CallRoute) -> Any:
+#: The tools by name (derived from the routes' declarations).
+Tools = dict[str, RouteTool]
+
+
+async def handle(raw: str | bytes, tools: Tools, call_route: CallRoute) -> Any:
     """The answer to a request body: an object, a list (a batch), or None (nothing to
     answer: notifications only)."""
     try:
         message = json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested past the stack
         return _error(None, RpcError(PARSE_ERROR, f"parse error: {exc}"))
     if isinstance(message, list):
         if not message:
             return _error(None, RpcError(INVALID_REQUEST, "an empty batch"))
-        answers = [await _one(m, call_route) for m in message]
+        answers = [await _one(m, tools, call_route) for m in message]
         found = [a for a in answers if a is not None]
         return found or None
-    return await _one(message, call_route)
+    return await _one(message, tools, call_route)
 
 
-async def _one(message: Any, call_route: CallRoute) -> dict[str, Any] | None:
+async def _one(message: Any, tools: Tools, call_route: CallRoute) -> dict[str, Any] | None:
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
         return _error(
             None, RpcError(INVALID_REQUEST, 'not a JSON-RPC 2.0 request ("jsonrpc": "2.0")')
@@ -87,13 +91,15 @@ async def _one(message: Any, call_route: CallRoute) -> dict[str, Any] | None:
     if notification:
         return None  # notifications/initialized, cancelled, ...: nothing to answer
     try:
-        result = await _dispatch(method, params, call_route)
+        result = await _dispatch(method, params, tools, call_route)
     except RpcError as exc:
         return _error(ident, exc)
     return {"jsonrpc": "2.0", "id": ident, "result": result}
 
 
-async def _dispatch(method: str, params: dict[str, Any], call_route: CallRoute) -> Any:
+async def _dispatch(
+    method: str, params: dict[str, Any], tools: Tools, call_route: CallRoute
+) -> Any:
     if method == "initialize":
         asked = params.get("protocolVersion")
         version = asked if asked in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0]
@@ -107,18 +113,19 @@ async def _dispatch(method: str, params: dict[str, Any], call_route: CallRoute) 
     if method == "ping":
         return {}
     if method == "tools/list":
-        return {"tools": [tool.listing() for tool in TOOLS.values()]}
+        return {"tools": [found.tool.listing() for found in tools.values()]}
     if method == "tools/call":
-        return await _call(params, call_route)
+        return await _call(params, tools, call_route)
     raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
 
 
-async def _call(params: dict[str, Any], call_route: CallRoute) -> dict[str, Any]:
+async def _call(params: dict[str, Any], tools: Tools, call_route: CallRoute) -> dict[str, Any]:
     name = params.get("name")
-    tool = TOOLS.get(name) if isinstance(name, str) else None
-    if tool is None:
+    found = tools.get(name) if isinstance(name, str) else None
+    if found is None:
         raise RpcError(INVALID_PARAMS, f"unknown tool: {name!r}; tools/list names them")
     arguments = params.get("arguments") or {}
+    tool = found.tool
     try:
         args = tool.args.model_validate(arguments)
     except ValidationError as exc:
@@ -129,9 +136,7 @@ async def _call(params: dict[str, Any], call_route: CallRoute) -> dict[str, Any]
         raise RpcError(
             INVALID_PARAMS, f"invalid arguments for {tool.name}: {detail}", problems
         ) from None
-    query = tool.query(args) if tool.query else None
-    body = tool.body(args) if tool.body else None
-    answer = await call_route(tool.method, tool.path(args), query, body)
+    answer = await call_route(found.method, found.path(args), found.query(args), found.body(args))
     if answer.status >= 400:
         problem = answer.body if isinstance(answer.body, dict) else {}
         detail = str(problem.get("detail") or f"the route answered {answer.status}")

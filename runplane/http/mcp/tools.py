@@ -1,21 +1,23 @@
 """The MCP tools (spec "MCP tool facade"): each is one route of the API, called with the
 caller's own credential, so scopes, tenancy and admission apply exactly as they do there.
 
-A tool names its arguments' pydantic model (its ``inputSchema`` is that model's JSON
-Schema), the route it calls, and its annotations (read-only, destructive, idempotent).
+A route is a tool when its declaration says so: ``@doc(..., mcp=Tool(...))`` names the
+tool, its arguments' pydantic model (its ``inputSchema`` is that model's JSON Schema) and
+its annotations (read-only, destructive, idempotent). The method and the path come from
+the route itself (:func:`runplane.http.openapi.route_doc.tools_of` walks the app's
+routes): the arguments named like the path's parameters fill the path; the others are a
+GET's query parameters (those left None dropped) or a POST's JSON body (as given; none
+when the arguments are only the path's).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from runplane.http.routes.policy import PreflightBody
-from runplane.jobs.spec import SubmitJobBody
 
 
 class _Args(BaseModel):
@@ -58,16 +60,12 @@ class LogsArgs(JobArgs):
 
 @dataclass(frozen=True, slots=True)
 class Tool:
+    """An MCP tool, declared on its route."""
+
     name: str
     title: str
     description: str
     args: type[BaseModel]
-    method: str
-    #: the route's path for these arguments
-    path: Callable[[Any], str]
-    #: the query parameters of a GET, or the JSON body of a POST, from the arguments
-    query: Callable[[Any], dict[str, Any]] | None = None
-    body: Callable[[Any], Any] | None = None
     read_only: bool = True
     destructive: bool = False
     idempotent: bool = True
@@ -88,115 +86,34 @@ class Tool:
         }
 
 
-def _job(path: str = "") -> Callable[[Any], str]:
-    return lambda a: f"/v1/jobs/{quote(a.job_id, safe='')}{path}"
+_PARAM = re.compile(r"<(?:[a-z_]+:)?(\w+)>")
 
 
-def _dropping_none(model: BaseModel) -> dict[str, Any]:
-    return {k: v for k, v in model.model_dump(exclude={"job_id"}).items() if v is not None}
+@dataclass(frozen=True, slots=True)
+class RouteTool:
+    """A tool with the route that declares it: its method and its url rule."""
 
+    tool: Tool
+    method: str
+    rule: str
 
-TOOLS: dict[str, Tool] = {
-    t.name: t
-    for t in (
-        Tool(
-            "list_stacks",
-            "List stacks",
-            "The stack catalog: the environments a job can run in, with their config fields.",
-            NoArgs,
-            "GET",
-            lambda a: "/v1/stacks",
-        ),
-        Tool(
-            "submit_job",
-            "Submit a job",
-            "Submit a job (a SubmitJobBody: stack, command, config, limits, ...). Answers the "
-            "job, queued; admission may refuse it (the org's concurrency limit).",
-            SubmitJobBody,
-            "POST",
-            lambda a: "/v1/jobs",
-            body=lambda a: a.model_dump(exclude_unset=True, mode="json"),
-            read_only=False,
-            idempotent=False,
-        ),
-        Tool(
-            "preflight_job",
-            "Preflight a job",
-            "Would admission take this run now? The limits after clamping and, when not, why.",
-            PreflightBody,
-            "POST",
-            lambda a: "/v1/policy/preflight",
-            body=lambda a: a.model_dump(exclude_unset=True, mode="json"),
-        ),
-        Tool(
-            "get_job",
-            "Get a job",
-            "One job: phase, node, exit code, error, final metrics, artifacts.",
-            JobArgs,
-            "GET",
-            _job(),
-        ),
-        Tool(
-            "list_jobs",
-            "List jobs",
-            "Jobs, newest first, optionally by phase or stack.",
-            ListJobsArgs,
-            "GET",
-            lambda a: "/v1/jobs",
-            query=_dropping_none,
-        ),
-        Tool(
-            "get_logs",
-            "Get a job's logs",
-            "A job's log lines and metric points after since_seq; next_seq pages on.",
-            LogsArgs,
-            "GET",
-            _job("/logs"),
-            query=_dropping_none,
-        ),
-        Tool(
-            "list_artifacts",
-            "List a job's artifacts",
-            "The files a job kept, with their sizes and download references.",
-            JobArgs,
-            "GET",
-            _job("/artifacts"),
-        ),
-        Tool(
-            "cancel_job",
-            "Cancel a job",
-            "Cancel a job that has not ended (it is killed on its node if running).",
-            JobArgs,
-            "POST",
-            _job("/cancel"),
-            read_only=False,
-            destructive=True,
-        ),
-        Tool(
-            "rerun_job",
-            "Rerun a job",
-            "Run a job again with the same spec: a new job.",
-            JobArgs,
-            "POST",
-            _job("/rerun"),
-            read_only=False,
-            idempotent=False,
-        ),
-        Tool(
-            "get_nodes",
-            "List nodes",
-            "The fleet: each node's status, capacity, committed load and running jobs.",
-            NoArgs,
-            "GET",
-            lambda a: "/v1/nodes",
-        ),
-        Tool(
-            "entitlements",
-            "My entitlements",
-            "Who the caller is, its org's usage and limits, and what remains.",
-            NoArgs,
-            "GET",
-            lambda a: "/v1/me/entitlements",
-        ),
-    )
-}
+    def path(self, args: BaseModel) -> str:
+        return _PARAM.sub(lambda m: quote(str(getattr(args, m.group(1))), safe=""), self.rule)
+
+    def _in_path(self) -> set[str]:
+        return set(_PARAM.findall(self.rule))
+
+    def query(self, args: BaseModel) -> dict[str, Any] | None:
+        """A GET's query parameters: the arguments not in the path, those left None
+        dropped."""
+        if self.method != "GET":
+            return None
+        found = args.model_dump(exclude=self._in_path())
+        return {k: v for k, v in found.items() if v is not None}
+
+    def body(self, args: BaseModel) -> Any:
+        """Another method's JSON body: the arguments not in the path, as given; none when
+        the path takes them all."""
+        if self.method == "GET" or not set(self.tool.args.model_fields) - self._in_path():
+            return None
+        return args.model_dump(exclude=self._in_path(), exclude_unset=True, mode="json")

@@ -1,12 +1,13 @@
 """The OpenAPI 3.1.0 document of the running app, generated (docs/api.md "OpenAPI").
 
-It walks the app's url map: each route's path parameters come from its url rule, its
-query parameters from ``@accepts_query``, its security from the auth rule table, and its
-request and response bodies from the pydantic models its ``@doc`` names, whose JSON
-Schemas pydantic generates in one pass (``models_json_schema``) with ``$ref``s into
-``components/schemas``. Error answers are RFC 9457 problems: each operation lists the
-statuses it can give (:func:`error_statuses`). The WebSocket of the agents and Quart's
-static files are not HTTP operations of the API and are left out.
+It walks the app's routes (``declared_routes``): each route's path parameters come from
+its url rule, its query parameters from ``@accepts_query``, its security from the auth
+rule its ``@doc`` declares, and its request and response bodies from the pydantic models
+the ``@doc`` names, whose JSON Schemas pydantic generates in one pass
+(``models_json_schema``) with ``$ref``s into ``components/schemas``. Error answers are
+RFC 9457 problems: each operation lists the statuses it can give (:func:`error_statuses`).
+The WebSocket of the agents and Quart's static files are not HTTP operations of the API
+and are left out.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from pydantic.json_schema import JsonSchemaMode as Mode
 from pydantic.json_schema import models_json_schema
 from quart import Quart
 
-from runplane.auth.rules import PUBLIC, Rule, rule_for
+from runplane.auth.rules import PUBLIC, WEBSOCKET, Rule
 from runplane.http.query import QUERY_ATTR
 
-from .route_doc import RouteDoc, doc_of
+from .route_doc import RouteDoc, declared_routes
 from .views import ProblemDetails
 
 #: The interface version the spec gives (not the package's version).
@@ -233,22 +234,16 @@ def build(app: Quart, server_url: str | None = None) -> dict[str, Any]:
     lacks its ``@doc``."""
     found: list[tuple[str, str, str, RouteDoc, Rule, tuple[str, ...]]] = []
     missing: list[str] = []
-    for url_rule in app.url_map.iter_rules():
-        if url_rule.endpoint in LEFT_OUT or getattr(url_rule, "websocket", False):
+    for d in declared_routes(app):
+        if d.endpoint in LEFT_OUT or d.method == WEBSOCKET:
             continue
-        view = app.view_functions[url_rule.endpoint]
-        route = doc_of(view)
-        for method in sorted(url_rule.methods or ()):
-            if method in ("HEAD", "OPTIONS"):
-                continue
-            if route is None:
-                missing.append(f"{method} {url_rule.rule}")
-                continue
-            auth = rule_for(method, url_rule.rule) or PUBLIC
-            query = tuple(getattr(view, QUERY_ATTR, None) or ())
-            if auth.query_token and "token" not in query:
-                query += ("token",)
-            found.append((method, url_rule.rule, url_rule.endpoint, route, auth, query))
+        if d.route is None:
+            missing.append(f"{d.method} {d.rule}")
+            continue
+        query = tuple(getattr(d.view, QUERY_ATTR, None) or ())
+        if d.route.rule.query_token and "token" not in query:
+            query += ("token",)
+        found.append((d.method, d.rule, d.endpoint, d.route, d.route.rule, query))
     if missing:
         raise Undocumented("routes without @doc: " + ", ".join(sorted(missing)))
     schemas = _Schemas(_models(f[3] for f in found))

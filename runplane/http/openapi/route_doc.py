@@ -1,12 +1,15 @@
-"""What a route says about itself for the OpenAPI document: ``@doc(...)`` on the view.
+"""A route's declaration: ``@doc(...)`` on the view, the one place a route says what it is.
 
-The decorator records the request body model (the one the route hands to
-``parse_body``; a test checks they agree), the response model and status, the kind of
-content (JSON, an event stream, bytes, a page, a redirect, nothing) and the error
-statuses the route raises beyond those its auth rule, path, query and body imply (see
-:func:`runplane.http.openapi.document.error_statuses`). Nothing else is written by hand:
-the schemas come from the pydantic models, the parameters from the url rule and
-``@accepts_query``, the security from the auth rule table.
+The decorator records the route's auth rule (:class:`runplane.auth.rules.Rule`, which the
+auth hook enforces), the request body model (the one the route hands to ``parse_body``; a
+test checks they agree), the response model and status, the kind of content (JSON, an
+event stream, bytes, a page, a redirect, nothing), the error statuses the route raises
+beyond those its auth rule, path, query and body imply (see
+:func:`runplane.http.openapi.document.error_statuses`) and, for a route that is also an
+MCP tool, the tool (:class:`runplane.http.mcp.tools.Tool`). Everything else derives from
+it by walking the app's routes (:func:`declared_routes`): the rule table, the OpenAPI
+document, the MCP tool list, the route matrix's coverage check, and the strict check of
+the answers in tests (:mod:`runplane.http.strict`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,10 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from pydantic import BaseModel
+from quart import Quart
+
+from runplane.auth.rules import Rule, methods_of
+from runplane.http.mcp.tools import RouteTool, Tool
 
 #: The attribute ``doc`` puts on a view function.
 DOC_ATTR = "runplane_openapi"
@@ -27,6 +34,8 @@ V = TypeVar("V", bound=Callable[..., object])
 @dataclass(frozen=True, slots=True)
 class RouteDoc:
     summary: str
+    #: what the caller needs (runplane/auth/rules.py; enforced by runplane/http/auth_hook.py)
+    rule: Rule
     response: type[BaseModel] | tuple[type[BaseModel], ...] | None = None
     #: the response is a JSON array of ``response``
     many: bool = False
@@ -43,12 +52,15 @@ class RouteDoc:
     description: str = ""
     #: the event names of an event stream (``content="sse"``)
     events: tuple[str, ...] = ()
+    #: the MCP tool that calls this route (docs/mcp.md)
+    mcp: Tool | None = None
 
 
 def doc(
     summary: str,
     response: type[BaseModel] | tuple[type[BaseModel], ...] | None = None,
     *,
+    rule: Rule,
     many: bool = False,
     page: type[BaseModel] | None = None,
     status: int = 200,
@@ -59,10 +71,13 @@ def doc(
     errors: tuple[int, ...] = (),
     description: str = "",
     events: tuple[str, ...] = (),
+    mcp: Tool | None = None,
 ) -> Callable[[V], V]:
-    """Describe a route for the OpenAPI document (put it under the route decorator)."""
+    """Declare a route (put it under the route decorator): its auth rule, body, answer,
+    errors and MCP tool."""
     record = RouteDoc(
         summary=summary,
+        rule=rule,
         response=response,
         many=many,
         page=page,
@@ -74,6 +89,7 @@ def doc(
         errors=errors,
         description=description,
         events=events,
+        mcp=mcp,
     )
 
     def mark(view: V) -> V:
@@ -86,3 +102,43 @@ def doc(
 def doc_of(view: object) -> RouteDoc | None:
     found = getattr(view, DOC_ATTR, None)
     return found if isinstance(found, RouteDoc) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Declared:
+    """One (method, url rule) the app serves, with its view's declaration (None: the view
+    has none, a bug the auth hook answers 500 to and the route matrix reports)."""
+
+    method: str
+    rule: str
+    endpoint: str
+    view: Callable[..., object]
+    route: RouteDoc | None
+
+
+def declared_routes(app: Quart) -> list[Declared]:
+    """Every (method, url rule) ``app`` serves with its declaration, in the url map's order."""
+    return [
+        Declared(method, url_rule.rule, url_rule.endpoint, view, doc_of(view))
+        for url_rule in app.url_map.iter_rules()
+        for view in (app.view_functions[url_rule.endpoint],)
+        for method in methods_of(url_rule)
+    ]
+
+
+def rules_of(app: Quart) -> dict[tuple[str, str], Rule]:
+    """The rule table, derived: (method, url rule) -> its declared rule."""
+    return {(d.method, d.rule): d.route.rule for d in declared_routes(app) if d.route is not None}
+
+
+def tools_of(app: Quart) -> dict[str, RouteTool]:
+    """The MCP tool list, derived: each route that declares a tool, by the tool's name."""
+    found: dict[str, RouteTool] = {}
+    for d in declared_routes(app):
+        if d.route is None or d.route.mcp is None:
+            continue
+        tool = d.route.mcp
+        if tool.name in found:
+            raise ValueError(f"two routes declare the MCP tool {tool.name!r}")
+        found[tool.name] = RouteTool(tool, d.method, d.rule)
+    return found

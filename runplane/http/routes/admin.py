@@ -8,6 +8,7 @@ from pydantic import StringConstraints
 from quart import Blueprint
 
 from runplane.actors import channels
+from runplane.auth.rules import ADMIN
 from runplane.http.bodies import Body, parse_body
 from runplane.http.context import services
 from runplane.http.guards import require_admin
@@ -25,14 +26,14 @@ class ChannelTargetBody(Body):
 
 
 @blueprint.get("/channel-target")
-@doc("Agent version targets per channel", v.ChannelTargets)
+@doc("Agent version targets per channel", v.ChannelTargets, rule=ADMIN)
 async def get_channel_targets() -> dict[str, str]:
     require_admin()
     return await channels.get_targets(services().root.channels)
 
 
 @blueprint.post("/channel-target")
-@doc("Set a channel's target agent version", v.ChannelTargets, body=ChannelTargetBody)
+@doc("Set a channel's target agent version", v.ChannelTargets, body=ChannelTargetBody, rule=ADMIN)
 async def set_channel_target() -> dict[str, str]:
     require_admin()
     body = await parse_body(ChannelTargetBody)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
 
 import trio
 from pydantic import ValidationError
@@ -30,10 +29,13 @@ from runplane.actors.job_messages import (
 )
 from runplane.actors.node import AttemptEnded, Beat, Drain, NodeMsg, Released, UpdateReported
 from runplane.agent import protocol as p
+from runplane.auth.rules import PUBLIC
 from runplane.http.context import services
+from runplane.http.openapi import doc
 from runplane.nodes.connect import ConnectRefused
 from runplane.nodes.enrollment import NodeIdentity
 from runplane.runtime import ActorGone, ActorRef, MailboxClosed, Registry
+from runplane.services.fleet import Fleet
 
 blueprint = Blueprint("agents", __name__)
 log = logging.getLogger("runplane.nodes")
@@ -71,16 +73,21 @@ async def _refuse(code: int, reason: str) -> None:
 
 
 @blueprint.websocket("/v1/nodes/connect")
+@doc(
+    "The node agents' WebSocket",
+    # it authenticates in its handler (node credential, join token or open enrollment;
+    # runplane/actors/fleet.py), so the HTTP layer lets it through
+    rule=PUBLIC,
+)
 async def connect() -> None:
     svc = services()
     fleet = svc.root.fleet
     await websocket.accept()
-    greeted = await _greet()
-    if greeted is None:
+    found = await _hello(fleet)
+    if found is None:
         return
-    hello, identity, credential = greeted
+    hello, identity, credential = found
     node_id = identity.node_id
-    leading = current_app.extensions.get("runplane.ha.leading")
     send, receive = trio.open_memory_channel[str](OUTBOX_CAPACITY)
     node = await fleet.attach(identity, hello, send)
     await websocket.send(
@@ -96,13 +103,7 @@ async def connect() -> None:
     log.info("agent connected", extra={"node_id": node_id, "agent_version": hello.agent_version})
     try:
         async with trio.open_nursery() as nursery:
-
-            async def write() -> None:
-                await _write(receive, leading, node_id)
-                # the node actor closed our outbox: this session is stale or the node is lost
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(write)
+            nursery.start_soon(_write, node_id, receive, nursery.cancel_scope)
             await _read(node_id, node, send)
     finally:
         with trio.CancelScope(shield=True):
@@ -110,9 +111,9 @@ async def connect() -> None:
         log.info("agent disconnected", extra={"node_id": node_id})
 
 
-async def _greet() -> tuple[p.Hello, NodeIdentity, str | None] | None:
-    """The agent's hello, who it is and the credential it is handed; None when the socket
-    was closed instead (no hello in time, a bad one, or the node refused)."""
+async def _hello(fleet: Fleet) -> tuple[p.Hello, NodeIdentity, str | None] | None:
+    """The agent's hello and who it is; None when the session was closed instead (no
+    hello in time, a malformed one, a refused credential)."""
     with trio.move_on_after(HELLO_TIMEOUT) as waited:
         first = await websocket.receive()
     if waited.cancelled_caught:
@@ -122,7 +123,7 @@ async def _greet() -> tuple[p.Hello, NodeIdentity, str | None] | None:
         hello = p.decode_agent(first)
         if not isinstance(hello, p.Hello):
             raise ValueError("the first message must be hello")
-        identity, credential = await services().root.fleet.identify(hello)
+        identity, credential = await fleet.identify(hello)
     except (ValidationError, ValueError) as exc:
         await _close(p.CLOSE_PROTOCOL_ERROR, f"bad hello: {exc}".splitlines()[0])
         return None
@@ -134,9 +135,11 @@ async def _greet() -> tuple[p.Hello, NodeIdentity, str | None] | None:
 
 
 async def _write(
-    receive: trio.MemoryReceiveChannel[str], leading: Callable[[], bool] | None, node_id: str
+    node_id: str, receive: trio.MemoryReceiveChannel[str], session: trio.CancelScope
 ) -> None:
-    """Send what the node actor puts in the session's outbox, until it closes it."""
+    """Send what the actors put in the outbox; end the session when the node actor
+    closes it (this session is stale, or the node is lost)."""
+    leading = current_app.extensions.get("runplane.ha.leading")
     async with receive:
         async for text in receive:
             if leading is not None and not leading():
@@ -146,10 +149,12 @@ async def _write(
                 log.warning("not sent: the lease may have ended", extra={"node_id": node_id})
                 break
             await websocket.send(text)
+    session.cancel()
 
 
 async def _read(node_id: str, node: ActorRef[NodeMsg], send: trio.MemorySendChannel[str]) -> None:
-    """Hand the agent's messages on until it goes away (or sends one that is not ours)."""
+    """Forward each frame to the actor it concerns until the agent goes, or sends a
+    malformed frame (closed with 4400)."""
     while True:
         raw = await websocket.receive()
         try:

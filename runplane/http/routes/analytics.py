@@ -7,6 +7,7 @@ from typing import Any
 
 from quart import Blueprint
 
+from runplane.auth.rules import READ
 from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.openapi import doc
@@ -19,7 +20,12 @@ blueprint = Blueprint("analytics", __name__, url_prefix="/v1/analytics")
 
 @blueprint.get("/jobs")
 @accepts_query("window", "buckets")
-@doc("Job counts over a window, bucketed", v.JobAnalytics)
+@doc(
+    "Job counts over a window, bucketed",
+    v.JobAnalytics,
+    # tenant-filtered: the admin token (and an open deploy's anonymous caller) see all
+    rule=READ,
+)
 async def jobs() -> dict[str, Any]:
     asked = str_arg("window", max_length=16) or analytics.DEFAULT_WINDOW
     window = analytics.parse_window(asked)

@@ -7,6 +7,7 @@ from typing import Any
 
 from quart import Blueprint
 
+from runplane.auth.rules import READ, scope
 from runplane.http import audit
 from runplane.http.bodies import parse_body
 from runplane.http.caller import current_caller
@@ -33,6 +34,7 @@ def arrays_service() -> JobArrays:
     status=202,
     body=BatchBody,
     errors=(409, 429),
+    rule=scope("runs:submit"),
 )
 async def submit_batch() -> tuple[dict[str, Any], int]:
     body = await parse_body(BatchBody)
@@ -63,7 +65,7 @@ async def submit_batch() -> tuple[dict[str, Any], int]:
 
 
 @blueprint.get("/arrays/<array_id>")
-@doc("A job array's progress", v.JobArray)
+@doc("A job array's progress", v.JobArray, rule=READ)
 async def get_array(array_id: str) -> dict[str, Any]:
     row = await arrays_service().get(array_id, current_caller().read_org)
     return {
@@ -79,7 +81,7 @@ async def get_array(array_id: str) -> dict[str, Any]:
 
 
 @blueprint.post("/arrays/<array_id>/cancel")
-@doc("Cancel every live job of an array", v.ArrayCancelResult)
+@doc("Cancel every live job of an array", v.ArrayCancelResult, rule=scope("runs:cancel"))
 async def cancel_array(array_id: str) -> dict[str, Any]:
     cancelled, ended = await arrays_service().cancel(array_id, current_caller().read_org)
     await audit.record("runs:cancel", "job_array", array_id, after={"cancelled": cancelled})

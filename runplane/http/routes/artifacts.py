@@ -39,6 +39,7 @@ from runplane.artifacts import (
     check_prefix,
 )
 from runplane.artifacts.zipstream import zip_objects
+from runplane.auth.rules import PUBLIC
 from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.openapi import doc
@@ -278,6 +279,7 @@ def public_origin() -> str:
     status=201,
     content="json",
     errors=(401, 403, 409, 411, 413),
+    rule=PUBLIC,
 )
 async def put_artifact(key: str) -> tuple[dict[str, Any], int, dict[str, str]]:
     try:
@@ -322,7 +324,7 @@ async def _missing(key: str, what: str = "artifact") -> Problem:
 
 
 @blueprint.get("/v1/artifacts/<anykey:key>")
-@doc("Download an artifact", status=200, content="bytes", errors=(401, 403, 410))
+@doc("Download an artifact", status=200, content="bytes", errors=(401, 403, 410), rule=PUBLIC)
 async def get_artifact(key: str) -> Response:
     try:
         check_key(key)
@@ -350,7 +352,13 @@ async def get_artifact(key: str) -> Response:
 
 
 @blueprint.get("/v1/artifacts-zip/<anykey:prefix>")
-@doc("Download artifacts under a prefix as a zip", status=200, content="bytes", errors=(401, 403))
+@doc(
+    "Download artifacts under a prefix as a zip",
+    status=200,
+    content="bytes",
+    errors=(401, 403),
+    rule=PUBLIC,
+)
 async def get_artifacts_zip(prefix: str) -> Response:
     try:
         prefix = check_prefix(prefix)
@@ -442,19 +450,47 @@ class _UploadSink:
             )
 
 
-class _Upload:
-    """One multipart upload as its events arrive: its one ``file`` part (``sink``), the
-    key it is stored under, and what the store says of it once committed (``info``)."""
+@blueprint.post("/v1/uploads")
+@doc(
+    "Upload a file for a job's inputs",
+    v.UploadResult,
+    errors=(400, 401, 403, 411, 413, 415),
+    rule=PUBLIC,
+)
+async def upload() -> dict[str, Any]:
+    boundary = request.mimetype_params.get("boundary")
+    if request.mimetype != "multipart/form-data" or not boundary:
+        raise _missing_file()
+    body = BodyStream(_cap_bytes())
+    decoder = mp.MultipartDecoder(boundary.encode("latin-1"), max_parts=16)
+    parts = _UploadParts(body.cap)
+    try:
+        await _decode(body, decoder, parts)
+    except TooLarge:
+        raise _too_large() from None
+    except RequestEntityTooLarge:
+        raise Problem(400, "malformed_multipart", "too many parts in the multipart body") from None
+    finally:
+        if parts.sink is not None:
+            parts.sink.writer.discard()
+    if parts.sink is None or parts.info is None:
+        raise _missing_file()
+    path = artifact_path(parts.key)
+    return {
+        "url": public_origin() + path,
+        "path": path,
+        "name": parts.sink.name,
+        "key": parts.key,
+        "size": parts.info.size,
+        "sha256": parts.info.sha256,
+    }
 
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.sink: _UploadSink | None = None
-        self.key = ""
-        self.info: ObjectInfo | None = None
-        self.finished = False  # the epilogue came
 
-    async def take(self, decoder: mp.MultipartDecoder) -> None:
-        """Handle the decoder's events until it needs more data, or the epilogue."""
+async def _decode(body: BodyStream, decoder: mp.MultipartDecoder, parts: _UploadParts) -> None:
+    """Feed the body to the decoder and its events to ``parts``, to the epilogue."""
+    while True:
+        chunk = await body.read()
+        decoder.receive_data(chunk)
         while True:
             try:
                 event = decoder.next_event()
@@ -463,79 +499,49 @@ class _Upload:
                     400, "malformed_multipart", f"malformed multipart body: {exc}"
                 ) from None
             if isinstance(event, mp.NeedData):
+                break
+            if await parts.on(event):
                 return
-            if isinstance(event, mp.File):
-                await self._file(event)
-            elif isinstance(event, mp.Field):
-                if event.name == "file":
-                    raise Problem(
-                        400,
-                        "missing_field",
-                        "the `file` field must be a file part (with a filename)",
-                        [FieldProblem("file", "missing_field", "not a file part")],
-                    )
+        if chunk is None:
+            return
+
+
+class _UploadParts:
+    """An upload's multipart events: one file part, in field ``file``, stored as it comes."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.sink: _UploadSink | None = None
+        self.key = ""
+        self.info: ObjectInfo | None = None
+
+    async def on(self, event: mp.Event) -> bool:
+        """Take one event; True at the epilogue (the body is whole)."""
+        if isinstance(event, mp.File):
+            if event.name != "file":
                 raise _unknown_field(event.name)
-            elif isinstance(event, mp.Data):
-                await self._data(event)
-            elif isinstance(event, mp.Epilogue):
-                self.finished = True
-                return
-
-    async def _file(self, event: mp.File) -> None:
-        if event.name != "file":
+            if self.sink is not None:
+                raise Problem(400, "too_many_files", "send one archive per upload in field `file`")
+            name, suffix = _upload_name(event.filename)
+            self.key = f"{new_id('up_')}/{name}"
+            writer = await _store().begin(self.key, max_bytes=self.cap)
+            self.sink = _UploadSink(writer, suffix, name)
+        elif isinstance(event, mp.Field):
+            if event.name == "file":
+                raise Problem(
+                    400,
+                    "missing_field",
+                    "the `file` field must be a file part (with a filename)",
+                    [FieldProblem("file", "missing_field", "not a file part")],
+                )
             raise _unknown_field(event.name)
-        if self.sink is not None:
-            raise Problem(400, "too_many_files", "send one archive per upload in field `file`")
-        name, suffix = _upload_name(event.filename)
-        self.key = f"{new_id('up_')}/{name}"
-        writer = await _store().begin(self.key, max_bytes=self.cap)
-        self.sink = _UploadSink(writer, suffix, name)
-
-    async def _data(self, event: mp.Data) -> None:
-        sink = self.sink
-        if sink is not None and not sink.done:
-            await sink.data(event.data)
+        elif isinstance(event, mp.Data) and self.sink is not None and not self.sink.done:
+            await self.sink.data(event.data)
             if not event.more_data:
-                sink.check_type()
-                self.info = await sink.writer.commit()
-                sink.done = True
-
-
-@blueprint.post("/v1/uploads")
-@doc("Upload a file for a job's inputs", v.UploadResult, errors=(400, 401, 403, 411, 413, 415))
-async def upload() -> dict[str, Any]:
-    boundary = request.mimetype_params.get("boundary")
-    if request.mimetype != "multipart/form-data" or not boundary:
-        raise _missing_file()
-    body = BodyStream(_cap_bytes())
-    decoder = mp.MultipartDecoder(boundary.encode("latin-1"), max_parts=16)
-    parts = _Upload(body.cap)
-    try:
-        while not parts.finished:
-            chunk = await body.read()
-            decoder.receive_data(chunk)
-            await parts.take(decoder)
-            if chunk is None:
-                parts.finished = True
-    except TooLarge:
-        raise _too_large() from None
-    except RequestEntityTooLarge:
-        raise Problem(400, "malformed_multipart", "too many parts in the multipart body") from None
-    finally:
-        if parts.sink is not None:
-            parts.sink.writer.discard()
-    sink, info, key = parts.sink, parts.info, parts.key
-    if sink is None or info is None:
-        raise _missing_file()
-    path = artifact_path(key)
-    return {
-        "url": public_origin() + path,
-        "path": path,
-        "name": sink.name,
-        "key": key,
-        "size": info.size,
-        "sha256": info.sha256,
-    }
+                self.sink.check_type()
+                self.info = await self.sink.writer.commit()
+                self.sink.done = True
+        return isinstance(event, mp.Epilogue)
 
 
 def _unknown_field(name: str) -> Problem:

@@ -12,6 +12,7 @@ from typing import Any
 from quart import Blueprint
 
 from runplane.auth import audit
+from runplane.auth.rules import MANAGE
 from runplane.http.auth_hook import current_principal
 from runplane.http.context import services
 from runplane.http.openapi import doc
@@ -23,7 +24,7 @@ blueprint = Blueprint("audit", __name__, url_prefix="/v1/admin")
 
 @blueprint.get("/audit")
 @accepts_query("limit", "org")
-@doc("The audit trail", v.AuditRow, many=True)
+@doc("The audit trail", v.AuditRow, many=True, rule=MANAGE)
 async def list_audit() -> list[dict[str, Any]]:
     principal = current_principal()
     limit = int_arg("limit", audit.LIST_DEFAULT, minimum=1, maximum=audit.LIST_MAX)

@@ -14,6 +14,7 @@ from quart import Blueprint, Response, request
 from runplane.auth import identity, tokens
 from runplane.auth.principal import DEFAULT_ORG, InvalidCredential
 from runplane.auth.roles import ROLE_NAMES, normalize_scopes, role_catalog
+from runplane.auth.rules import ADMIN, PUBLIC, Rule
 from runplane.http import audit
 from runplane.http.auth_hook import current_principal
 from runplane.http.bodies import Body, parse_body
@@ -42,13 +43,13 @@ def _invalid(key: str, code: str, message: str) -> Problem:
 
 
 @blueprint.get("/v1/auth/whoami")
-@doc("The caller's principal", v.Principal)
+@doc("The caller's principal", v.Principal, rule=PUBLIC)
 async def whoami() -> dict[str, Any]:
     return current_principal().view()
 
 
 @blueprint.get("/v1/roles")
-@doc("The roles and their scopes", v.Role, many=True)
+@doc("The roles and their scopes", v.Role, many=True, rule=PUBLIC)
 async def roles() -> list[dict[str, object]]:
     return role_catalog()
 
@@ -63,7 +64,7 @@ class MintBody(Body):
 
 
 @blueprint.post("/v1/auth/tokens")
-@doc("Mint an API token (shown once)", v.MintResult, status=201, body=MintBody)
+@doc("Mint an API token (shown once)", v.MintResult, status=201, body=MintBody, rule=ADMIN)
 async def mint_token() -> tuple[dict[str, Any], int, dict[str, str]]:
     body = await parse_body(MintBody)
     if body.role is not None and body.scopes is not None:
@@ -93,7 +94,7 @@ async def mint_token() -> tuple[dict[str, Any], int, dict[str, str]]:
 
 @blueprint.get("/v1/auth/tokens")
 @accepts_query("org_id")
-@doc("API tokens (no secrets)", v.TokenView, many=True)
+@doc("API tokens (no secrets)", v.TokenView, many=True, rule=ADMIN)
 async def list_tokens() -> list[dict[str, Any]]:
     org_id = request.args.get("org_id") or None
     views = await services().root.accounts.tokens(org_id)
@@ -101,7 +102,7 @@ async def list_tokens() -> list[dict[str, Any]]:
 
 
 @blueprint.delete("/v1/auth/tokens/<token_id>")
-@doc("Revoke an API token", v.Deleted)
+@doc("Revoke an API token", v.Deleted, rule=ADMIN)
 async def revoke_token(token_id: str) -> dict[str, str]:
     if not await services().root.accounts.revoke_token(token_id):
         raise not_found("token")
@@ -114,7 +115,13 @@ class ExchangeBody(Body):
 
 
 @blueprint.post("/v1/auth/token")
-@doc("Exchange a login token for a session", v.SessionResult, body=ExchangeBody, errors=(401,))
+@doc(
+    "Exchange a login token for a session",
+    v.SessionResult,
+    body=ExchangeBody,
+    errors=(401,),
+    rule=Rule("public", identity=True),
+)
 async def exchange() -> tuple[dict[str, Any], int, dict[str, str]]:
     body = await parse_body(ExchangeBody)
     try:
@@ -130,7 +137,14 @@ async def exchange() -> tuple[dict[str, Any], int, dict[str, str]]:
 
 
 @blueprint.post("/v1/auth/logout")
-@doc("End the bearer's login session", status=204, content="empty", errors=(401,))
+@doc(
+    "End the bearer's login session",
+    status=204,
+    content="empty",
+    errors=(401,),
+    # ends the bearer's session
+    rule=Rule("public", identity=True),
+)
 async def logout() -> Response:
     secret = bearer_token()
     if secret is not None and secret.startswith(identity.SESSION_PREFIX):
@@ -146,10 +160,11 @@ class SeatBody(Body):
 @blueprint.post("/v1/auth/seat")
 @doc(
     "Seat a user in an org (a login token, shown once)",
-    v.View,
+    v.Seated,
     status=201,
     body=SeatBody,
     errors=(409,),
+    rule=Rule("operator", identity=True),
 )
 async def seat() -> tuple[dict[str, Any], int, dict[str, str]]:
     body = await parse_body(SeatBody)

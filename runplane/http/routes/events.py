@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 
 from quart import Blueprint, Response
 
+from runplane.auth.rules import Rule
 from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.openapi import doc
@@ -43,6 +44,8 @@ def _frame_of(event: JobEvent) -> bytes:
     "Follow a job (server-sent events: log, metric, phase)",
     content="sse",
     events=("log", "metric", "phase"),
+    # The only route that also accepts ?token= (browser EventSource cannot set headers).
+    rule=Rule("read", query_token=True, shared=("logs", "metrics")),
 )
 async def job_events(job_id: str) -> Response:
     svc = services()

@@ -8,6 +8,7 @@ from typing import Any
 
 from quart import Blueprint, Response, request
 
+from runplane.auth.rules import PUBLIC, scope
 from runplane.git.connections import GitConnectionBody
 from runplane.http import audit
 from runplane.http.bodies import parse_body
@@ -38,6 +39,7 @@ KEY_NOTE = (
     status=201,
     body=GitConnectionBody,
     errors=(502,),
+    rule=scope("git:connect"),
 )
 async def create_connection() -> tuple[dict[str, Any], int]:
     require_area("git", "git integration")
@@ -53,7 +55,7 @@ async def create_connection() -> tuple[dict[str, Any], int]:
 
 @blueprint.get("/connections")
 @accepts_query("org")
-@doc("Git connections (no secrets)", v.GitConnectionView, many=True)
+@doc("Git connections (no secrets)", v.GitConnectionView, many=True, rule=scope("git:read"))
 async def list_connections() -> list[dict[str, Any]]:
     require_area("git", "git integration")
     caller = current_caller()
@@ -107,7 +109,14 @@ async def _proxy(connection_id: str, service_path: str) -> Response:
 # (the run orders point agents here: runplane/jobs/orders.py GIT_PROXY)
 @blueprint.get("/proxy/<connection_id>/info/refs")
 @accepts_query("service")
-@doc("Git smart HTTP for an agent (its fetch ticket)", content="bytes", errors=(401, 403, 404, 502))
+@doc(
+    "Git smart HTTP for an agent (its fetch ticket)",
+    content="bytes",
+    errors=(401, 403, 404, 502),
+    # an agent fetching a connection's repository for a job: the handler checks the
+    # attempt's git fetch ticket (Basic auth), as /v1/nodes/connect checks its hello
+    rule=PUBLIC,
+)
 async def proxy_refs(connection_id: str) -> Response:
     if request.args.get("service") != "git-upload-pack":
         raise Problem(
@@ -123,6 +132,7 @@ async def proxy_refs(connection_id: str) -> Response:
     "Git smart HTTP for an agent (its fetch ticket)",
     content="bytes",
     errors=(401, 403, 404, 413, 502),
+    rule=PUBLIC,
 )
 async def proxy_upload_pack(connection_id: str) -> Response:
     return await _proxy(connection_id, "git-upload-pack")

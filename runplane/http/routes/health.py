@@ -6,6 +6,7 @@ from typing import Any
 
 from quart import Blueprint, Response, current_app
 
+from runplane.auth.rules import PUBLIC
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 from runplane.http.query import ignores_query
@@ -16,7 +17,7 @@ blueprint = Blueprint("health", __name__)
 @blueprint.get("/healthz")
 @blueprint.get("/v1/healthz")
 @ignores_query
-@doc("Liveness: the text ok", content="text")
+@doc("Liveness: the text ok", content="text", rule=PUBLIC)
 async def healthz() -> Response:
     """Always ``ok``. Query parameters are ignored, not refused: load balancers and probes
     may add their own (cache busters), and a liveness probe must not fail on them."""
@@ -24,7 +25,12 @@ async def healthz() -> Response:
 
 
 @blueprint.get("/v1/ha")
-@doc("High availability: this replica's role and the leader it knows", v.HaStatus)
+@doc(
+    "High availability: this replica's role and the leader it knows",
+    v.HaStatus,
+    # a replica's role and the leader it knows (operations: which replica leads)
+    rule=PUBLIC,
+)
 async def ha_status() -> dict[str, Any]:
     """An addition (docs/operations.md "High availability"). Under ``RUNPLANE_HA=1`` each
     replica answers for itself (a follower without asking the leader); a single server is

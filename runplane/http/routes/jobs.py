@@ -8,11 +8,13 @@ from typing import Any
 
 from quart import Blueprint, request
 
+from runplane.auth.rules import READ, Rule, scope
 from runplane.http import audit
 from runplane.http.bodies import Body, parse_body
 from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.listing import JOB_LIST_PARAMS, job_filter, listing
+from runplane.http.mcp.tools import JobArgs, ListJobsArgs, LogsArgs, Tool
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, choice_arg, int_arg
@@ -61,7 +63,23 @@ def idempotency_key() -> str | None:
 
 
 @blueprint.post("")
-@doc("Submit a job", v.JobSubmitted, status=202, body=SubmitJobBody, errors=(409, 429))
+@doc(
+    "Submit a job",
+    v.JobSubmitted,
+    status=202,
+    body=SubmitJobBody,
+    errors=(409, 429),
+    rule=scope("runs:submit"),
+    mcp=Tool(
+        "submit_job",
+        "Submit a job",
+        "Submit a job (a SubmitJobBody: stack, command, config, limits, ...). Answers the "
+        "job, queued; admission may refuse it (the org's concurrency limit).",
+        SubmitJobBody,
+        read_only=False,
+        idempotent=False,
+    ),
+)
 async def submit() -> tuple[dict[str, Any], int]:
     body = await parse_body(SubmitJobBody)
     caller = current_caller()
@@ -76,7 +94,16 @@ async def submit() -> tuple[dict[str, Any], int]:
 
 @blueprint.get("")
 @accepts_query(*JOB_LIST_PARAMS)
-@doc("Jobs", v.Job, many=True, page=v.JobPage)
+@doc(
+    "Jobs",
+    v.Job,
+    many=True,
+    page=v.JobPage,
+    rule=READ,
+    mcp=Tool(
+        "list_jobs", "List jobs", "Jobs, newest first, optionally by phase or stack.", ListJobsArgs
+    ),
+)
 async def listjobs_service() -> Any:
     async def render(rows: list[JobRow]) -> list[dict[str, Any]]:
         reasons = await jobs_service().wait_reasons(rows)
@@ -93,13 +120,35 @@ async def _row(job_id: str) -> JobRow:
 
 
 @blueprint.get("/<job_id>")
-@doc("One job", v.Job)
+@doc(
+    "One job",
+    v.Job,
+    rule=Rule("read", shared=("view",)),
+    mcp=Tool(
+        "get_job",
+        "Get a job",
+        "One job: phase, node, exit code, error, final metrics, artifacts.",
+        JobArgs,
+    ),
+)
 async def get_job(job_id: str) -> dict[str, Any]:
     return await job_reply(await _row(job_id))
 
 
 @blueprint.post("/<job_id>/cancel")
-@doc("Cancel a job", v.CancelResult)
+@doc(
+    "Cancel a job",
+    v.CancelResult,
+    rule=scope("runs:cancel"),
+    mcp=Tool(
+        "cancel_job",
+        "Cancel a job",
+        "Cancel a job that has not ended (it is killed on its node if running).",
+        JobArgs,
+        read_only=False,
+        destructive=True,
+    ),
+)
 async def cancel(job_id: str) -> dict[str, Any]:
     row, outcome = await jobs_service().cancel(job_id, current_caller().read_org)
     await audit.record_job("runs:cancel", row, cancelled=outcome.cancelled)
@@ -115,7 +164,13 @@ class PriorityBody(Body):
 
 
 @blueprint.post("/<job_id>/priority")
-@doc("Change a queued job's priority", v.Job, body=PriorityBody, errors=(409,))
+@doc(
+    "Change a queued job's priority",
+    v.Job,
+    body=PriorityBody,
+    errors=(409,),
+    rule=scope("runs:priority"),
+)
 async def set_priority(job_id: str) -> dict[str, Any]:
     body = await parse_body(PriorityBody)
     if not -(2**31) <= body.priority < 2**31:
@@ -130,7 +185,21 @@ async def set_priority(job_id: str) -> dict[str, Any]:
 
 
 @blueprint.post("/<job_id>/rerun")
-@doc("Run a job again with the same spec", v.JobSubmitted, status=202, errors=(409, 422, 429))
+@doc(
+    "Run a job again with the same spec",
+    v.JobSubmitted,
+    status=202,
+    errors=(409, 422, 429),
+    rule=scope("runs:submit"),
+    mcp=Tool(
+        "rerun_job",
+        "Rerun a job",
+        "Run a job again with the same spec: a new job.",
+        JobArgs,
+        read_only=False,
+        idempotent=False,
+    ),
+)
 async def rerun(job_id: str) -> tuple[dict[str, Any], int]:
     caller = current_caller()
     created = await jobs_service().rerun(
@@ -144,7 +213,17 @@ async def rerun(job_id: str) -> tuple[dict[str, Any], int]:
 
 @blueprint.get("/<job_id>/logs")
 @accepts_query("stream", "since_seq", "limit")
-@doc("A job's logs and metrics", v.JobLogs)
+@doc(
+    "A job's logs and metrics",
+    v.JobLogs,
+    rule=Rule("read", shared=("logs",)),
+    mcp=Tool(
+        "get_logs",
+        "Get a job's logs",
+        "A job's log lines and metric points after since_seq; next_seq pages on.",
+        LogsArgs,
+    ),
+)
 async def logs(job_id: str) -> dict[str, Any]:
     row = await _row(job_id)
     stream = choice_arg("stream", _STREAMS)
@@ -169,6 +248,17 @@ async def logs(job_id: str) -> dict[str, Any]:
 
 
 @blueprint.get("/<job_id>/artifacts")
-@doc("A job's artifacts", v.ArtifactRef, many=True)
+@doc(
+    "A job's artifacts",
+    v.ArtifactRef,
+    many=True,
+    rule=Rule("read", shared=("artifacts",)),
+    mcp=Tool(
+        "list_artifacts",
+        "List a job's artifacts",
+        "The files a job kept, with their sizes and download references.",
+        JobArgs,
+    ),
+)
 async def artifacts(job_id: str) -> list[dict[str, Any]]:
     return list((await _row(job_id)).artifacts)

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from pydantic import StringConstraints
 from quart import Blueprint, request
 
+from runplane.auth.rules import ADMIN
 from runplane.http import audit
 from runplane.http.bodies import Body, parse_body
 from runplane.http.context import services
@@ -52,6 +53,7 @@ async def _mint_body() -> JoinTokenMintBody:
     status=201,
     body=JoinTokenMintBody,
     body_optional=True,
+    rule=ADMIN,
 )
 async def mint() -> tuple[dict[str, Any], int, dict[str, str]]:
     require_admin()
@@ -81,7 +83,7 @@ async def mint() -> tuple[dict[str, Any], int, dict[str, str]]:
 
 @blueprint.get("")
 @accepts_query("org_id")
-@doc("Node join tokens (no secrets)", v.JoinTokenView, many=True)
+@doc("Node join tokens (no secrets)", v.JoinTokenView, many=True, rule=ADMIN)
 async def list_tokens() -> list[dict[str, Any]]:
     require_admin()
     org_id = request.args.get("org_id") or None
@@ -93,7 +95,7 @@ async def list_tokens() -> list[dict[str, Any]]:
 
 
 @blueprint.delete("/<token_id>")
-@doc("Revoke a node join token", v.Deleted)
+@doc("Revoke a node join token", v.Deleted, rule=ADMIN)
 async def revoke(token_id: str) -> dict[str, str]:
     require_admin()
     if not await services().root.fleet.revoke_join_token(token_id):

@@ -12,13 +12,16 @@ from typing import Any
 
 from quart import Blueprint, Response, current_app, request
 
+from runplane.auth.rules import READ
 from runplane.http.auth_hook import ORG_HEADER
 from runplane.http.mcp.rpc import RouteAnswer, handle
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
+from runplane.http.openapi.route_doc import tools_of
 
 blueprint = Blueprint("mcp", __name__)
 
+TOOLS_KEY = "runplane.mcp.tools"
 #: The request headers a tool's route sees: who the caller is, and which org it acts in.
 FORWARDED = ("Authorization", ORG_HEADER)
 
@@ -47,9 +50,15 @@ async def _call_route(
     also=(202,),
     description="initialize, ping, tools/list, tools/call; notifications answer 202 with "
     "no body. Errors are JSON-RPC error objects in a 200.",
+    # the MCP tool facade (docs/mcp.md): a bearer like any read; each tool call is a request
+    # to the tool's route with the same credential, decided there by that route's rule
+    rule=READ,
 )
 async def mcp() -> Response:
-    answer = await handle(await request.get_data(as_text=False), _call_route)
+    tools = current_app.extensions.get(TOOLS_KEY)
+    if tools is None:  # derived once from the routes' declarations
+        tools = current_app.extensions[TOOLS_KEY] = tools_of(current_app)
+    answer = await handle(await request.get_data(as_text=False), tools, _call_route)
     if answer is None:
         return Response(b"", status=202)
     return Response(json.dumps(answer, separators=(",", ":")), content_type="application/json")

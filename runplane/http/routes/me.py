@@ -13,8 +13,10 @@ from typing import Any
 from quart import Blueprint
 
 from runplane.actors import admission as adm
+from runplane.auth.rules import READ
 from runplane.http.auth_hook import current_principal
 from runplane.http.context import services
+from runplane.http.mcp.tools import NoArgs, Tool
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 
@@ -22,7 +24,17 @@ blueprint = Blueprint("me", __name__, url_prefix="/v1/me")
 
 
 @blueprint.get("/entitlements")
-@doc("The caller's usage, limits and what remains", v.Entitlements)
+@doc(
+    "The caller's usage, limits and what remains",
+    v.Entitlements,
+    rule=READ,
+    mcp=Tool(
+        "entitlements",
+        "My entitlements",
+        "Who the caller is, its org's usage and limits, and what remains.",
+        NoArgs,
+    ),
+)
 async def entitlements() -> dict[str, Any]:
     principal = current_principal()
     usage = await adm.usage(services().root.admission, principal.org_id, principal.subject)

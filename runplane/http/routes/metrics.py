@@ -12,6 +12,7 @@ import hmac
 
 from quart import Blueprint, Response, request
 
+from runplane.auth.rules import PUBLIC
 from runplane.http.auth_hook import current_principal
 from runplane.http.context import services
 from runplane.http.guards import bearer_token
@@ -38,7 +39,14 @@ def _may_scrape() -> bool:
 
 
 @blueprint.get("/metrics")
-@doc("Prometheus metrics (text exposition)", content="text", errors=(401,))
+@doc(
+    "Prometheus metrics (text exposition)",
+    content="text",
+    errors=(401,),
+    # Prometheus (docs/operations.md "Metrics"): open deploys anyone; with auth required
+    # the route asks for the admin token or RUNPLANE_METRICS_TOKEN (a scraper's bearer)
+    rule=PUBLIC,
+)
 async def metrics() -> Response:
     if not _may_scrape():
         raise Problem(

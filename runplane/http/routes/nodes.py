@@ -8,11 +8,13 @@ from typing import Any
 from quart import Blueprint, request
 
 from runplane.actors import channels
+from runplane.auth.rules import ADMIN, MANAGE, READ, scope
 from runplane.http import audit
 from runplane.http.bodies import parse_body
 from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.guards import require_admin, require_area
+from runplane.http.mcp.tools import NoArgs, Tool
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, flag_arg, int_arg
@@ -25,7 +27,19 @@ PAGE_DEFAULT, PAGE_MAX = 50, 200
 
 @blueprint.get("")
 @accepts_query("paginate", "cursor", "limit")
-@doc("The fleet", v.Node, many=True, page=v.NodePage)
+@doc(
+    "The fleet",
+    v.Node,
+    many=True,
+    page=v.NodePage,
+    rule=READ,
+    mcp=Tool(
+        "get_nodes",
+        "List nodes",
+        "The fleet: each node's status, capacity, committed load and running jobs.",
+        NoArgs,
+    ),
+)
 async def list_nodes() -> Any:
     fleet = services().root.fleet
     org = current_caller().read_org
@@ -43,6 +57,9 @@ async def list_nodes() -> Any:
     status=201,
     body=grants.GrantBody,
     errors=(404, 409),  # 404: an owner or grantee org that does not exist
+    # cross-org node grants (docs/placement.md): owners/admins hold nodes:grant (via *);
+    # the routes narrow a non-superuser to grants of its own org
+    rule=scope("nodes:grant"),
 )
 async def grant() -> tuple[dict[str, Any], int]:
     require_area("node_sharing", "node sharing")
@@ -61,14 +78,14 @@ async def grant() -> tuple[dict[str, Any], int]:
 
 
 @blueprint.get("/grants")
-@doc("Node grants", v.NodeGrantList)
+@doc("Node grants", v.NodeGrantList, rule=READ)
 async def list_grants() -> dict[str, Any]:
     require_area("node_sharing", "node sharing")
     return await services().root.fleet.grant_list(current_caller().read_org)
 
 
 @blueprint.delete("/grants/<grant_id>")
-@doc("Revoke a node grant", status=204, content="empty")
+@doc("Revoke a node grant", status=204, content="empty", rule=scope("nodes:grant"))
 async def revoke_grant(grant_id: str) -> tuple[str, int]:
     require_area("node_sharing", "node sharing")
     gone = await services().root.fleet.revoke_grant(grant_id, current_caller().read_org)
@@ -80,7 +97,14 @@ async def revoke_grant(grant_id: str) -> tuple[str, int]:
 
 
 @blueprint.patch("/<node_id>")
-@doc("Change a node's name, caps or disabled flag", v.NodePatchResult, body=patch.NodePatch)
+@doc(
+    "Change a node's name, caps or disabled flag",
+    v.NodePatchResult,
+    body=patch.NodePatch,
+    # overrides: the admin token or an owner/admin of the owning org (the route: a node of
+    # another org is 404, one no org owns 403 to everybody but the admin token)
+    rule=MANAGE,
+)
 async def patch_node(node_id: str) -> dict[str, Any]:
     """Overrides (docs/placement.md): the admin token, or an owner/admin of the org that
     owns the node; a node no org owns is the admin token's only."""
@@ -97,7 +121,7 @@ async def patch_node(node_id: str) -> dict[str, Any]:
 
 @blueprint.get("/<node_id>/metrics")
 @accepts_query("window")
-@doc("A node's load samples over a window", v.NodeMetrics)
+@doc("A node's load samples over a window", v.NodeMetrics, rule=READ)
 async def node_metrics(node_id: str) -> dict[str, Any]:
     """The node's sampled load (docs/placement.md#node-metrics); nodes are a shared fleet:
     visible to every caller that may list them."""
@@ -106,7 +130,14 @@ async def node_metrics(node_id: str) -> dict[str, Any]:
 
 
 @blueprint.post("/<node_id>/update")
-@doc("Ask a node's agent to update itself", v.NodeUpdateResult, also=(202,), errors=(409,))
+@doc(
+    "Ask a node's agent to update itself",
+    v.NodeUpdateResult,
+    also=(202,),
+    errors=(409,),
+    # self-update: fleet-wide operator control (spec: the admin token)
+    rule=ADMIN,
+)
 async def update_node(node_id: str) -> tuple[dict[str, Any], int]:
     """Self-update to the node's channel target (docs/agent.md#self-update): 200 when the
     signal reached the connected agent, 202 when it takes it at its next connect."""

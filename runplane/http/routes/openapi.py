@@ -8,6 +8,7 @@ from typing import Any
 
 from quart import Blueprint, current_app
 
+from runplane.auth.rules import PUBLIC
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 from runplane.http.openapi.document import build
@@ -27,6 +28,11 @@ def document() -> dict[str, Any]:
 
 @blueprint.get("/openapi.json")
 @blueprint.get("/v1/openapi.json")
-@doc("This document (OpenAPI 3.1.0)", v.View)
+@doc(
+    "This document (OpenAPI 3.1.0)",
+    v.View,
+    # the OpenAPI document (docs/api.md "OpenAPI"): generated from the routes, no data
+    rule=PUBLIC,
+)
 async def openapi_json() -> dict[str, Any]:
     return document()

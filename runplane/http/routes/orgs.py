@@ -14,6 +14,7 @@ from quart import Blueprint, Response
 
 from runplane.auth import identity
 from runplane.auth.roles import RoleName
+from runplane.auth.rules import Rule
 from runplane.http import audit
 from runplane.http.auth_hook import current_principal
 from runplane.http.bodies import Body, parse_body
@@ -35,7 +36,14 @@ class OrgBody(Body):
 
 
 @blueprint.post("")
-@doc("Create a team org", v.Org, status=201, body=OrgBody, errors=(409,))
+@doc(
+    "Create a team org",
+    v.Org,
+    status=201,
+    body=OrgBody,
+    errors=(409,),
+    rule=Rule("user_session", identity=True),
+)
 async def create_org() -> tuple[dict[str, Any], int]:
     body = await parse_body(OrgBody)
     principal = current_principal()
@@ -47,7 +55,7 @@ async def create_org() -> tuple[dict[str, Any], int]:
 
 
 @blueprint.get("")
-@doc("The caller's orgs", v.View, many=True)
+@doc("The caller's orgs", v.OrgMembership, many=True, rule=Rule("user_session", identity=True))
 async def list_orgs() -> list[dict[str, Any]]:
     return await services().root.accounts.memberships(current_principal().subject)
 
@@ -68,7 +76,14 @@ class MemberBody(Body):
 
 
 @blueprint.post("/<org_id>/members")
-@doc("Add a member to an org", v.View, status=201, body=MemberBody, errors=(409,))
+@doc(
+    "Add a member to an org",
+    v.MemberAdded,
+    status=201,
+    body=MemberBody,
+    errors=(409,),
+    rule=Rule("org_manage", identity=True),
+)
 async def add_member(org_id: str) -> tuple[dict[str, Any], int, dict[str, str]]:
     granter = await _granter(org_id)
     body = await parse_body(MemberBody)
@@ -103,14 +118,20 @@ async def add_member(org_id: str) -> tuple[dict[str, Any], int, dict[str, str]]:
 
 
 @blueprint.get("/<org_id>/members")
-@doc("An org's members", v.OrgMember, many=True)
+@doc("An org's members", v.OrgMember, many=True, rule=Rule("org_manage", identity=True))
 async def list_members(org_id: str) -> list[dict[str, Any]]:
     await _granter(org_id)
     return await services().root.accounts.members(org_id)
 
 
 @blueprint.delete("/<org_id>/members/<user_id>")
-@doc("Remove a member from an org", status=204, content="empty", errors=(409,))
+@doc(
+    "Remove a member from an org",
+    status=204,
+    content="empty",
+    errors=(409,),
+    rule=Rule("org_manage", identity=True),
+)
 async def remove_member(org_id: str, user_id: str) -> Response:
     granter = await _granter(org_id)
     role = await services().root.accounts.remove_member(org_id, user_id, granter=granter)

@@ -7,6 +7,7 @@ from typing import Any
 
 from quart import Blueprint
 
+from runplane.auth.rules import READ, scope
 from runplane.http import audit
 from runplane.http.bodies import parse_body
 from runplane.http.caller import current_caller
@@ -35,7 +36,14 @@ def _submitter() -> Submitter:
 
 
 @blueprint.post("")
-@doc("Start a pipeline run", v.PipelineRun, status=202, body=PipelineBody, errors=(409, 429))
+@doc(
+    "Start a pipeline run",
+    v.PipelineRun,
+    status=202,
+    body=PipelineBody,
+    errors=(409, 429),
+    rule=scope("runs:submit"),
+)
 async def create() -> tuple[dict[str, Any], int]:
     service = _service()
     body = await parse_body(PipelineBody)
@@ -52,7 +60,7 @@ async def create() -> tuple[dict[str, Any], int]:
 
 @blueprint.get("")
 @accepts_query("limit", "offset")
-@doc("Pipeline runs", v.PipelineRun, many=True)
+@doc("Pipeline runs", v.PipelineRun, many=True, rule=READ)
 async def list_pipelines() -> list[dict[str, Any]]:
     service = _service()
     limit = int_arg("limit", LIST_DEFAULT, minimum=1, maximum=LIST_MAX)
@@ -60,7 +68,12 @@ async def list_pipelines() -> list[dict[str, Any]]:
 
 
 @blueprint.post("/validate")
-@doc("Validate a pipeline without starting it", v.PipelineValidation, body=PipelineBody)
+@doc(
+    "Validate a pipeline without starting it",
+    v.PipelineValidation,
+    body=PipelineBody,
+    rule=scope("runs:submit"),
+)
 async def validate() -> dict[str, Any]:
     service = _service()
     body = await parse_body(PipelineBody)
@@ -68,13 +81,13 @@ async def validate() -> dict[str, Any]:
 
 
 @blueprint.get("/<run_id>")
-@doc("One pipeline run with its stages", v.PipelineRun)
+@doc("One pipeline run with its stages", v.PipelineRun, rule=READ)
 async def get_pipeline(run_id: str) -> dict[str, Any]:
     return await _service().view(run_id, current_caller().read_org)
 
 
 @blueprint.post("/<run_id>/cancel")
-@doc("Cancel a pipeline run", v.PipelineRun)
+@doc("Cancel a pipeline run", v.PipelineRun, rule=scope("runs:cancel"))
 async def cancel(run_id: str) -> dict[str, Any]:
     view = await _service().cancel(run_id, current_caller().read_org)
     await audit.record(
@@ -88,7 +101,13 @@ async def cancel(run_id: str) -> dict[str, Any]:
 
 
 @blueprint.post("/<run_id>/retry")
-@doc("Re-run a finished pipeline's failed branches", v.PipelineRun, errors=(409, 429))
+@doc(
+    "Re-run a finished pipeline's failed branches",
+    v.PipelineRun,
+    errors=(409, 429),
+    # an addition (docs/pipelines.md "Retry"): it launches new stage jobs
+    rule=scope("runs:submit"),
+)
 async def retry(run_id: str) -> dict[str, Any]:
     """An addition: re-run the ended run's failed, timed-out, cancelled and skipped stages
     and what needs them; succeeded stages keep their jobs and artifacts."""

@@ -17,12 +17,14 @@ from pydantic import Field, StringConstraints
 from quart import Blueprint, request
 
 from runplane.actors import admission as adm
+from runplane.auth.rules import MANAGE, scope
 from runplane.http import audit
 from runplane.http.auth_hook import current_principal
 from runplane.http.bodies import Body, parse_body
 from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.guards import require_area
+from runplane.http.mcp.tools import Tool
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, choice_arg, int_arg, number_arg, str_arg
@@ -78,7 +80,7 @@ async def _doc(org_id: str) -> PolicyDoc:
 
 @blueprint.get("")
 @accepts_query("org")
-@doc("The org's policy", v.PolicyView)
+@doc("The org's policy", v.PolicyView, rule=MANAGE)
 async def get_policy() -> dict[str, Any]:
     require_area("policy", "the policy engine")
     org_id = _org()
@@ -95,7 +97,7 @@ async def get_policy() -> dict[str, Any]:
 
 @blueprint.put("")
 @accepts_query("org")
-@doc("Replace the org's policy", v.PolicyView, body=PolicyDocBody)
+@doc("Replace the org's policy", v.PolicyView, body=PolicyDocBody, rule=MANAGE)
 async def put_policy() -> dict[str, Any]:
     require_area("policy", "the policy engine")
     org_id = _org()
@@ -153,7 +155,7 @@ async def _preview(subject: str, project: str, stack_name: str | None) -> dict[s
 
 @blueprint.get("/preview")
 @accepts_query(*PREVIEW_PARAMS)
-@doc("The effective policy for a subject", v.PolicyPreview)
+@doc("The effective policy for a subject", v.PolicyPreview, rule=MANAGE)
 async def preview_get() -> dict[str, Any]:
     subject = str_arg("subject") or str_arg("user") or ""
     return await _preview(subject, str_arg("project") or "", str_arg("stack"))
@@ -161,7 +163,13 @@ async def preview_get() -> dict[str, Any]:
 
 @blueprint.post("/preview")
 @accepts_query(*PREVIEW_PARAMS)
-@doc("The effective policy for a subject", v.PolicyPreview, body=PreviewBody, body_optional=True)
+@doc(
+    "The effective policy for a subject",
+    v.PolicyPreview,
+    body=PreviewBody,
+    body_optional=True,
+    rule=MANAGE,
+)
 async def preview_post() -> dict[str, Any]:
     body = await parse_body(PreviewBody) if await request.get_data() else PreviewBody()
     subject = body.subject or body.user or str_arg("subject") or str_arg("user") or ""
@@ -231,7 +239,7 @@ async def _preflight(
 
 @blueprint.get("/preflight")
 @accepts_query(*PREFLIGHT_PARAMS)
-@doc("Would admission take this run?", v.PolicyPreflight)
+@doc("Would admission take this run?", v.PolicyPreflight, rule=scope("runs:submit"))
 async def preflight_get() -> dict[str, Any]:
     limits = {
         "cpu_cores": number_arg("cpu_cores"),
@@ -245,7 +253,18 @@ async def preflight_get() -> dict[str, Any]:
 
 
 @blueprint.post("/preflight")
-@doc("Would admission take this run?", v.PolicyPreflight, body=PreflightBody)
+@doc(
+    "Would admission take this run?",
+    v.PolicyPreflight,
+    body=PreflightBody,
+    rule=scope("runs:submit"),
+    mcp=Tool(
+        "preflight_job",
+        "Preflight a job",
+        "Would admission take this run now? The limits after clamping and, when not, why.",
+        PreflightBody,
+    ),
+)
 async def preflight_post() -> dict[str, Any]:
     body = await parse_body(PreflightBody)
     limits = body.limits.model_dump(exclude={"isolation"})

@@ -11,6 +11,7 @@ from typing import Any
 
 from quart import Blueprint
 
+from runplane.auth.rules import READ, scope
 from runplane.auth.shares import EmbedMintBody
 from runplane.http import audit
 from runplane.http.bodies import parse_body
@@ -44,6 +45,7 @@ def _submitter() -> Submitter:
     status=202,
     body=RunSpecBody,
     errors=(409, 429),
+    rule=scope("runs:submit"),
 )
 async def submit() -> tuple[dict[str, Any], int]:
     embed = flag_arg("embed")
@@ -68,7 +70,7 @@ async def submit() -> tuple[dict[str, Any], int]:
 
 @blueprint.get("")
 @accepts_query(*RUN_LIST_PARAMS)
-@doc("Runs", v.RunRow, many=True, page=v.RunPage)
+@doc("Runs", v.RunRow, many=True, page=v.RunPage, rule=READ)
 async def list_runs() -> Any:
     async def render(rows: list[JobRow]) -> list[dict[str, Any]]:
         return [run_row(r) for r in rows]
@@ -77,7 +79,12 @@ async def list_runs() -> Any:
 
 
 @blueprint.post("/validate")
-@doc("Validate a run without submitting it", v.RunValidation, body=RunSpecBody)
+@doc(
+    "Validate a run without submitting it",
+    v.RunValidation,
+    body=RunSpecBody,
+    rule=scope("runs:submit"),
+)
 async def validate() -> dict[str, Any]:
     body = await parse_body(RunSpecBody)
     dry = await jobs_service().dry_run(body, _submitter())
@@ -85,7 +92,12 @@ async def validate() -> dict[str, Any]:
 
 
 @blueprint.post("/resolve")
-@doc("Resolve a run's layers without submitting it", v.RunResolution, body=RunSpecBody)
+@doc(
+    "Resolve a run's layers without submitting it",
+    v.RunResolution,
+    body=RunSpecBody,
+    rule=scope("runs:submit"),
+)
 async def resolve() -> dict[str, Any]:
     body = await parse_body(RunSpecBody)
     dry = await jobs_service().dry_run(body, _submitter())
@@ -98,7 +110,7 @@ async def resolve() -> dict[str, Any]:
 
 
 @blueprint.get("/<run_id>")
-@doc("One run", v.RunDetail)
+@doc("One run", v.RunDetail, rule=READ)
 async def get_run(run_id: str) -> dict[str, Any]:
     row = await services().root.records.row(run_id, current_caller().read_org)
     if row is None:

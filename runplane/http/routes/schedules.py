@@ -9,6 +9,7 @@ from typing import Any
 
 from quart import Blueprint
 
+from runplane.auth.rules import READ, scope
 from runplane.http import audit
 from runplane.http.bodies import parse_body
 from runplane.http.caller import current_caller
@@ -37,7 +38,14 @@ def _audited(view: dict[str, Any]) -> dict[str, Any]:
 
 
 @blueprint.post("")
-@doc("Create a schedule", v.ScheduleView, status=201, body=ScheduleBody)
+@doc(
+    "Create a schedule",
+    v.ScheduleView,
+    status=201,
+    body=ScheduleBody,
+    # schedules (docs/schedules.md, an addition): changing one needs what submitting needs
+    rule=scope("runs:submit"),
+)
 async def create_schedule() -> tuple[dict[str, Any], int]:
     service = _service()
     body = await parse_body(ScheduleBody)
@@ -62,7 +70,7 @@ async def create_schedule() -> tuple[dict[str, Any], int]:
 
 @blueprint.get("")
 @accepts_query("limit", "offset")
-@doc("Schedules", v.ScheduleView, many=True)
+@doc("Schedules", v.ScheduleView, many=True, rule=READ)
 async def list_schedules() -> list[dict[str, Any]]:
     service = _service()
     limit = int_arg("limit", LIST_DEFAULT, minimum=1, maximum=LIST_MAX)
@@ -72,13 +80,13 @@ async def list_schedules() -> list[dict[str, Any]]:
 
 
 @blueprint.get("/<schedule_id>")
-@doc("One schedule with its recent runs", v.ScheduleView)
+@doc("One schedule with its recent runs", v.ScheduleView, rule=READ)
 async def get_schedule(schedule_id: str) -> dict[str, Any]:
     return await _service().get(schedule_id, current_caller().read_org)
 
 
 @blueprint.patch("/<schedule_id>")
-@doc("Change a schedule", v.ScheduleView, body=SchedulePatch)
+@doc("Change a schedule", v.ScheduleView, body=SchedulePatch, rule=scope("runs:submit"))
 async def patch_schedule(schedule_id: str) -> dict[str, Any]:
     service = _service()
     body = await parse_body(SchedulePatch)
@@ -90,7 +98,7 @@ async def patch_schedule(schedule_id: str) -> dict[str, Any]:
 
 
 @blueprint.delete("/<schedule_id>")
-@doc("Delete a schedule", v.Deleted)
+@doc("Delete a schedule", v.Deleted, rule=scope("runs:submit"))
 async def delete_schedule(schedule_id: str) -> dict[str, str]:
     row = await _service().delete(schedule_id, current_caller().read_org)
     await audit.record("schedules:delete", "schedule", row.id, org_id=row.org_id)

@@ -9,6 +9,7 @@ from typing import Any
 from quart import Blueprint
 
 from runplane import vault
+from runplane.auth.rules import MANAGE
 from runplane.http import audit
 from runplane.http.bodies import parse_body
 from runplane.http.caller import current_caller
@@ -41,6 +42,7 @@ def _org() -> str:
     status=201,
     also=(200,),
     body=vault.SecretBody,
+    rule=MANAGE,
 )
 async def put_secret(name: str) -> tuple[dict[str, Any], int]:
     vault.check_name(name)
@@ -56,7 +58,7 @@ async def put_secret(name: str) -> tuple[dict[str, Any], int]:
 
 @blueprint.get("")
 @accepts_query("org")
-@doc("Org secrets: names and times, never values", v.SecretView, many=True)
+@doc("Org secrets: names and times, never values", v.SecretView, many=True, rule=MANAGE)
 async def list_secrets() -> list[dict[str, Any]]:
     caller = current_caller()
     org = str_arg("org") if caller.read_org is None else caller.read_org
@@ -65,7 +67,7 @@ async def list_secrets() -> list[dict[str, Any]]:
 
 @blueprint.delete("/<name>")
 @accepts_query("org")
-@doc("Delete an org secret", status=204, content="empty")
+@doc("Delete an org secret", status=204, content="empty", rule=MANAGE)
 async def delete_secret(name: str) -> tuple[str, int]:
     org = _org()
     if not await services().root.accounts.delete_secret(org, name):

@@ -8,6 +8,7 @@ from typing import Any
 
 from quart import Blueprint
 
+from runplane.auth.rules import READ, scope
 from runplane.http import audit
 from runplane.http.bodies import parse_body
 from runplane.http.caller import current_caller
@@ -37,6 +38,7 @@ def _service() -> Sessions:
     status=202,
     body=SessionBody,
     errors=(429,),
+    rule=scope("runs:submit"),
 )
 async def create() -> tuple[dict[str, Any], int]:
     service = _service()
@@ -55,7 +57,7 @@ async def create() -> tuple[dict[str, Any], int]:
 
 @blueprint.get("")
 @accepts_query("limit", "offset")
-@doc("Sessions", v.SessionView, many=True)
+@doc("Sessions", v.SessionView, many=True, rule=READ)
 async def list_sessions() -> list[dict[str, Any]]:
     service = _service()
     limit = int_arg("limit", LIST_DEFAULT, minimum=1, maximum=LIST_MAX)
@@ -63,13 +65,13 @@ async def list_sessions() -> list[dict[str, Any]]:
 
 
 @blueprint.get("/<session_id>")
-@doc("One session with its services", v.SessionView)
+@doc("One session with its services", v.SessionView, rule=READ)
 async def get_session(session_id: str) -> dict[str, Any]:
     return await _service().view(session_id, current_caller().read_org)
 
 
 @blueprint.delete("/<session_id>")
-@doc("Stop a session", v.SessionView)
+@doc("Stop a session", v.SessionView, rule=scope("runs:cancel"))
 async def delete(session_id: str) -> dict[str, Any]:
     view = await _service().delete(session_id, current_caller().read_org)
     await audit.record(
@@ -83,13 +85,19 @@ async def delete(session_id: str) -> dict[str, Any]:
 
 
 @blueprint.post("/<session_id>/keepalive")
-@doc("Keep a session alive", v.SessionView, errors=(409,))
+@doc("Keep a session alive", v.SessionView, errors=(409,), rule=scope("runs:submit"))
 async def keepalive(session_id: str) -> dict[str, Any]:
     return await _service().keepalive(session_id, current_caller().read_org)
 
 
 @blueprint.post("/<session_id>/signal")
-@doc("Signal a session (not implemented)", v.View, errors=(501,))
+@doc(
+    "Signal a session (not implemented)",
+    v.View,
+    errors=(501,),
+    # always 501 (after the 404 of an unknown or another org's session)
+    rule=READ,
+)
 async def signal(session_id: str) -> dict[str, Any]:
     await _service().view(session_id, current_caller().read_org)  # 404 first
     raise Problem(

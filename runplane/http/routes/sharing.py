@@ -16,6 +16,7 @@ from quart import Blueprint, redirect, request
 from werkzeug.wrappers.response import Response
 
 from runplane.auth import shares
+from runplane.auth.rules import PUBLIC, READ, scope
 from runplane.auth.shares import EMBED_MAX_HOURS, EmbedMintBody, ShareBody
 from runplane.http import audit
 from runplane.http.bodies import parse_body
@@ -81,6 +82,7 @@ async def _minted(row: JobRow, kind: str, by: str, ttl_hours: int, **grant: Any)
     status=201,
     body=ShareBody,
     body_optional=True,
+    rule=scope("runs:share"),
 )
 async def share_job(job_id: str) -> tuple[dict[str, str], int]:
     row = await _visible_job(job_id)
@@ -91,7 +93,7 @@ async def share_job(job_id: str) -> tuple[dict[str, str], int]:
 
 
 @blueprint.delete("/v1/jobs/<job_id>/share")
-@doc("Revoke every share link of a job", v.ShareRevoked)
+@doc("Revoke every share link of a job", v.ShareRevoked, rule=scope("runs:share"))
 async def revoke_shares(job_id: str) -> dict[str, Any]:
     row = await _visible_job(job_id)
     revoked = await services().root.accounts.revoke_grants(row.id, kind="share")
@@ -100,7 +102,7 @@ async def revoke_shares(job_id: str) -> dict[str, Any]:
 
 
 @blueprint.get("/s/<code>")
-@doc("Open a share link (a redirect to the run view)", status=302, content="redirect")
+@doc("Open a share link (a redirect to the run view)", status=302, content="redirect", rule=PUBLIC)
 async def open_share(code: str) -> Response:
     """302 to the run view with the code; an unknown, expired, revoked or tampered code to
     the home page with ``?share_error=expired``."""
@@ -118,6 +120,8 @@ async def open_share(code: str) -> Response:
     status=201,
     body=EmbedMintBody,
     body_optional=True,
+    # runs:manage, runs:share or runs:submit (any of): checked by the route
+    rule=READ,
 )
 async def mint_embed(job_id: str) -> tuple[dict[str, Any], int]:
     svc = services()
@@ -161,7 +165,7 @@ async def mint_grant(row: JobRow, body: EmbedMintBody, by: str) -> dict[str, Any
 
 @blueprint.get("/v1/embed/grant")
 @accepts_query("embed")
-@doc("What an embed token allows", v.EmbedGrantView, errors=(401,))
+@doc("What an embed token allows", v.EmbedGrantView, errors=(401,), rule=PUBLIC)
 async def embed_grant() -> dict[str, Any]:
     """EmbedGrantView of the token in ``X-Embed-Token`` or ``?embed=``; 401 for anything
     missing, expired, tampered or revoked."""
@@ -178,7 +182,12 @@ async def embed_grant() -> dict[str, Any]:
 
 
 @blueprint.get("/embed/e/<token>")
-@doc("Open an embed link (a redirect to the embed view)", status=302, content="redirect")
+@doc(
+    "Open an embed link (a redirect to the embed view)",
+    status=302,
+    content="redirect",
+    rule=PUBLIC,
+)
 async def open_embed(token: str) -> Response:
     try:
         grant = await services().root.accounts.verify_grant(token, kind="embed")

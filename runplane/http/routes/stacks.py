@@ -11,7 +11,9 @@ from typing import Any
 
 from quart import Blueprint, Response, request
 
+from runplane.auth.rules import READ
 from runplane.http.context import services
+from runplane.http.mcp.tools import NoArgs, Tool
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query
@@ -38,14 +40,25 @@ def _view() -> str:
 
 @blueprint.get("")
 @accepts_query("view")
-@doc("The stack catalog", v.Stack, many=True)
+@doc(
+    "The stack catalog",
+    v.Stack,
+    many=True,
+    rule=READ,
+    mcp=Tool(
+        "list_stacks",
+        "List stacks",
+        "The stack catalog: the environments a job can run in, with their config fields.",
+        NoArgs,
+    ),
+)
 async def list_stacks() -> Response:
     return _json(stacks_view(services().catalog, _view()))
 
 
 @blueprint.get("/<name>")
 @accepts_query("view")
-@doc("One stack", v.Stack)
+@doc("One stack", v.Stack, rule=READ)
 async def get_stack(name: str) -> Response:
     view = _view()
     catalog = services().catalog

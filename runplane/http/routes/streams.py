@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, StringConstraints
 from quart import Blueprint, Response, request
 
+from runplane.auth.rules import Rule
 from runplane.http.auth_hook import current_principal, current_ticket
 from runplane.http.bodies import parse_body
 from runplane.http.caller import current_caller
@@ -87,7 +88,7 @@ def _may_act() -> bool:
 
 
 @blueprint.get("/v1/jobs/<job_id>/streams")
-@doc("A job's realtime streams", v.StreamView, many=True)
+@doc("A job's realtime streams", v.StreamView, many=True, rule=Rule("read", shared=("streams",)))
 async def list_streams(job_id: str) -> list[dict[str, Any]]:
     row = await _visible_row(job_id)
     return services().root.streams.views(row)
@@ -99,6 +100,7 @@ async def list_streams(job_id: str) -> list[dict[str, Any]]:
     v.StreamTicket,
     body=SubscribeBody,
     body_optional=True,
+    rule=Rule("read", shared=("streams",)),
 )
 async def subscribe(job_id: str, name: str) -> dict[str, Any]:
     row = await _visible_row(job_id)
@@ -132,7 +134,14 @@ async def subscribe(job_id: str, name: str) -> dict[str, Any]:
 
 @blueprint.get("/v1/jobs/<job_id>/streams/<name>/data")
 @accepts_query("ticket", "since_seq")
-@doc("Follow a stream (server-sent events)", content="sse", events=("stream",), errors=(401,))
+@doc(
+    "Follow a stream (server-sent events)",
+    content="sse",
+    events=("stream",),
+    errors=(401,),
+    # a ticket from subscribe, or (data only) any credential that may read the job
+    rule=Rule("read", stream_ticket=True),
+)
 async def stream_data(job_id: str, name: str) -> Response:
     require_area("streams", "realtime streams")
     ticket = current_ticket()
@@ -154,6 +163,8 @@ async def stream_data(job_id: str, name: str) -> Response:
     v.TeleopResult,
     status=202,
     errors=(400, 401, 403, 409, 413, 502),
+    # a ticket only (the route refuses a request without one: 401)
+    rule=Rule("read", stream_ticket=True),
 )
 async def teleop(job_id: str, name: str) -> tuple[dict[str, Any], int]:
     require_area("streams", "realtime streams")
@@ -204,7 +215,11 @@ def _too_big(size: int) -> Problem:
 
 
 @blueprint.get("/v1/jobs/<job_id>/recording")
-@doc("A job's recording: logs, metrics and stream chunks", v.JobRecording)
+@doc(
+    "A job's recording: logs, metrics and stream chunks",
+    v.JobRecording,
+    rule=Rule("read", shared=("streams", "metrics")),
+)
 async def recording(job_id: str) -> dict[str, Any]:
     row = await _visible_row(job_id)
     return await services().root.streams.recording(row)

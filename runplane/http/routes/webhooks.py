@@ -8,6 +8,7 @@ from typing import Any
 
 from quart import Blueprint
 
+from runplane.auth.rules import MANAGE
 from runplane.http import audit
 from runplane.http.bodies import parse_body
 from runplane.http.caller import current_caller
@@ -41,6 +42,7 @@ async def _endpoint(webhook_id: str) -> endpoints.Endpoint:
     v.WebhookCreated,
     status=201,
     body=endpoints.WebhookBody,
+    rule=MANAGE,
 )
 async def create_webhook() -> tuple[dict[str, Any], int]:
     _area()
@@ -58,7 +60,7 @@ async def create_webhook() -> tuple[dict[str, Any], int]:
 
 @blueprint.get("")
 @accepts_query("org")
-@doc("Webhook endpoints", v.WebhookView, many=True)
+@doc("Webhook endpoints", v.WebhookView, many=True, rule=MANAGE)
 async def list_webhooks() -> list[dict[str, Any]]:
     _area()
     caller = current_caller()
@@ -67,7 +69,7 @@ async def list_webhooks() -> list[dict[str, Any]]:
 
 
 @blueprint.delete("/<webhook_id>")
-@doc("Delete a webhook endpoint", v.Deleted)
+@doc("Delete a webhook endpoint", v.Deleted, rule=MANAGE)
 async def delete_webhook(webhook_id: str) -> dict[str, str]:
     _area()
     endpoint = await _endpoint(webhook_id)
@@ -79,7 +81,7 @@ async def delete_webhook(webhook_id: str) -> dict[str, str]:
 
 
 @blueprint.post("/<webhook_id>/test")
-@doc("Send a test delivery", v.WebhookTestResult, status=202)
+@doc("Send a test delivery", v.WebhookTestResult, status=202, rule=MANAGE)
 async def test_webhook(webhook_id: str) -> tuple[dict[str, str], int]:
     _area()
     endpoint = await _endpoint(webhook_id)
@@ -95,7 +97,7 @@ async def test_webhook(webhook_id: str) -> tuple[dict[str, str], int]:
 
 
 @blueprint.get("/<webhook_id>/deliveries")
-@doc("A webhook's deliveries", v.WebhookDelivery, many=True)
+@doc("A webhook's deliveries", v.WebhookDelivery, many=True, rule=MANAGE)
 async def list_deliveries(webhook_id: str) -> list[dict[str, Any]]:
     _area()
     endpoint = await _endpoint(webhook_id)
