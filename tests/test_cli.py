@@ -16,6 +16,8 @@ import httpx
 import pytest
 
 from runplane import __version__
+from runplane.cli import main
+from runplane.client.cli import cli
 
 ADMIN = "cli-test-admin-token-0123456789"
 
@@ -200,9 +202,13 @@ def test_one_command_tree_lists_server_agent_and_client_verbs() -> None:
         [sys.executable, "-m", "runplane", "--help"], capture_output=True, text=True, timeout=30
     )
     assert helped.returncode == 0
-    commands = helped.stdout.partition("Commands:")[2].split()
-    for verb in ("serve", "agent", "submit", "logs", "pipeline", "session", "whoami"):
-        assert verb in commands, helped.stdout
+    options, _, commands = helped.stdout.partition("Options:")[2].partition("Commands:")
+    listed = {line.split()[0] for line in commands.splitlines() if line.strip()}
+    assert listed == set(cli.commands), helped.stdout  # every verb, server and client
+    for verb in ("serve", "agent", "submit", "ls", "logs", "pipeline", "session", "whoami"):
+        assert verb in listed, helped.stdout
+    for option in ("--url", "--token", "-o, --output", "--version", "-h, --help"):
+        assert option in options, helped.stdout
     bare = subprocess.run(
         [sys.executable, "-m", "runplane"], capture_output=True, text=True, timeout=30
     )
@@ -216,3 +222,107 @@ def test_one_command_tree_lists_server_agent_and_client_verbs() -> None:
     )
     assert wrong.returncode == 2
     assert "Invalid value for '--port'" in wrong.stderr
+
+
+# -- the client verbs' options ------------------------------------------------------------------
+
+NOWHERE = "http://127.0.0.1:9"  # nothing listens there: a verb that sends a request exits 3
+
+
+@pytest.fixture
+def runplane(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., tuple[int, str, str]]:
+    """``runplane ARGS...`` in this process, with no client configuration but its
+    arguments: (exit status, stdout, stderr)."""
+    monkeypatch.delenv("RUNPLANE_URL", raising=False)
+    monkeypatch.delenv("RUNPLANE_TOKEN", raising=False)
+    monkeypatch.setenv("RUNPLANE_CONFIG", str(tmp_path / "none.toml"))
+    monkeypatch.setenv("NO_COLOR", "1")
+
+    def call(*args: str) -> tuple[int, str, str]:
+        try:
+            code = main(list(args))
+        except SystemExit as exit:  # a verb's own exit status (3: refused or unreachable)
+            code = int(exit.code or 0)
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return call
+
+
+def test_url_token_and_output_go_before_or_after_the_verb(
+    server: Server, runplane: Callable[..., tuple[int, str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, err = runplane("ls", "-o", "json", "--url", server.base)
+    assert code == 0 and json.loads(out) == [], err
+    code, out, err = runplane("-o", "json", "--url", server.base, "ls")
+    assert code == 0 and json.loads(out) == [], err
+    # after the verb wins over before it, which wins over the environment
+    monkeypatch.setenv("RUNPLANE_URL", NOWHERE)
+    assert runplane("ls")[0] == 3
+    code, out, err = runplane("--url", NOWHERE, "whoami", "--url", server.base, "-o", "json")
+    assert code == 0 and json.loads(out)["kind"] == "anon", err
+    code, out, err = runplane("--url", server.base, "--token", ADMIN, "-o", "json", "whoami")
+    assert code == 0 and json.loads(out)["kind"] != "anon", err
+    code, out, err = runplane("whoami", "--token", ADMIN, "--url", server.base, "-o", "json")
+    assert code == 0 and json.loads(out)["kind"] != "anon", err
+    code, out, err = runplane("-o", "json", "whoami", "-o", "text", "--url", server.base)
+    assert code == 0 and out.startswith("anon "), err  # the verb's own -o wins
+    assert runplane("--url", server.base, "ls", "--url", NOWHERE)[0] == 3
+    # the verbs of pipeline and session, and those groups themselves, take them too
+    code, out, err = runplane("session", "ls", "--url", server.base, "-o", "json")
+    assert code == 0 and json.loads(out) == [], err
+    code, out, err = runplane("-o", "json", "session", "--url", server.base, "ls")
+    assert code == 0 and json.loads(out) == [], err
+
+
+def test_submit_passes_the_command_after_the_double_dash_on_whole(
+    server: Server, runplane: Callable[..., tuple[int, str, str]]
+) -> None:
+    code, out, err = runplane(
+        "submit", "shell", "--url", server.base, "-o", "json", "--", "echo", "--gpus", "--", "x"
+    )
+    assert code == 0, err
+    job = json.loads(out)
+    assert job["stack"] == "shell" and job["spec"]["command"] == ["echo", "--gpus", "--", "x"]
+
+
+def test_an_unknown_option_is_a_usage_error_before_any_request(
+    runplane: Callable[..., tuple[int, str, str]],
+) -> None:
+    code, _, err = runplane("--url", NOWHERE, "submit", "--gpus", "1", "shell")
+    assert code == 2, err  # 3 would be the unreachable server: nothing was sent
+    assert "No such option '--gpus'. Did you mean '--gpu'?" in err, err
+    for args in (("ls", "--bogus"), ("submit", "shell", "--gpus", "1"), ("get", "-x", "job_1")):
+        code, _, err = runplane("--url", NOWHERE, *args)
+        assert code == 2 and "No such option" in err, (args, err)
+    code, _, err = runplane("--url", NOWHERE, "session", "ls", "--bogus")
+    assert code == 2 and "No such option '--bogus'." in err, err
+    code, _, err = runplane("--urll", NOWHERE, "ls")
+    assert code == 2 and "No such option '--urll'. Did you mean '--url'?" in err, err
+    code, _, err = runplane("serve", "--url", NOWHERE)  # serve takes no client option
+    assert code == 2 and "No such option '--url'." in err, err
+
+
+def test_an_unknown_verb_suggests_the_nearest_of_every_verb(
+    runplane: Callable[..., tuple[int, str, str]],
+) -> None:
+    for typo, meant in (
+        ("sumbit", "submit"),
+        ("nodez", "nodes"),
+        ("whoamii", "whoami"),
+        ("serv", "serve"),
+        ("agnet", "agent"),  # "get" is close too: the nearest one is named
+        ("lgs", "logs"),
+        ("sesion", "session"),
+    ):
+        code, _, err = runplane("--url", NOWHERE, typo, "x")
+        assert code == 2, err
+        assert f"No such command '{typo}'. Did you mean '{meant}'?" in err, err
+    code, _, err = runplane("session", "stpo", "ses_1")
+    assert code == 2 and "No such command 'stpo'. Did you mean 'stop'?" in err, err
+    code, _, err = runplane("xyzzy")
+    assert code == 2 and "No such command 'xyzzy'." in err and "Did you mean" not in err
+    code, out, _ = runplane("ls", "--help")
+    assert code == 0 and all(o in out for o in ("--url", "--token", "-o, --output"))

@@ -16,7 +16,6 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -25,8 +24,18 @@ import yaml
 from rich.console import Console
 
 from .api import TERMINAL, ApiError, Client, JSONObject
+from .options import (
+    FORMATS,
+    TOKEN_HELP,
+    URL_HELP,
+    Server,
+    Verbs,
+    add_server_options,
+    no_such_option,
+    output_format,
+    output_option,
+)
 
-F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R")
 err = Console(stderr=True, highlight=False)
 
@@ -34,29 +43,9 @@ err = Console(stderr=True, highlight=False)
 EXIT_TIMEOUT, EXIT_CANCELLED, EXIT_API = 124, 130, 3
 
 
-def output_option(fn: F) -> F:
-    return click.option(
-        "-o",
-        "--output",
-        type=click.Choice(["text", "json"]),
-        default="text",
-        help="json: only JSON on stdout",
-    )(fn)
-
-
-@dataclass
-class _Server:
-    """Where the verbs go (``--url``, ``--token``). The client is made on first use, so
-    ``runplane serve`` and ``runplane agent`` (commands of this group too) never make one."""
-
-    url: str | None
-    token: str | None
-    client: Client | None = None
-
-
 def _client(ctx: click.Context) -> Client:
     root = ctx.find_root()
-    server: _Server = root.obj  # set by the group, for every command under it
+    server: Server = root.obj  # set by the group, for every command under it
     if server.client is None:
         server.client = root.with_resource(Client(server.url, server.token))
     return server.client
@@ -138,20 +127,25 @@ def exit_status(job: JSONObject) -> int:
     return code if isinstance(code, int) and 0 < code < 256 else 1
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--url", envvar="RUNPLANE_URL", help="server URL (RUNPLANE_URL)")
-@click.option("--token", envvar="RUNPLANE_TOKEN", help="bearer token (RUNPLANE_TOKEN)")
+@click.group(cls=Verbs, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--url", envvar="RUNPLANE_URL", help=URL_HELP)
+@click.option("--token", envvar="RUNPLANE_TOKEN", help=TOKEN_HELP)
+@click.option(
+    "-o", "--output", type=FORMATS, help="text or json (only JSON on stdout); or after the verb"
+)
 @click.pass_context
-def cli(ctx: click.Context, url: str | None, token: str | None) -> None:
+def cli(ctx: click.Context, url: str | None, token: str | None, output: str | None) -> None:
     """runplane: the job-orchestration control plane. `serve` runs the server, `agent` a
-    node agent; the other commands submit and follow runs on a running server (docs/cli.md)."""
-    ctx.obj = _Server(url, token)
+    node agent; the other commands submit and follow runs on a running server (docs/cli.md).
+
+    `--url`, `--token` and `-o` go before or after the verb (after it, they win)."""
+    ctx.obj = Server(url, token, output)
 
 
 # -- jobs -----------------------------------------------------------------------------------
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+@cli.command()
 @click.argument("stack")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.option("--config", "configs", multiple=True, metavar="KEY=VALUE", help="a config value")
@@ -174,7 +168,13 @@ def cli(ctx: click.Context, url: str | None, token: str | None) -> None:
     help="a config key's values: submits a job array, one job per combination",
 )
 @click.option("-f", "--follow", is_flag=True, help="follow its logs and exit with its status")
-@click.option("-o", "output_format", type=click.Choice(["text", "json"]), default="text")
+@click.option(
+    "-o",
+    "output_format",
+    type=FORMATS,
+    callback=output_format,
+    help="text (default) or json: only JSON on stdout",
+)
 @click.pass_context
 def submit(
     ctx: click.Context,
@@ -194,11 +194,12 @@ def submit(
     follow: bool,
     output_format: str,
 ) -> None:
-    """Submit a run of STACK; a command after `--` replaces the stack's. With `--sweep`, a
-    job array: one job per combination of the swept config values."""
+    """Submit a run of STACK; a command after `--` replaces the stack's (an option of the
+    command goes after `--`: before it, it is read as one of these). With `--sweep`, a job
+    array: one job per combination of the swept config values."""
     body: JSONObject = {"stack": stack}
     if command:
-        body["command"] = [c for c in command if c != "--"] or None
+        body["command"] = list(command)
     if configs:
         body["config"] = {k: _config_value(v) for k, v in _pairs(configs, "--config").items()}
     if envs:
@@ -484,7 +485,7 @@ def _load(path: Path) -> JSONObject:
     return value
 
 
-@cli.group()
+@cli.group(cls=Verbs)
 def pipeline() -> None:
     """DAG pipelines."""
 
@@ -519,7 +520,7 @@ def pipeline_run(ctx: click.Context, file: Path, follow: bool, output: str) -> N
         sys.exit(0 if run["status"] == "succeeded" else 1)
 
 
-@cli.group()
+@cli.group(cls=Verbs)
 def session() -> None:
     """Interactive sessions (pods)."""
 
@@ -586,14 +587,18 @@ def _session_call(ctx: click.Context, output: str, call: Callable[[Client], JSON
         click.echo(f"  {service['name']} ({service.get('stack') or service.get('image')})")
 
 
+add_server_options(cli)  # before runplane/cli.py adds serve and agent: they take neither
+
+
 def run(argv: Sequence[str]) -> int:
     """The ``runplane`` command (runplane/cli.py adds ``serve``, ``agent`` and ``--version``):
     its exit status, a command's own (an int it returns) or 0; 2 for a usage error."""
     try:
         status = cli.main(args=list(argv), prog_name="runplane", standalone_mode=False)
     except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
+        shown = no_such_option(exc) if isinstance(exc, click.NoSuchOption) else exc
+        shown.show()
+        return shown.exit_code
     except click.Abort:
         err.print("aborted")
         return 1

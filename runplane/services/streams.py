@@ -15,8 +15,10 @@ from runplane.actors.job_messages import JOBS, OpenStream, SendTeleop, TeleopOrd
 from runplane.jobs.rows import JobRow
 from runplane.persistence import Store
 from runplane.runtime import ActorGone, Hub, Lagged, MailboxClosed, Registry, Ring
+from runplane.sessions import repo as sessions_repo
 from runplane.settings import Settings
 from runplane.stacks import Catalog
+from runplane.stacks.models import StreamSpec
 from runplane.streams import tickets, views
 from runplane.streams.acks import TeleopAcks
 from runplane.streams.chunks import StreamChunk, ring_name
@@ -83,13 +85,26 @@ class Streams:
         """Whether the stream hub runs (``RUNPLANE_DISABLE`` does not name ``streams``)."""
         return self.settings.area_enabled("streams")
 
-    def views(self, row: JobRow) -> list[dict[str, Any]]:
-        stack = self.catalog.get(row.stack)
-        declared = stack.streams if stack is not None else []
+    async def views(self, row: JobRow) -> list[dict[str, Any]]:
+        """The job's streams: its stack's, its session's teleop stream (a pod job's), then
+        the ones it opened by writing to them."""
+        declared = await self.declared(row)
         return views.stream_views(declared, views.states_of(row), hub_runs=self.runs)
 
-    def view(self, row: JobRow, name: str) -> dict[str, Any] | None:
-        return next((v for v in self.views(row) if v["name"] == name), None)
+    async def view(self, row: JobRow, name: str) -> dict[str, Any] | None:
+        return next((v for v in await self.views(row) if v["name"] == name), None)
+
+    async def declared(self, row: JobRow) -> list[StreamSpec]:
+        """The streams ``row`` has before it writes any: its stack's, and for a session's
+        pod job the session's teleop stream (docs/sessions.md)."""
+        stack = self.catalog.get(row.stack)
+        declared = list(stack.streams) if stack is not None else []
+        if row.session_id is None:
+            return declared
+        session = await sessions_repo.get(self.store, row.session_id, None)
+        if session is None:
+            return declared
+        return views.with_teleop_stream(declared, session.teleop_stream)
 
     def ticket(
         self, row: JobRow, name: str, session_id: str | None, *, teleop: bool, now: float

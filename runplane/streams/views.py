@@ -1,5 +1,5 @@
-"""What the API shows of a job's streams: StreamView (declared by its stack or opened by
-the job at run time), the stored chunks, and JobRecording."""
+"""What the API shows of a job's streams: StreamView (declared by its stack, a session's
+teleop stream, or opened by the job at run time), the stored chunks, and JobRecording."""
 
 from __future__ import annotations
 
@@ -21,12 +21,25 @@ VIDEO_NOTE = (
     "or telemetry stream"
 )
 SUBSCRIBABLE_KINDS = ("data", "telemetry")
+#: What a session's teleop stream is (``with_teleop_stream``).
+TELEOP_NOTE = "the session's teleop stream: frames posted to its teleop route drive the pod"
 #: Log lines and metric points a recording reads (the store keeps at most 50,000 lines).
 RECORDING_EVENTS = 200_000
 
 
 def states_of(row: JobRow) -> dict[str, StreamState]:
     return parse_saved(row.streams)
+
+
+def with_teleop_stream(declared: Sequence[StreamSpec], name: str) -> list[StreamSpec]:
+    """``declared`` (a session pod job's stack streams) and the session's teleop stream
+    ``name``: a data stream over SSE, declared from the session's start, so it is listed,
+    subscribable and drivable before the pod writes to it; a stack stream of that name
+    stands as the stack declares it."""
+    if any(spec.name == name for spec in declared):
+        return list(declared)
+    teleop = StreamSpec(name=name, kind="data", transport="sse", description=TELEOP_NOTE)
+    return [*declared, teleop]
 
 
 def stream_views(

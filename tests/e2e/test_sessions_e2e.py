@@ -23,6 +23,7 @@ from .conftest import (
     wait_for,
 )
 from .test_jobs_e2e import _processes_with
+from .test_streams_e2e import _events
 
 ADMIN_H = {"Authorization": f"Bearer {ADMIN}"}
 
@@ -220,6 +221,56 @@ async def test_teleop_frames_reach_the_pod(server: LiveServer, start_agent: Star
 
         line = (await wait_for(echoed, 30, "the frame in the pod's output"))[0]
         assert json.loads(line)["frame"] == {"throttle": 0.5}
+        await client.delete(f"/v1/sessions/{created['id']}")
+
+
+#: A pod that writes nothing to its streams until a teleop frame comes: then it appends
+#: the frame's line to its control stream (its first chunk).
+ECHO = (
+    'touch "$RUNPLANE_STREAMS_DIR/control.teleop"; '
+    'tail -n +1 -f "$RUNPLANE_STREAMS_DIR/control.teleop" | while IFS= read -r line; do '
+    'printf "%s\\n" "$line" >> "$RUNPLANE_STREAMS_DIR/control"; done'
+)
+
+
+async def test_the_teleop_stream_is_there_before_the_pod_writes_to_it(
+    server: LiveServer, start_agent: StartAgent
+) -> None:
+    """The session's teleop stream is listed and subscribable from the session's start,
+    and takes teleop (202) once the pod runs, although the pod has written no chunk; a
+    follower that subscribed before any chunk gets the pod's first one."""
+    await agent_up(server.url, start_agent)
+    body = {"pod": {"services": [{"name": "driver", "command": ["sh", "-c", ECHO]}]}}
+    async with server.client() as client:
+        created = await create(client, body)
+        base = f"/v1/jobs/{created['job_id']}/streams"
+        listed = (await client.get(base)).json()
+        assert [(s["name"], s["kind"], s["count"], s["subscribable"]) for s in listed] == [
+            ("control", "data", 0, True)
+        ]
+        early = await client.post(f"{base}/control/subscribe", json={})
+        assert early.status_code == 200, early.text
+        assert (await client.post(f"{base}/nothing/subscribe", json={})).status_code == 404
+        await phase(client, created["id"], "ready")
+        assert [s["count"] for s in (await client.get(base)).json()] == [0]  # no chunk yet
+        ticket = (await client.post(f"{base}/control/subscribe", json={})).json()["ticket"]
+        got: list[Any] = []
+        follow = f"{base}/control/data?ticket={ticket}"
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_events, client, follow, 1, None, got)
+            sent = await client.post(
+                f"{base}/control/teleop?ticket={ticket}", json={"throttle": 0.25}
+            )
+            assert sent.status_code == 202, sent.text
+            assert sent.json() == {"delivered": True, "stream": "control", "seq": 1}
+        [(event, chunk, _)] = got
+        assert event == "stream" and chunk["stream"] == "control" and chunk["seq"] == 1
+        assert json.loads(chunk["data"])["frame"] == {"throttle": 0.25}
+
+        async def counted() -> bool:  # the store has the chunk a moment after its ring
+            return [s["count"] for s in (await client.get(base)).json()] == [1]
+
+        await wait_for(counted, 30, "the chunk counted in the stream's view")
         await client.delete(f"/v1/sessions/{created['id']}")
 
 

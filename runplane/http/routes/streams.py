@@ -71,8 +71,8 @@ async def _ticketed(job_id: str, name: str, ticket: str) -> tuple[JobRow, Ticket
     return row, claims
 
 
-def _known_stream(row: JobRow, name: str) -> dict[str, Any]:
-    view = services().root.streams.view(row, name)
+async def _known_stream(row: JobRow, name: str) -> dict[str, Any]:
+    view = await services().root.streams.view(row, name)
     if view is None:
         raise not_found("stream")
     return view
@@ -91,7 +91,7 @@ def _may_act() -> bool:
 @doc("A job's realtime streams", v.StreamView, many=True, rule=Rule("read", shared=("streams",)))
 async def list_streams(job_id: str) -> list[dict[str, Any]]:
     row = await _visible_row(job_id)
-    return services().root.streams.views(row)
+    return await services().root.streams.views(row)
 
 
 @blueprint.post("/v1/jobs/<job_id>/streams/<name>/subscribe")
@@ -105,7 +105,7 @@ async def list_streams(job_id: str) -> list[dict[str, Any]]:
 async def subscribe(job_id: str, name: str) -> dict[str, Any]:
     row = await _visible_row(job_id)
     require_area("streams", "realtime streams")
-    view = _known_stream(row, name)
+    view = await _known_stream(row, name)
     streams = services().root.streams
     refusal = not_subscribable(view, hub_runs=streams.runs)
     if refusal is not None:
@@ -146,7 +146,7 @@ async def stream_data(job_id: str, name: str) -> Response:
     require_area("streams", "realtime streams")
     ticket = current_ticket()
     row = (await _ticketed(job_id, name, ticket))[0] if ticket else await _visible_row(job_id)
-    _known_stream(row, name)
+    await _known_stream(row, name)
     since = resume_seq()
     frames: AsyncIterator[bytes] = services().root.streams.follow(row.id, name, since)
     response = Response(frames, content_type="text/event-stream")
