@@ -324,7 +324,7 @@ async def test_submit_a_job_array_and_create_and_read_a_pipeline(
         assert isinstance(read, gen.model("PipelineRun"))
         assert read.pipeline_run_id == run.pipeline_run_id and read.stage_count == 2
         assert str(read.status) in ("pending", "running")
-        assert [s["name"] for s in read.stages] == ["build", "test"]
-        build = read.stages[0]
-        launched = await _get(gen, client, build["job_id"])
+        views = [s.to_dict() for s in read.stages]  # a model, whether open or closed
+        assert [view["name"] for view in views] == ["build", "test"]
+        launched = await _get(gen, client, views[0]["job_id"])
         assert launched.pipeline_run_id == run.pipeline_run_id and launched.stage == "build"
