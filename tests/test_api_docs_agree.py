@@ -4,8 +4,9 @@ views docs/api.md describes.
 The document is the one the server serves (``build`` of the app, as ``GET /openapi.json``
 answers it). docs/api.md writes a route as a ``### METHOD /path`` heading, a view's
 fields as a table (``| `field` | ...``), as a paragraph ``Name: `field`, `field` (...),
-...`` or as the ``{field, field: ..., ...}`` of an answer; each list must name exactly
-the properties of the schema the document gives that view.
+...`` (``Name: the Job plus `field` ...`` for a view that adds to the Job) or as the
+``{field, field: ..., ...}`` of an answer; each list must name exactly the properties of
+the schema the document gives that view.
 """
 
 from __future__ import annotations
@@ -156,6 +157,12 @@ PARAGRAPHS = {
     "Schedule": "GET /v1/schedules/{schedule_id}",
     "PolicyView": "GET /v1/policy",
 }
+#: (docs/api.md: a "Name: the Job plus ..." paragraph) -> the route whose answer is that view
+JOB_PLUS = {
+    "JobSubmitted": "POST /v1/jobs",
+    "CancelResult": "POST /v1/jobs/{job_id}/cancel",
+    "RunDetail": "GET /v1/runs/{run_id}",
+}
 #: the route whose section describes its answer as ``{...}``, and the text just before it
 ANSWERS = {
     "GET /v1/nodes": "200 Node[]",
@@ -221,6 +228,12 @@ def test_the_field_tables_and_view_paragraphs_name_the_schemas_fields(
     )
     for name, route in PARAGRAPHS.items():
         found[name] = _disagreement(paragraph_fields(text, name), answer_schema(document, route))
+    job = answer_schema(document, "GET /v1/jobs/{job_id}")["properties"]
+    for name, route in JOB_PLUS.items():
+        schema = answer_schema(document, route)
+        assert set(job) <= set(schema["properties"]), f"{name} lacks fields of the Job"
+        added = {"properties": {k: v for k, v in schema["properties"].items() if k not in job}}
+        found[name] = _disagreement(paragraph_fields(text, name), added)
     wrong = {where: problem for where, problem in found.items() if problem}
     assert not wrong, wrong
 
