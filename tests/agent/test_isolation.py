@@ -24,6 +24,7 @@ from runplane.agent.executor import ExecSpec, Finished, LogLines, run_job
 from runplane.agent.isolation import (
     HostPathRefused,
     HostPaths,
+    JobUser,
     RunAsError,
     default_work_root,
     isolation_refusal,
@@ -291,9 +292,9 @@ async def test_an_agent_whose_job_user_is_unusable_stops_saying_so(tmp_path: Pat
 
 @root_only
 async def test_jobs_run_as_the_job_user_and_cannot_read_the_agents_files(
-    tmp_path: Path,
+    tmp_path: Path, range_uid: JobUser
 ) -> None:
-    user = attempt_user(DEFAULT_UID_RANGE[0] + 7)
+    user = range_uid
     work_root = reachable_work_dir()
     assert work_root is not None
     work_root.mkdir(mode=0o711)
@@ -354,8 +355,8 @@ async def test_jobs_run_as_the_job_user_and_cannot_read_the_agents_files(
 
 
 @root_only
-async def test_requirements_install_as_the_job_user(tmp_path: Path) -> None:
-    user = attempt_user(DEFAULT_UID_RANGE[0] + 8)
+async def test_requirements_install_as_the_job_user(tmp_path: Path, range_uid: JobUser) -> None:
+    user = range_uid
     work_root = reachable_work_dir()
     assert work_root is not None
     work_root.mkdir(mode=0o711)

@@ -32,7 +32,6 @@ from runplane.agent.launch import (
 )
 from runplane.agent.limits import LIMIT_CAPABILITIES, Enforcement, JobLimits, probe
 from runplane.agent.protocol import Gpu, RunLimits
-from runplane.agent.uids import DEFAULT_UID_RANGE, attempt_user
 from runplane.placement.model import LIMIT_CAPABILITIES as PLACEMENT_LIMITS
 
 from .workroot import reachable_work_dir
@@ -51,9 +50,12 @@ PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.execu
 
 
 @pytest.fixture
-def work_root(tmp_path: Path) -> Iterator[tuple[Path, JobUser | None]]:
-    # as root, a uid of the range as each attempt gets (uids.py); else the agent's own
-    user = attempt_user(DEFAULT_UID_RANGE[0] + 9) if os.geteuid() == 0 else None
+def work_root(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[Path, JobUser | None]]:
+    # as root, a uid of the range held as each attempt holds one (uids.py); else the
+    # agent's own
+    user = request.getfixturevalue("range_uid") if os.geteuid() == 0 else None
     root = prepare_work_root(tmp_path / "agent", user, reachable_work_dir())
     yield root, user
 
