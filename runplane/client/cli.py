@@ -65,8 +65,8 @@ def _client(ctx: click.Context) -> Client:
 #: The next step after a 401 for a token that was sent (ApiError.hint's asks to send one).
 REFUSED_TOKEN_HINT = (
     "the server refused the token this command sent (from --token, RUNPLANE_TOKEN or the "
-    "config file): check it is whole and not revoked or expired, or ask the operator for a "
-    "new one; `runplane whoami` shows who a token is"
+    "config file): check that it is whole and not revoked or expired, or ask the operator "
+    "for a new one (minted with POST /v1/auth/tokens), and pass it with --token"
 )
 
 
