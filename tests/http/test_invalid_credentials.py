@@ -6,13 +6,16 @@ logout, the agents' WebSocket) still get it."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from quart.testing.connections import WebsocketDisconnectError
 
+from runplane.auth.rules import WEBSOCKET
 from runplane.http.app import create_app
+from runplane.http.openapi.route_doc import declared_routes
 from runplane.settings import Settings
 from tests.http.conftest import ADMIN
 
@@ -92,3 +95,29 @@ async def test_an_invalid_credential_on_an_admin_route_is_401(client: Any) -> No
         response = await client.get(route, headers={"Authorization": "Token abc"})
         assert response.status_code == 401, route
         assert "not valid" in (await response.get_json())["detail"]
+
+
+async def test_every_route_refuses_an_invalid_authorization(client: Any, app: Any) -> None:
+    """Each route the app serves (its path parameters filled with a placeholder), with a
+    header that is not a bearer: 401 before the route runs, but where the rule leaves the
+    credential to the handler."""
+    checked, left = 0, []
+    for declared in declared_routes(app):
+        if declared.method == WEBSOCKET or declared.route is None:
+            continue
+        url = re.sub(r"<(?:[a-z]+:)?\w+>", "x", declared.rule)
+        response = await client.open(
+            url, method=declared.method, headers={"Authorization": "Token abc"}
+        )
+        if declared.route.rule.reads_credential:
+            left.append(f"{declared.method} {declared.rule}")
+            continue
+        assert response.status_code == 401, (declared.method, declared.rule)
+        checked += 1
+    assert checked > 90
+    assert sorted(left) == [
+        "GET /metrics",
+        "GET /v1/git/proxy/<connection_id>/info/refs",
+        "POST /v1/auth/logout",
+        "POST /v1/git/proxy/<connection_id>/git-upload-pack",
+    ]
