@@ -7,7 +7,10 @@ Modes (``RUNPLANE_AUTH``):
 
 - ``off``: the anonymous caller may read and act (it sees every org, creates in
   ``org_default``); a presented credential is still checked and applied: an invalid one
-  is 401, a real token lacking a scope is 403, admin and manage routes need their tier.
+  (an ``Authorization`` header that is not ``Bearer <a token this server issued>``) is 401
+  on every route, public ones included, but those whose handler reads the credential
+  itself (``Rule.reads_credential``); a real token lacking a scope is 403, admin and
+  manage routes need their tier.
 - ``required``: like off, but the anonymous caller is 401 on every non-public route.
 - ``shadow``: decides like ``off`` and logs, at warning level, every request that
   ``required`` would have refused (route, principal, reason); it never refuses more than
@@ -55,15 +58,16 @@ def decide(
     org_role: str | None = None,
 ) -> Denial | None:
     """Whether ``principal`` may use a route with ``rule`` under ``mode`` (off|required);
-    ``invalid`` is why a presented credential was refused (the principal is then anon);
+    ``invalid`` is why a presented credential was refused (the principal is then anon):
+    a 401 whatever the rule, but where the handler reads the credential itself;
     ``org_role`` is the principal's standing in the route's org (``org_manage`` rules)."""
     need = rule.need
+    if need in ("admin", "operator"):
+        return _admin(need, principal, admin_configured, invalid)
+    if invalid is not None and not rule.reads_credential:
+        return _invalid(invalid)
     if need == "public":
         return None
-    if need in ("admin", "operator"):
-        return _admin(need, principal, admin_configured)
-    if invalid is not None:
-        return _unauthorized(f"the bearer credential is not valid: {invalid}")
     if not principal.authenticated:
         if need in ("manage", "org_manage", "user_session"):
             return _unauthorized("this route needs a bearer credential")
@@ -75,12 +79,20 @@ def decide(
     return _authenticated(rule, principal, org_role)
 
 
-def _admin(need: str, principal: Principal, admin_configured: bool) -> Denial | None:
+def _invalid(why: str) -> Denial:
+    return _unauthorized(f"the bearer credential is not valid: {why}")
+
+
+def _admin(
+    need: str, principal: Principal, admin_configured: bool, invalid: str | None
+) -> Denial | None:
     """An ``admin`` or ``operator`` rule: the operator admin token only."""
     if principal.superuser:
         return None
     if not admin_configured:
         return _unauthorized("admin routes need RUNPLANE_ADMIN_TOKEN to be set on the server")
+    if invalid is not None:
+        return _invalid(invalid)
     if need == "operator" and principal.authenticated:
         return Denial(403, "operator_token_required", "this route needs the operator admin token")
     return _unauthorized("this route needs the operator admin token as a bearer")

@@ -10,8 +10,10 @@ tier to CASES in tests/http/test_route_matrix.py (docs/architecture.md "Adding a
 
 Requirements (see docs/auth.md for the full decision table):
 
-- ``public``: nobody is refused (health, whoami, roles, login exchange/logout, uploads and
-  artifacts, routes that authenticate in the handler).
+- ``public``: nobody without a credential is refused (health, whoami, roles, login
+  exchange/logout, uploads and artifacts, routes that authenticate in the handler). A
+  credential that is presented and not valid is a 401 here too, as on every route, unless
+  the rule says the handler reads it (``reads_credential``).
 - ``read``: any principal; the anonymous caller only when auth is not ``required``.
   Reads are narrowed to the principal's org by the route (``current_caller().read_org``).
 - ``scope``: like read, and a principal must hold ``scope`` (403 otherwise).
@@ -30,6 +32,10 @@ Requirements (see docs/auth.md for the full decision table):
 ``query_token=True``: the credential may also come as ``?token=`` (browser EventSource).
 ``stream_ticket=True``: a stream ticket may stand in for the credential; the hook then
 authenticates nobody and the route verifies the ticket (401 when it is not valid).
+``reads_credential=True`` (public rules only): the handler reads the presented credential
+itself (a metrics scraper's token, an agent's git fetch ticket as Basic auth, the session
+logout ends, an agent's hello), so the hook does not refuse an ``Authorization`` header it
+cannot resolve (everywhere else that is a 401, in every auth mode).
 """
 
 from __future__ import annotations
@@ -57,16 +63,24 @@ class Rule:
     #: ``?embed=``/``X-Embed-Token``, or as the bearer) reads it when it allows one of
     #: these categories (runplane/auth/shares.py); () = no share reads this route
     shared: tuple[str, ...] = ()
+    #: the handler reads the presented credential itself: an ``Authorization`` header the
+    #: hook cannot resolve is left to it (public rules only)
+    reads_credential: bool = False
 
     def __post_init__(self) -> None:
         if (self.need == "scope") != (self.scope is not None):
             raise ValueError("a scope rule names its scope, and only a scope rule does")
+        if self.reads_credential and self.need != "public":
+            raise ValueError("only a public rule leaves the credential to its handler")
 
 
 PUBLIC = Rule("public")
 READ = Rule("read")
 MANAGE = Rule("manage")
 ADMIN = Rule("admin")
+OPERATOR = Rule("operator")
+#: a public route whose handler authenticates the caller itself (``reads_credential``)
+OWN_CREDENTIAL = Rule("public", reads_credential=True)
 
 
 def scope(name: str) -> Rule:

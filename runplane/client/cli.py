@@ -51,9 +51,27 @@ def _client(ctx: click.Context) -> Client:
     return server.client
 
 
+#: The next step after a 401 for a token that was sent (ApiError.hint's asks to send one).
+REFUSED_TOKEN_HINT = (
+    "the server refused the token this command sent (from --token, RUNPLANE_TOKEN or the "
+    "config file): check that it is whole and not revoked or expired, or ask the operator "
+    "for a new one (minted with POST /v1/auth/tokens), and pass it with --token"
+)
+
+
+def _token_sent() -> bool:
+    """Whether the command's client sends a token (any command of the group)."""
+    ctx = click.get_current_context(silent=True)
+    server = ctx.find_root().obj if ctx is not None else None
+    client = getattr(server, "client", None)
+    return isinstance(client, Client) and client.config.token is not None
+
+
 def _fail(error: ApiError, url: str) -> NoReturn:
+    """Print the problem and the next step; exit 3 (a 401 included: with a token sent,
+    the advice says the token was refused)."""
     err.print(f"[red]error:[/red] {error.detail}")
-    hint = error.hint(url)
+    hint = REFUSED_TOKEN_HINT if error.status == 401 and _token_sent() else error.hint(url)
     if hint:
         err.print(f"[dim]next:[/dim] {hint}")
     sys.exit(EXIT_API)

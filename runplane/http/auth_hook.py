@@ -8,7 +8,10 @@ answers 500.
 Credentials, all as ``Authorization: Bearer <secret>`` (``?token=`` only where the rule
 allows it): the operator admin token, an access token ``rpt_...``, a login session
 ``rps_...`` (database only). A login session may name another org of its user with the
-``X-Runplane-Org`` header.
+``X-Runplane-Org`` header. An ``Authorization`` header that is present but is not a valid
+bearer (another scheme, an empty bearer, a secret this server did not issue) is a 401 in
+every auth mode, on every route but those whose rule leaves the credential to the handler
+(``Rule.reads_credential``: metrics, the git proxy, logout, the agents' WebSocket).
 
 The decisions themselves (modes, tiers, scopes) are ``runplane/auth/access.py``, which
 knows nothing of Quart; this module only reads the request and applies them.
@@ -44,12 +47,27 @@ log = logging.getLogger("runplane.auth")
 ORG_HEADER = "X-Runplane-Org"
 
 
-def _bearer(headers: Headers) -> str | None:
-    value = headers.get("Authorization", "")
-    scheme, _, token = value.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        return None
-    return str(token.strip())
+#: Why an ``Authorization`` header that is not ``Bearer <secret>`` is refused (the header is
+#: not echoed: a token sent without ``Bearer`` would be its first word).
+NOT_BEARER = (
+    "the Authorization header is not 'Bearer <token>' (another scheme, or a token sent "
+    "without 'Bearer ')"
+)
+EMPTY_BEARER = "the Authorization header's bearer is empty"
+
+
+def _bearer(headers: Headers) -> tuple[str | None, str | None]:
+    """The secret of an ``Authorization: Bearer <secret>`` header, and why a header that is
+    present but not that is refused: (None, None) without one."""
+    value = headers.get("Authorization")
+    if value is None:
+        return None, None
+    scheme, _, token = value.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return None, NOT_BEARER
+    if not token.strip():
+        return None, EMPTY_BEARER
+    return str(token.strip()), None
 
 
 async def _authenticate(*, is_websocket: bool) -> None:
@@ -95,10 +113,11 @@ def _declared_rule(endpoint: str, route: str) -> Rule:
 
 
 async def _credential(req: Any, rule: Rule) -> tuple[Principal, str | None] | None:
-    """The request's principal and, for a credential that is not valid, why. None when
-    nothing is left to decide: a share grant authorizes a route its shares read, and a
-    stream ticket stands in for the credential (the route verifies it)."""
-    secret = _bearer(req.headers)
+    """The request's principal and, for a credential that is not valid, why (an
+    ``Authorization`` header that is not ``Bearer <secret>`` included). None when nothing
+    is left to decide: a share grant authorizes a route its shares read, and a stream
+    ticket stands in for the credential (the route verifies it)."""
+    secret, malformed = _bearer(req.headers)
     presented = _shared_token(req, secret, rule)
     shared: Principal | None = None
     if presented is not None:
@@ -115,9 +134,11 @@ async def _credential(req: Any, rule: Rule) -> tuple[Principal, str | None] | No
             return None
     if shared is not None:
         return shared, None  # elsewhere a share reads nothing: no org, no scope
+    svc = services()
+    if malformed is not None:
+        return anonymous(sees_all=svc.settings.auth != "required"), malformed
     if secret is None and rule.query_token:
         secret = req.args.get("token") or None
-    svc = services()
     try:
         principal = await access.resolve(
             svc.settings, svc.store, secret, org_id=req.headers.get(ORG_HEADER) or None

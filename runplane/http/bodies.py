@@ -1,13 +1,16 @@
 """Request bodies: strict pydantic models and the one place JSON is parsed.
 
 Unknown fields are a 400 naming the field and the fields accepted at that place, with the
-close one when there is one (typos must not be silently ignored); malformed or hostile JSON
+close one when there is one (typos must not be silently ignored); a value of another JSON
+type than its field's is a 400 ``bad_type`` (validation is strict: nothing is converted,
+``true`` is not ``1`` and ``"7"`` is not ``7``); malformed or hostile JSON
 is a 400 saying where it broke (``input_checks.py``), and every validation failure lists
 RunProblem entries.
 """
 
 from __future__ import annotations
 
+import json
 import types
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
@@ -128,12 +131,23 @@ async def read_json() -> Any:
     return decode_json(raw)
 
 
+def validate_body(model: type[B], data: Mapping[str, Any]) -> B:
+    """``data`` (a decoded JSON object) as ``model``, strictly: each field takes the JSON
+    type it declares and nothing converted to it (an integer refuses ``true``, ``1.5`` and
+    ``"7"``; a number refuses ``true`` and takes an integer; a boolean refuses ``0``, ``1``
+    and ``"true"``), validated in pydantic's JSON mode, where a string is still a date-time,
+    an enum or a tuple's item where the field says so. A 400 naming each field otherwise
+    (``bad_type`` for a value of the wrong JSON type)."""
+    try:
+        return model.model_validate_json(json.dumps(data), strict=True)
+    except ValidationError as exc:
+        raise validation_problem(exc, model=model) from None
+
+
 async def parse_body(model: type[B]) -> B:
-    """Parse the request's JSON body into ``model`` or raise a 400 Problem."""
+    """Parse the request's JSON body into ``model`` (:func:`validate_body`, strict) or raise
+    a 400 Problem."""
     data = await read_json()
     if not isinstance(data, dict):
         raise Problem(400, "malformed_json", "request body must be a JSON object")
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise validation_problem(exc, model=model) from None
+    return validate_body(model, data)

@@ -11,6 +11,7 @@ nor is Quart's ``static`` route (cache-busting parameters on files are common an
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection
 from typing import TypeVar
 
@@ -105,6 +106,22 @@ def _bad(name: str, message: str) -> Problem:
     )
 
 
+def _bad_type(name: str, message: str) -> Problem:
+    """A query value that is not of the parameter's type (``?limit=true``): 400 ``bad_type``
+    naming the parameter, as a body's field of the wrong type is."""
+    errors = [FieldProblem(name, "bad_type", message)]
+    return Problem(400, "bad_type", f"{name}: {message}", errors)
+
+
+#: An integer as a query value: ASCII digits, an optional minus (``int()`` would also take
+#: ``+7``, `` 7 ``, ``1_000`` and other scripts' digits).
+_INTEGER = re.compile(r"-?[0-9]+")
+#: A number as a query value: a JSON number's text (no ``nan``, ``inf``, ``1_0``).
+_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+#: What a flag's value may be (case-insensitive); an empty value is false.
+_TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no")
+
+
 #: The largest integer a query parameter may be when its route sets no maximum: what a
 #: 64-bit column (or SQL ``LIMIT``/``OFFSET``) takes.
 INT64_MAX = 2**63 - 1
@@ -113,15 +130,16 @@ _INT_CHARS = 20
 
 
 def int_arg(name: str, default: int, *, minimum: int = 0, maximum: int = INT64_MAX) -> int:
+    """An optional integer parameter: 400 ``bad_type`` for a value that is not an integer
+    (``true``, ``1.5``, ``+7``), 400 ``invalid_query`` for one out of range."""
     raw = request.args.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        if len(raw.strip()) > _INT_CHARS:
-            raise _bad(name, f"must be between {minimum} and {maximum}, got {raw[:24]}...")
-        value = int(raw)
-    except ValueError:
-        raise _bad(name, f"expected an integer, got {raw[:40]!r}") from None
+    if _INTEGER.fullmatch(raw) is None:
+        raise _bad_type(name, f"expected an integer, got {raw[:40]!r}")
+    if len(raw) > _INT_CHARS:
+        raise _bad(name, f"must be between {minimum} and {maximum}, got {raw[:24]}...")
+    value = int(raw)
     if not minimum <= value <= maximum:
         raise _bad(name, f"must be between {minimum} and {maximum}, got {value}")
     return value
@@ -146,25 +164,25 @@ def str_arg(name: str, *, max_length: int = 256) -> str | None:
 
 
 def flag_arg(name: str) -> bool:
-    return request.args.get(name, "").lower() in ("1", "true", "yes")
+    """A flag: ``1``, ``true``, ``yes`` (any case) are true; absent, empty, ``0``, ``false``
+    and ``no`` false; anything else is a 400 ``bad_type``."""
+    raw = request.args.get(name, "").lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE or raw == "":
+        return False
+    raise _bad_type(name, f"expected a boolean (true or false, 1 or 0), got {raw[:40]!r}")
 
 
 def number_arg(name: str, *, minimum: float = 0) -> float | int | None:
-    """An optional number (an integer stays an integer)."""
+    """An optional number (an integer stays an integer); 400 ``bad_type`` for a value that
+    is not a number's text (``true``, ``nan``, ``1_0``)."""
     raw = request.args.get(name)
     if raw is None or raw == "":
         return None
-    try:
-        if len(raw) > 64:
-            raise ValueError(raw)
-        value: float | int = int(raw)
-    except ValueError:
-        try:
-            value = float(raw[:64])
-            if len(raw) > 64:
-                raise ValueError(raw)
-        except ValueError:
-            raise _bad(name, f"expected a number, got {raw[:40]!r}") from None
+    if len(raw) > 64 or _NUMBER.fullmatch(raw) is None:
+        raise _bad_type(name, f"expected a number, got {raw[:40]!r}")
+    value: float | int = int(raw) if _INTEGER.fullmatch(raw) else float(raw)
     if value != value or value in (float("inf"), float("-inf")):
         raise _bad(name, f"expected a finite number, got {raw!r}")
     if value < minimum:
@@ -174,14 +192,14 @@ def number_arg(name: str, *, minimum: float = 0) -> float | int | None:
 
 def resume_seq() -> int | None:
     """Where an SSE follower resumes: ``Last-Event-ID`` or ``?since_seq=`` (a seq >= 0),
-    None when neither is given; 400 ``invalid_query`` otherwise."""
+    None when neither is given; 400 ``bad_type`` for one that is not an integer,
+    ``invalid_query`` for one out of range."""
     raw = request.headers.get("Last-Event-ID") or request.args.get("since_seq")
     if raw is None or raw == "":
         return None
-    try:
-        value = int(raw) if len(raw) <= 20 else -1
-    except ValueError:
-        value = -1
+    if _INTEGER.fullmatch(raw) is None:
+        raise _bad_type("since_seq", f"expected a seq (an integer >= 0), got {raw[:40]!r}")
+    value = int(raw) if len(raw) <= _INT_CHARS else -1
     if not 0 <= value <= INT64_MAX:
         raise Problem(
             400,

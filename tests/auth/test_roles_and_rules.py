@@ -115,14 +115,25 @@ def test_a_scope_rule_names_its_scope() -> None:
         Rule("read", scope="runs:submit")
 
 
+def test_only_a_public_rule_leaves_the_credential_to_its_handler() -> None:
+    with pytest.raises(ValueError):
+        Rule("read", reads_credential=True)
+    assert Rule("public", reads_credential=True).reads_credential
+
+
 ANON_OPEN = anonymous(sees_all=True)
 ANON_CLOSED = anonymous(sees_all=False)
 
 #: (rule, principal, mode) -> expected status (None = allowed)
 CASES = [
-    # public: nobody refused, even with a bad credential
+    # public: nobody without a credential refused; a bad one is 401 in every mode, but
+    # where the handler reads the credential itself
     (Rule("public"), ANON_CLOSED, "required", None, None),
-    (Rule("public"), ANON_CLOSED, "required", "unknown access token", None),
+    (Rule("public"), ANON_OPEN, "off", None, None),
+    (Rule("public"), ANON_CLOSED, "required", "unknown access token", 401),
+    (Rule("public"), ANON_OPEN, "off", "not 'Bearer <token>'", 401),
+    (Rule("public", reads_credential=True), ANON_OPEN, "off", "not a token", None),
+    (Rule("public", reads_credential=True), ANON_CLOSED, "required", "not a token", None),
     # read
     (Rule("read"), ANON_OPEN, "off", None, None),
     (Rule("read"), ANON_CLOSED, "required", None, 401),
@@ -147,7 +158,9 @@ CASES = [
     (Rule("admin"), ANON_OPEN, "off", None, 401),
     (Rule("admin"), token("owner"), "off", None, 401),
     (Rule("admin"), ADMIN, "required", None, None),
+    (Rule("admin"), ANON_OPEN, "off", "not a token this server issued", 401),
     (Rule("operator"), ANON_OPEN, "off", None, 401),
+    (Rule("operator"), ANON_OPEN, "off", "not a token this server issued", 401),
     (Rule("operator"), token("owner"), "off", None, 403),
     (Rule("operator"), ADMIN, "off", None, None),
     # user session

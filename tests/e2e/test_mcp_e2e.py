@@ -1,7 +1,8 @@
 """The MCP facade driven by the official MCP Python SDK client over Streamable HTTP
 against a live server with auth required (docs/mcp.md): it initializes, lists the eleven
 tools with their schemas and annotations, submits a job and reads it back; a viewer's
-submit_job is refused by scope; another org's job is not found."""
+submit_job is refused by scope and another org's job is not found, each a result with
+``isError`` carrying the problem; an unknown tool is a JSON-RPC error."""
 
 from __future__ import annotations
 
@@ -104,11 +105,17 @@ async def test_the_official_client_lists_and_calls_tools(
         drive, url, viewer, [("submit_job", job), ("get_job", {"job_id": job_id})]
     )
     refused, read = as_viewer["calls"]
-    assert refused[0] == "error" and "runs:submit" in refused[1]
-    assert read[0] == "ok" and read[1]["job_id"] == job_id
+    # a failing tool is a result with isError (the model sees it), not a JSON-RPC error
+    assert refused[0] == "ok" and refused[2] is True
+    assert refused[1]["status"] == 403 and refused[1]["code"] == "missing_scope"
+    assert "runs:submit" in refused[1]["detail"]
+    assert read[0] == "ok" and read[1]["job_id"] == job_id and read[2] is False
     as_stranger = await trio.to_thread.run_sync(
-        drive, url, stranger, [("get_job", {"job_id": job_id})]
+        drive, url, stranger, [("get_job", {"job_id": job_id}), ("nope", {})]
     )
-    assert as_stranger["calls"][0][0] == "error"
-    assert "job not found" in as_stranger["calls"][0][1]
+    hidden, unknown_tool = as_stranger["calls"]
+    assert hidden[0] == "ok" and hidden[2] is True
+    assert (hidden[1]["status"], hidden[1]["detail"]) == (404, "job not found")
+    # a protocol error (an unknown tool) is still a JSON-RPC error the SDK raises
+    assert unknown_tool[0] == "error" and "unknown tool" in unknown_tool[1]
     live.stop.set()

@@ -83,9 +83,9 @@ async def test_required_anonymous(required: QuartTrio) -> None:
     assert (await client.post("/v1/jobs", json={"stack": "shell"})).status_code == 401
     for path in ("/healthz", "/v1/healthz", "/v1/auth/whoami", "/v1/roles"):
         assert (await client.get(path)).status_code == 200, path
-    # a bad credential on a public route is ignored: whoami then says anon
-    me = await ok_json(await client.get("/v1/auth/whoami", headers=bearer("rpt_junk")), 200)
-    assert me["kind"] == "anon"
+    # a bad credential is refused on a public route too (tests/http/test_invalid_credentials.py)
+    bad = await client.get("/v1/auth/whoami", headers=bearer("rpt_junk"))
+    assert bad.status_code == 401 and (await bad.get_json())["code"] == "unauthorized"
     # unknown paths still 404 (routing, not auth)
     assert (await client.get("/v1/nothing-here")).status_code == 404
 

@@ -107,7 +107,7 @@ async def test_other_errors_keep_their_wording(client: Any) -> None:
     answer = await problem(
         await client.post("/v1/jobs", json={"stack": "shell", "limits": {"pids": "many"}}),
         400,
-        "invalid",
+        "bad_type",  # a string where an integer goes (strict: tests/http/test_strict_scalars.py)
     )
     assert answer["errors"][0]["key"] == "limits.pids"
     assert "accepted" not in answer["detail"]

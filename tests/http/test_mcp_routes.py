@@ -79,16 +79,24 @@ async def test_tools_run_with_the_callers_scopes_and_org(required_app: QuartTrio
     job = created["result"]["structuredContent"]
     assert job["phase"] == "queued" and job["org_id"] == world.org_a
     assert json.loads(created["result"]["content"][0]["text"])["job_id"] == job["job_id"]
+    # a tool's route refusing is the tool's execution error: a result with isError
     _, refused = await rpc(client, call(2, "submit_job", stack="shell"), viewer)
-    assert refused["error"]["code"] == -32000
-    assert refused["error"]["data"]["status"] == 403
-    assert "runs:submit" in refused["error"]["message"]
+    assert "error" not in refused and refused["result"]["isError"] is True
+    problem = refused["result"]["structuredContent"]
+    assert (problem["status"], problem["code"]) == (403, "missing_scope")
+    assert "runs:submit" in problem["detail"]
+    assert refused["result"]["content"] == [
+        {"type": "text", "text": f"403 missing_scope: {problem['detail']}"}
+    ]
     _, read = await rpc(client, call(3, "get_job", job_id=job["job_id"]), viewer)
     assert read["result"]["structuredContent"]["job_id"] == job["job_id"]
+    assert read["result"]["isError"] is False
     _, hidden = await rpc(client, call(4, "get_job", job_id=job["job_id"]), stranger)
     _, unknown = await rpc(client, call(5, "get_job", job_id="job_unknown"), stranger)
-    assert hidden["error"]["data"]["problem"]["detail"] == "job not found"
-    assert hidden["error"]["message"] == unknown["error"]["message"]
+    assert hidden["result"]["isError"] is True
+    assert hidden["result"]["structuredContent"]["detail"] == "job not found"
+    assert hidden["result"]["structuredContent"]["status"] == 404
+    assert hidden["result"]["content"] == unknown["result"]["content"]
     _, listed = await rpc(client, call(6, "list_jobs", limit=5), member)
     assert job["job_id"] in {j["job_id"] for j in listed["result"]["structuredContent"]["items"]}
     _, cancelled = await rpc(client, call(7, "cancel_job", job_id=job["job_id"]), member)
@@ -125,5 +133,42 @@ async def test_json_rpc_errors_are_error_objects_in_a_200(required_app: QuartTri
     assert batch[0]["result"] == {} and batch[1]["error"]["code"] == -32601
     _, empty = await rpc(client, [], token)
     assert empty["error"]["code"] == -32600
+    # arguments are checked strictly, as a route's body is: a protocol error
+    _, typed = await rpc(client, call(8, "list_jobs", limit="5"), token)
+    assert typed["error"]["code"] == -32602 and typed["error"]["data"][0]["key"] == "limit"
+    _, flag = await rpc(client, call(9, "list_jobs", limit=True), token)
+    assert flag["error"]["code"] == -32602
+    _, limits = await rpc(
+        client, call(10, "submit_job", stack="shell", limits={"timeout_sec": True}), token
+    )
+    assert limits["error"]["code"] == -32602
+    assert limits["error"]["data"][0]["key"] == "limits.timeout_sec"
+    # what only the route checks (the catalog) is the tool's execution error
+    _, stack = await rpc(client, call(11, "submit_job", stack="no-such-stack"), token)
+    assert stack["result"]["isError"] is True
+    assert stack["result"]["structuredContent"]["code"] == "unknown_stack"
+    assert stack["result"]["structuredContent"]["status"] == 400
     status, only_notes = await rpc(client, [{"jsonrpc": "2.0", "method": "x"}], token)
     assert (status, only_notes) == (202, None)
+
+
+async def test_hostile_bodies_are_json_rpc_errors_never_500(required_app: QuartTrio) -> None:
+    """The input checks of every body, on the MCP route too (issue 37): a body nested
+    3,000 levels deep, a number no field takes, a NUL: an invalid request in a 200."""
+    client, world = await world_of(required_app)
+    token = world.secrets["member"]
+    deep = "[" * 3000 + "]" * 3000
+    for raw in (
+        deep,
+        '{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"x": ' + deep + "}}",
+        '{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"n": 1e999}}',
+        '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "a\\u0000"}}',
+    ):
+        for path in ("/mcp", "/v1/mcp"):
+            status, answer = await rpc(client, raw, token, path)
+            assert status == 200 and answer["error"]["code"] == -32600, (path, raw[:40], answer)
+    # a body over the cap of every JSON body: refused before any JSON-RPC, never a 500
+    huge = '{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"x": "' + "a" * 2**21 + '"}}'
+    status, answer = await rpc(client, huge, token)
+    assert status == 200 and answer["error"]["code"] == -32600, answer
+    assert "bytes" in answer["error"]["message"]

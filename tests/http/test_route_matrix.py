@@ -601,8 +601,9 @@ CASES: dict[tuple[str, str], Case] = {
     ),
     # nodes are a shared fleet: every reader sees every node's load
     ("GET", "/v1/nodes/<node_id>/metrics"): Case("read", _node_metrics),
-    # self-update: the operator's (an offline node: 202, it takes the target when back)
-    ("POST", "/v1/nodes/<node_id>/update"): Case("admin", _node_update, ok=202),
+    # self-update: the operator's (an offline node: 202, it takes the target when back); a
+    # known caller who is not the operator is 403 (spec)
+    ("POST", "/v1/nodes/<node_id>/update"): Case("operator", _node_update, ok=202),
     ("POST", "/v1/nodes/grants"): Case(
         "scope",
         body(
@@ -727,7 +728,7 @@ async def test_declared_rules_shape(make_settings: Callable[..., Any]) -> None:
             assert rule.scope in SCOPES
     # ?token= is accepted on exactly one route (spec point 7)
     assert [k for k, r in rules.items() if r.query_token] == [("GET", "/v1/jobs/<job_id>/events")]
-    assert rules[("WEBSOCKET", "/v1/nodes/connect")] == Rule("public")
+    assert rules[("WEBSOCKET", "/v1/nodes/connect")] == Rule("public", reads_credential=True)
     assert rules[("GET", "/static/<path:filename>")] == Rule("public")
 
 

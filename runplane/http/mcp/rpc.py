@@ -2,9 +2,14 @@
 
 Methods: ``initialize`` (server info, the tools capability, the protocol version agreed),
 ``notifications/initialized`` and any other notification (no answer: 202), ``ping``,
-``tools/list`` and ``tools/call``. A tool call runs the tool's route with the caller's own
-credential (``call_route``), so a refusal there is the tool's failure: a JSON-RPC error
-carrying the route's problem. Errors are JSON-RPC error objects in a 200.
+``tools/list`` and ``tools/call``. The body gets the input checks of every JSON body
+(:func:`runplane.http.input_checks.decode_json`: depth, int64, finite numbers, no NUL or
+lone surrogate): JSON that does not parse is a parse error, JSON those checks refuse an
+invalid request. Protocol errors (not JSON-RPC, an unknown method, bad params, an unknown
+tool, arguments the tool's schema refuses) are JSON-RPC error objects in a 200. A tool call
+runs the tool's route with the caller's own credential (``call_route``), so a refusal
+there is the tool's execution error, as MCP puts it: a result with ``isError: true``, the
+route's problem (status, code, detail) in ``structuredContent`` and in a text content.
 """
 
 from __future__ import annotations
@@ -17,12 +22,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from runplane import __version__
+from runplane.http.input_checks import decode_json
+from runplane.problems import Problem
 
 from .tools import RouteTool
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
-#: A tool's route refused or failed: ``data`` holds its status and problem.
-TOOL_FAILED = -32000
 #: The revisions of the initialize handshake this server speaks, newest first.
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 
@@ -57,13 +62,22 @@ def _error(ident: Any, exc: RpcError) -> dict[str, Any]:
 Tools = dict[str, RouteTool]
 
 
+def oversized(limit: int) -> dict[str, Any]:
+    """The answer to a body over ``limit`` bytes (the cap of every JSON body)."""
+    detail = f"invalid request: the body is over the {limit} bytes a JSON body may have"
+    return _error(None, RpcError(INVALID_REQUEST, detail))
+
+
 async def handle(raw: str | bytes, tools: Tools, call_route: CallRoute) -> Any:
     """The answer to a request body: an object, a list (a batch), or None (nothing to
     answer: notifications only)."""
     try:
-        message = json.loads(raw)
-    except (ValueError, RecursionError) as exc:  # RecursionError: nested past the stack
-        return _error(None, RpcError(PARSE_ERROR, f"parse error: {exc}"))
+        message = decode_json(raw)
+    except Problem as exc:  # malformed: a parse error; hostile (too deep, ...): invalid
+        if exc.code == "malformed_json":
+            return _error(None, RpcError(PARSE_ERROR, f"parse error: {exc.detail}"))
+        errors = [{"key": e.key, "code": e.code, "message": e.message} for e in exc.errors]
+        return _error(None, RpcError(INVALID_REQUEST, f"invalid request: {exc.detail}", errors))
     if isinstance(message, list):
         if not message:
             return _error(None, RpcError(INVALID_REQUEST, "an empty batch"))
@@ -126,8 +140,8 @@ async def _call(params: dict[str, Any], tools: Tools, call_route: CallRoute) -> 
         raise RpcError(INVALID_PARAMS, f"unknown tool: {name!r}; tools/list names them")
     arguments = params.get("arguments") or {}
     tool = found.tool
-    try:
-        args = tool.args.model_validate(arguments)
+    try:  # strictly, as a route takes its body (runplane/http/bodies.py validate_body)
+        args = tool.args.model_validate_json(json.dumps(arguments), strict=True)
     except ValidationError as exc:
         problems = [
             {"key": ".".join(str(p) for p in e["loc"]), "message": e["msg"]} for e in exc.errors()
@@ -138,12 +152,25 @@ async def _call(params: dict[str, Any], tools: Tools, call_route: CallRoute) -> 
         ) from None
     answer = await call_route(found.method, found.path(args), found.query(args), found.body(args))
     if answer.status >= 400:
-        problem = answer.body if isinstance(answer.body, dict) else {}
-        detail = str(problem.get("detail") or f"the route answered {answer.status}")
-        raise RpcError(TOOL_FAILED, detail, {"status": answer.status, "problem": problem})
+        return _tool_error(answer)
     structured = answer.body if isinstance(answer.body, dict) else {"items": answer.body}
     return {
         "content": [{"type": "text", "text": json.dumps(answer.body, separators=(",", ":"))}],
         "structuredContent": structured,
         "isError": False,
+    }
+
+
+def _tool_error(answer: RouteAnswer) -> dict[str, Any]:
+    """A tool's execution error (its route answered a problem): a result with ``isError``,
+    the problem in ``structuredContent`` (with its ``status``, ``code`` and ``detail``
+    always there) and, for a model to read, in a text content."""
+    problem = answer.body if isinstance(answer.body, dict) else {}
+    detail = str(problem.get("detail") or f"the route answered {answer.status}")
+    code = str(problem.get("code") or "error")
+    structured = {**problem, "status": answer.status, "code": code, "detail": detail}
+    return {
+        "content": [{"type": "text", "text": f"{answer.status} {code}: {detail}"}],
+        "structuredContent": structured,
+        "isError": True,
     }

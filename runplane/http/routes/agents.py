@@ -29,7 +29,7 @@ from runplane.actors.job_messages import (
 )
 from runplane.actors.node import AttemptEnded, Beat, Drain, NodeMsg, Released, UpdateReported
 from runplane.agent import protocol as p
-from runplane.auth.rules import PUBLIC
+from runplane.auth.rules import OWN_CREDENTIAL
 from runplane.http.context import services
 from runplane.http.openapi import doc
 from runplane.nodes.connect import ConnectRefused
@@ -77,7 +77,7 @@ async def _refuse(code: int, reason: str) -> None:
     "The node agents' WebSocket",
     # it authenticates in its handler (node credential, join token or open enrollment;
     # runplane/actors/fleet.py), so the HTTP layer lets it through
-    rule=PUBLIC,
+    rule=OWN_CREDENTIAL,
 )
 async def connect() -> None:
     svc = services()

@@ -142,8 +142,8 @@ async def exchange() -> tuple[dict[str, Any], int, dict[str, str]]:
     status=204,
     content="empty",
     errors=(401,),
-    # ends the bearer's session
-    rule=Rule("public", identity=True),
+    # ends the bearer's session: it reads the bearer itself (an ended one is 204 too)
+    rule=Rule("public", identity=True, reads_credential=True),
 )
 async def logout() -> Response:
     secret = bearer_token()

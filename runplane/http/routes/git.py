@@ -8,7 +8,7 @@ from typing import Any
 
 from quart import Blueprint, Response, request
 
-from runplane.auth.rules import PUBLIC, scope
+from runplane.auth.rules import OWN_CREDENTIAL, scope
 from runplane.git.connections import GitConnectionBody
 from runplane.http import audit
 from runplane.http.bodies import parse_body
@@ -115,7 +115,7 @@ async def _proxy(connection_id: str, service_path: str) -> Response:
     errors=(401, 403, 404, 502),
     # an agent fetching a connection's repository for a job: the handler checks the
     # attempt's git fetch ticket (Basic auth), as /v1/nodes/connect checks its hello
-    rule=PUBLIC,
+    rule=OWN_CREDENTIAL,
 )
 async def proxy_refs(connection_id: str) -> Response:
     if request.args.get("service") != "git-upload-pack":
@@ -132,7 +132,7 @@ async def proxy_refs(connection_id: str) -> Response:
     "Git smart HTTP for an agent (its fetch ticket)",
     content="bytes",
     errors=(401, 403, 404, 413, 502),
-    rule=PUBLIC,
+    rule=OWN_CREDENTIAL,
 )
 async def proxy_upload_pack(connection_id: str) -> Response:
     return await _proxy(connection_id, "git-upload-pack")

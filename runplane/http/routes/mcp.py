@@ -11,10 +11,11 @@ import json
 from typing import Any
 
 from quart import Blueprint, Response, current_app, request
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from runplane.auth.rules import READ
 from runplane.http.auth_hook import ORG_HEADER
-from runplane.http.mcp.rpc import RouteAnswer, handle
+from runplane.http.mcp.rpc import RouteAnswer, handle, oversized
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 from runplane.http.openapi.route_doc import tools_of
@@ -49,7 +50,8 @@ async def _call_route(
     v.View,
     also=(202,),
     description="initialize, ping, tools/list, tools/call; notifications answer 202 with "
-    "no body. Errors are JSON-RPC error objects in a 200.",
+    "no body. Protocol errors are JSON-RPC error objects in a 200; a tool whose route "
+    "answers a problem is a result with isError true, the problem in structuredContent.",
     # the MCP tool facade (docs/mcp.md): a bearer like any read; each tool call is a request
     # to the tool's route with the same credential, decided there by that route's rule
     rule=READ,
@@ -58,7 +60,12 @@ async def mcp() -> Response:
     tools = current_app.extensions.get(TOOLS_KEY)
     if tools is None:  # derived once from the routes' declarations
         tools = current_app.extensions[TOOLS_KEY] = tools_of(current_app)
-    answer = await handle(await request.get_data(as_text=False), tools, _call_route)
+    try:
+        raw = await request.get_data(as_text=False)
+    except RequestEntityTooLarge:  # the cap of every JSON body, as a JSON-RPC error
+        answer: Any = oversized(current_app.config["MAX_CONTENT_LENGTH"])
+    else:
+        answer = await handle(raw, tools, _call_route)
     if answer is None:
         return Response(b"", status=202)
     return Response(json.dumps(answer, separators=(",", ":")), content_type="application/json")

@@ -12,7 +12,7 @@ import hmac
 
 from quart import Blueprint, Response, request
 
-from runplane.auth.rules import PUBLIC
+from runplane.auth.rules import OWN_CREDENTIAL
 from runplane.http.auth_hook import current_principal
 from runplane.http.context import services
 from runplane.http.guards import bearer_token
@@ -45,7 +45,7 @@ def _may_scrape() -> bool:
     errors=(401,),
     # Prometheus (docs/operations.md "Metrics"): open deploys anyone; with auth required
     # the route asks for the admin token or RUNPLANE_METRICS_TOKEN (a scraper's bearer)
-    rule=PUBLIC,
+    rule=OWN_CREDENTIAL,
 )
 async def metrics() -> Response:
     if not _may_scrape():
