@@ -7,12 +7,20 @@ the accepted ones and the close one (``?status=`` on a route that filters by ``p
 not silently list everything). ``token`` is accepted where the route's auth rule takes
 ``?token=``. A route marked ``@ignores_query`` is not checked (its docstring says why),
 nor is Quart's ``static`` route (cache-busting parameters on files are common and harmless).
+
+A declaration is a name (free text: at most 256 characters, no control characters) or a
+typed :class:`Param` (:func:`integer`, :func:`boolean`, :func:`choice`, :func:`number`,
+:func:`text`): its JSON Schema is what the OpenAPI document says of the parameter, and the
+parsing helpers below (``int_arg``, ``flag_arg``, ``choice_arg``, ...) refuse exactly
+what it does not allow (docs/api.md "OpenAPI").
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection
-from typing import TypeVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from quart import current_app, request
 
@@ -20,8 +28,10 @@ from runplane.http.openapi.route_doc import doc_of
 from runplane.problems import FieldProblem, Problem
 from runplane.suggest import accepted_phrase
 
-#: The attribute ``accepts_query`` puts on a view function (None: not checked).
+#: The attribute ``accepts_query`` puts on a view function (None: not checked): the names.
 QUERY_ATTR = "runplane_query_params"
+#: The attribute with the declared parameters themselves (:class:`Param`, by name).
+QUERY_PARAMS_ATTR = "runplane_query_declared"
 #: The query parameter that carries a credential where the route's auth rule allows it.
 TOKEN_PARAM = "token"
 #: Endpoints never checked: Quart's static files.
@@ -30,14 +40,115 @@ UNCHECKED_ENDPOINTS = frozenset({"static"})
 V = TypeVar("V", bound=Callable[..., object])
 
 
-def accepts_query(*names: str) -> Callable[[V], V]:
-    """Declare the query parameters a route reads; any other one is a 400."""
+#: What a text parameter or a path id may hold: no control characters (input_checks.py).
+NO_CONTROL = "^[^\\u0000-\\u001f\\u007f]*$"
+#: The longest free-text query value (:func:`str_arg`'s default).
+TEXT_MAX = 256
+#: The largest integer a query parameter may be when its route sets no maximum: what a
+#: 64-bit column (or SQL ``LIMIT``/``OFFSET``) takes.
+INT64_MAX = 2**63 - 1
+#: The values :func:`flag_arg` takes (``paginate=1`` is the spec's spelling).
+TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes"), ("0", "false", "no")
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """A declared query parameter: its name and the JSON Schema the document gives it,
+    which :func:`check_query` holds every value to (before the route's own parsing)."""
+
+    name: str
+    schema: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    description: str = ""
+
+    def problem(self, raw: str) -> str | None:
+        """Why ``raw`` is not a value of this parameter's schema; None when it is."""
+        kind = self.schema.get("type")
+        if kind == "string" and "enum" not in self.schema:
+            return self._text_problem(raw)
+        if "enum" in self.schema:
+            choices = self.schema["enum"]
+            return (
+                None
+                if raw in choices
+                else f"unknown value {raw[:40]!r}; accepted: " + (", ".join(choices))
+            )
+        if kind == "boolean":
+            ok = raw.lower() in TRUE_WORDS + FALSE_WORDS
+            return None if ok else f"expected true or false (or 1 or 0), got {raw[:40]!r}"
+        return self._number_problem(raw, integral=kind == "integer")
+
+    def _text_problem(self, raw: str) -> str | None:
+        if len(raw) > self.schema.get("maxLength", len(raw)):
+            return f"longer than {self.schema['maxLength']} characters"
+        regex = self.schema.get("pattern")
+        if regex is not None and re.search(regex, raw) is None:
+            return f"{raw[:40]!r} does not match {regex}"
+        return None
+
+    def _number_problem(self, raw: str, *, integral: bool) -> str | None:
+        shape = _INTEGER if integral else _NUMBER
+        if len(raw) > 64 or not shape.fullmatch(raw):
+            return f"expected {'an integer' if integral else 'a number'}, got {raw[:40]!r}"
+        value = int(raw) if _INTEGER.fullmatch(raw) else float(raw)
+        low, high = self.schema.get("minimum"), self.schema.get("maximum")
+        if value != value or value in (float("inf"), float("-inf")):
+            return f"expected a finite number, got {raw[:40]!r}"
+        if (low is not None and value < low) or (high is not None and value > high):
+            return f"must be between {low} and {high}, got {raw[:40]}"
+        return None
+
+
+def text(name: str, *, max_length: int = TEXT_MAX, description: str = "") -> Param:
+    schema = {"type": "string", "maxLength": max_length, "pattern": NO_CONTROL}
+    return Param(name, schema, description)
+
+
+def integer(
+    name: str, *, minimum: int = 0, maximum: int = INT64_MAX, description: str = ""
+) -> Param:
+    return Param(name, {"type": "integer", "minimum": minimum, "maximum": maximum}, description)
+
+
+def number(name: str, *, minimum: float = 0, description: str = "") -> Param:
+    return Param(name, {"type": "number", "minimum": minimum}, description)
+
+
+def boolean(name: str, *, description: str = "") -> Param:
+    described = description or f"also {'/'.join(TRUE_WORDS)} and {'/'.join(FALSE_WORDS)}"
+    return Param(name, {"type": "boolean"}, described)
+
+
+def choice(name: str, choices: Collection[str], *, description: str = "") -> Param:
+    return Param(name, {"type": "string", "enum": list(choices)}, description)
+
+
+def paging(maximum: int) -> tuple[Param, Param]:
+    """``limit`` (1 to ``maximum``) and ``offset`` (>= 0) of a plain list."""
+    return integer("limit", minimum=1, maximum=maximum), integer("offset")
+
+
+def pattern(name: str, regex: str, *, description: str = "") -> Param:
+    """A text parameter that matches ``regex`` (a JSON Schema / Python pattern)."""
+    return Param(name, {"type": "string", "pattern": regex}, description)
+
+
+def accepts_query(*declared: str | Param) -> Callable[[V], V]:
+    """Declare the query parameters a route reads (a bare name is free text); any other
+    one is a 400."""
+    params = tuple(p if isinstance(p, Param) else text(p) for p in declared)
 
     def mark(view: V) -> V:
-        setattr(view, QUERY_ATTR, names)
+        setattr(view, QUERY_ATTR, tuple(p.name for p in params))
+        setattr(view, QUERY_PARAMS_ATTR, params)
         return view
 
     return mark
+
+
+def declared_params(view: object) -> tuple[Param, ...]:
+    """The typed query parameters a view declares (none when it declares none)."""
+    found = getattr(view, QUERY_PARAMS_ATTR, None)
+    return tuple(found) if isinstance(found, tuple) else ()
 
 
 def ignores_query(view: V) -> V:
@@ -97,6 +208,17 @@ async def check_query() -> None:
     accepted: Collection[str] | None = getattr(view, QUERY_ATTR, ())
     if accepted is not None:
         check_args(accepted)
+        check_values(declared_params(view))
+
+
+def check_values(params: tuple[Param, ...]) -> None:
+    """400 naming the first declared parameter whose value its schema does not allow (an
+    empty value included: ``?limit=`` is not an integer)."""
+    for param in params:
+        for raw in request.args.getlist(param.name):
+            message = param.problem(raw)
+            if message is not None:
+                raise _bad(param.name, message)
 
 
 def _bad(name: str, message: str) -> Problem:
@@ -105,11 +227,13 @@ def _bad(name: str, message: str) -> Problem:
     )
 
 
-#: The largest integer a query parameter may be when its route sets no maximum: what a
-#: 64-bit column (or SQL ``LIMIT``/``OFFSET``) takes.
-INT64_MAX = 2**63 - 1
 #: Longest integer literal looked at: no work converting a 4,400-digit string.
 _INT_CHARS = 20
+#: An integer as the document's ``type: integer`` writes one (no sign but -, no spaces,
+#: no ``_``, ASCII digits only: ``int()`` takes all of those).
+_INTEGER = re.compile(r"-?[0-9]+")
+#: A JSON number.
+_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 
 
 def int_arg(name: str, default: int, *, minimum: int = 0, maximum: int = INT64_MAX) -> int:
@@ -117,8 +241,10 @@ def int_arg(name: str, default: int, *, minimum: int = 0, maximum: int = INT64_M
     if raw is None or raw == "":
         return default
     try:
-        if len(raw.strip()) > _INT_CHARS:
+        if len(raw) > _INT_CHARS and _INTEGER.fullmatch(raw):
             raise _bad(name, f"must be between {minimum} and {maximum}, got {raw[:24]}...")
+        if not _INTEGER.fullmatch(raw):
+            raise ValueError(raw)
         value = int(raw)
     except ValueError:
         raise _bad(name, f"expected an integer, got {raw[:40]!r}") from None
@@ -136,7 +262,7 @@ def choice_arg(name: str, choices: tuple[str, ...]) -> str | None:
     return raw
 
 
-def str_arg(name: str, *, max_length: int = 256) -> str | None:
+def str_arg(name: str, *, max_length: int = TEXT_MAX) -> str | None:
     raw = request.args.get(name)
     if raw is None or raw == "":
         return None
@@ -146,7 +272,13 @@ def str_arg(name: str, *, max_length: int = 256) -> str | None:
 
 
 def flag_arg(name: str) -> bool:
-    return request.args.get(name, "").lower() in ("1", "true", "yes")
+    """A boolean: true, 1, yes or false, 0, no (any case); absent or empty is false."""
+    raw = request.args.get(name, "").lower()
+    if raw in TRUE_WORDS:
+        return True
+    if raw in FALSE_WORDS or raw == "":
+        return False
+    raise _bad(name, f"expected true or false (or 1 or 0), got {raw[:40]!r}")
 
 
 def number_arg(name: str, *, minimum: float = 0) -> float | int | None:
@@ -154,17 +286,9 @@ def number_arg(name: str, *, minimum: float = 0) -> float | int | None:
     raw = request.args.get(name)
     if raw is None or raw == "":
         return None
-    try:
-        if len(raw) > 64:
-            raise ValueError(raw)
-        value: float | int = int(raw)
-    except ValueError:
-        try:
-            value = float(raw[:64])
-            if len(raw) > 64:
-                raise ValueError(raw)
-        except ValueError:
-            raise _bad(name, f"expected a number, got {raw[:40]!r}") from None
+    if len(raw) > 64 or not _NUMBER.fullmatch(raw):
+        raise _bad(name, f"expected a number, got {raw[:40]!r}")
+    value: float | int = int(raw) if _INTEGER.fullmatch(raw) else float(raw)
     if value != value or value in (float("inf"), float("-inf")):
         raise _bad(name, f"expected a finite number, got {raw!r}")
     if value < minimum:
@@ -178,10 +302,7 @@ def resume_seq() -> int | None:
     raw = request.headers.get("Last-Event-ID") or request.args.get("since_seq")
     if raw is None or raw == "":
         return None
-    try:
-        value = int(raw) if len(raw) <= 20 else -1
-    except ValueError:
-        value = -1
+    value = int(raw) if len(raw) <= _INT_CHARS and _INTEGER.fullmatch(raw) else -1
     if not 0 <= value <= INT64_MAX:
         raise Problem(
             400,

@@ -27,6 +27,13 @@ blueprint = Blueprint("orgs", __name__, url_prefix="/v1/orgs")
 
 NO_STORE = {"Cache-Control": "no-store"}
 
+#: An email as runplane/auth/identity.py normalize_email takes one (name@host).
+Email = Annotated[
+    str,
+    StringConstraints(
+        strip_whitespace=True, max_length=identity.EMAIL_MAX, pattern=r"^[^@\s]+@[^@\s]+$"
+    ),
+]
 Text = Annotated[str, StringConstraints(strip_whitespace=True, max_length=identity.NAME_MAX)]
 
 
@@ -71,7 +78,7 @@ async def _granter(org_id: str) -> str:
 
 class MemberBody(Body):
     name: Text | None = None
-    email: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+    email: Email
     role: RoleName = "member"
 
 
