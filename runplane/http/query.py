@@ -66,12 +66,10 @@ class Param:
         if kind == "string" and "enum" not in self.schema:
             return self._text_problem(raw)
         if "enum" in self.schema:
-            choices = self.schema["enum"]
-            return (
-                None
-                if raw in choices
-                else f"unknown value {raw[:40]!r}; accepted: " + (", ".join(choices))
-            )
+            accepted = ", ".join(self.schema["enum"])
+            if raw in self.schema["enum"]:
+                return None
+            return f"unknown {self.name} {raw[:40]!r}; accepted: {accepted}"
         if kind == "boolean":
             ok = raw.lower() in TRUE_WORDS + FALSE_WORDS
             return None if ok else f"expected true or false (or 1 or 0), got {raw[:40]!r}"
@@ -212,13 +210,17 @@ async def check_query() -> None:
 
 
 def check_values(params: tuple[Param, ...]) -> None:
-    """400 naming the first declared parameter whose value its schema does not allow (an
-    empty value included: ``?limit=`` is not an integer)."""
+    """400 naming the first declared parameter whose value its schema does not allow. An
+    empty value is the parameter left out (the document says so: ``allowEmptyValue``)."""
     for param in params:
         for raw in request.args.getlist(param.name):
-            message = param.problem(raw)
-            if message is not None:
-                raise _bad(param.name, message)
+            message = param.problem(raw) if raw != "" else None
+            if message is None:
+                continue
+            if "enum" in param.schema:  # the accepted values are in the message
+                error = FieldProblem(param.name, "not_allowed", message)
+                raise Problem(400, "invalid_query", message, [error])
+            raise _bad(param.name, message)
 
 
 def _bad(name: str, message: str) -> Problem:

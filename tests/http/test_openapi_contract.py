@@ -84,7 +84,11 @@ async def test_query_parameters_are_typed_as_parsed(app: QuartTrio, client: Any)
         answer = await client.get(f"/v1/jobs?{query}")
         assert answer.status_code == 400, query
         assert (await answer.get_json())["code"] == "invalid_query", query
-    # ...and takes what it allows
+    unknown = await (await client.get("/v1/jobs?phase=done")).get_json()
+    assert unknown["errors"][0]["code"] == "not_allowed" and "queued" in unknown["detail"]
+    # ...and takes what it allows; an empty value is the parameter left out
+    assert _param(jobs, "limit")["allowEmptyValue"] is True
+    assert isinstance(await (await client.get("/v1/jobs?limit=&phase=")).get_json(), list)
     page = await client.get("/v1/jobs?paginate=true&limit=5")
     assert page.status_code == 200 and "items" in await page.get_json()
     assert (await client.get("/v1/jobs?paginate=false")).status_code == 200

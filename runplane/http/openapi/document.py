@@ -214,7 +214,13 @@ def _parameters(rule: str, route: RouteDoc, query: tuple[Param, ...]) -> list[di
         for name in _PARAM.findall(rule)
     ]
     for param in query:
-        one = {"name": param.name, "in": "query", "required": False, "schema": param.schema}
+        one = {
+            "name": param.name,
+            "in": "query",
+            "required": False,
+            "schema": param.schema,
+            "allowEmptyValue": True,  # an empty value is the parameter left out
+        }
         if param.description:
             one["description"] = param.description
         params.append(one)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import RootModel
 from quart import Blueprint, Response, current_app, request
 
 from runplane.auth.rules import READ
@@ -23,10 +22,6 @@ from runplane.http.openapi.route_doc import RawBody, tools_of
 blueprint = Blueprint("mcp", __name__)
 
 TOOLS_KEY = "runplane.mcp.tools"
-
-
-class RpcAnswers(RootModel[list[v.View]]):
-    """A batch's answers: one JSON-RPC 2.0 response per request (none per notification)."""
 
 
 _REQUEST = {
@@ -70,7 +65,7 @@ async def _call_route(
 @blueprint.post("/v1/mcp")
 @doc(
     "The MCP tool facade (JSON-RPC 2.0)",
-    (v.View, RpcAnswers),
+    (v.RpcResponse, v.RpcAnswers),
     bodiless=(202,),
     raw_body=RPC_BODY,
     description="initialize, ping, tools/list, tools/call; notifications answer 202 with "

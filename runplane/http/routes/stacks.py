@@ -40,7 +40,7 @@ def _view() -> str:
 
 
 @blueprint.get("")
-@accepts_query(choice("view", VIEWS))
+@accepts_query(choice("view", sorted(VIEWS)))
 @doc(
     "The stack catalog",
     v.Stack,
@@ -58,7 +58,7 @@ async def list_stacks() -> Response:
 
 
 @blueprint.get("/<name>")
-@accepts_query(choice("view", VIEWS))
+@accepts_query(choice("view", sorted(VIEWS)))
 @doc("One stack", v.Stack, rule=READ)
 async def get_stack(name: str) -> Response:
     view = _view()
