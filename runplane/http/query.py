@@ -10,9 +10,11 @@ nor is Quart's ``static`` route (cache-busting parameters on files are common an
 
 A declaration is a name (free text: at most 256 characters, no control characters) or a
 typed :class:`Param` (:func:`integer`, :func:`boolean`, :func:`choice`, :func:`number`,
-:func:`text`): its JSON Schema is what the OpenAPI document says of the parameter, and the
-parsing helpers below (``int_arg``, ``flag_arg``, ``choice_arg``, ...) refuse exactly
-what it does not allow (docs/api.md "OpenAPI").
+:func:`pattern`, :func:`text`): its JSON Schema is what the OpenAPI document says of the
+parameter, and :func:`check_query` refuses every value it does not allow before the route
+runs (an empty value is the parameter left out), so the parsing helpers below
+(``int_arg``, ``flag_arg``, ``choice_arg``, ...) only read what the document allows
+(docs/api.md "OpenAPI").
 """
 
 from __future__ import annotations
@@ -112,8 +114,8 @@ def number(name: str, *, minimum: float = 0, description: str = "") -> Param:
 
 
 def boolean(name: str, *, description: str = "") -> Param:
-    described = description or f"also {'/'.join(TRUE_WORDS)} and {'/'.join(FALSE_WORDS)}"
-    return Param(name, {"type": "boolean"}, described)
+    words = f"true/false, also {'/'.join(TRUE_WORDS)} and {'/'.join(FALSE_WORDS)}"
+    return Param(name, {"type": "boolean"}, f"{description} ({words})" if description else words)
 
 
 def choice(name: str, choices: Collection[str], *, description: str = "") -> Param:
