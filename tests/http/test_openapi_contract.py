@@ -18,6 +18,7 @@ from quart_trio import QuartTrio
 from runplane.http.app import create_app
 from runplane.http.openapi.document import build
 from runplane.settings import Settings
+from tests.http.conftest import ADMIN
 
 
 def _param(op: dict[str, Any], name: str) -> dict[str, Any]:
@@ -148,10 +149,29 @@ async def test_priority_is_int32(app: QuartTrio, client: Any) -> None:
     assert (await answer.get_json())["errors"][0]["key"] == "priority"
 
 
-async def test_an_email_must_look_like_one(app: QuartTrio) -> None:
-    member = _component(build(app), "MemberBody")
-    assert member.is_valid({"email": "a@b.example"})
-    assert not member.is_valid({"email": "not an email"})
+async def test_an_email_must_look_like_one(app: QuartTrio, client: Any) -> None:
+    seat = _component(build(app), "SeatBody")
+    assert seat.is_valid({"email": "a@b.example"})
+    for wrong in ("not an email", "a\x1d@b.example", "a@b@c", " a@b.example"):
+        assert not seat.is_valid({"email": wrong}), wrong
+        answer = await client.post(
+            "/v1/auth/seat", json={"email": wrong}, headers={"Authorization": f"Bearer {ADMIN}"}
+        )
+        assert answer.status_code == 400, wrong
+
+
+async def test_a_token_has_a_known_role_or_known_scopes(app: QuartTrio, client: Any) -> None:
+    mint = _component(build(app), "MintBody")
+    assert mint.is_valid({"subject": "ci", "scopes": ["runs:submit"]})
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    for wrong in (
+        {"subject": "ci", "scopes": [""]},
+        {"subject": "ci", "role": "boss"},
+        {"subject": "ci", "role": "member", "scopes": ["runs:submit"]},
+    ):
+        assert not mint.is_valid(wrong), wrong
+        answer = await client.post("/v1/auth/tokens", json=wrong, headers=admin)
+        assert answer.status_code == 400, wrong
 
 
 @pytest.mark.parametrize("mode", ["off", "shadow", "required"])

@@ -17,6 +17,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from runplane.auth.roles import ROLE_NAMES, SCOPES
+
 _NULL = {"type": "null"}
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 #: A body string: no NUL (PostgreSQL cannot store one; input_checks.py refuses it).
@@ -64,6 +66,17 @@ RULES: Mapping[str, Mapping[str, Any]] = {
     "PodService": {
         "required": ["name"],
         "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 64}},
+    },
+    # runplane/http/routes/auth.py mint_token: a known role or known scopes, not both
+    "MintBody": {
+        "properties": {
+            "role": {"anyOf": [{"enum": list(ROLE_NAMES)}, _NULL]},
+            "scopes": {"anyOf": [{"type": "array", "items": {"enum": list(SCOPES)}}, _NULL]},
+        },
+        "not": {
+            "required": ["role", "scopes"],
+            "properties": {"role": {"not": _NULL}, "scopes": {"not": _NULL}},
+        },
     },
     # runplane/nodes/grants.py: the grantee org is required (the owner defaults to the caller's)
     # and `expires_at` is what pydantic's datetime takes: an RFC 3339 time or a unix time
