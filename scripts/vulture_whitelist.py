@@ -56,3 +56,5 @@ cover  # variable in runplane/stacks/models.py
 badge  # variable in runplane/stacks/models.py
 featured  # variable in runplane/stacks/models.py
 WEBHOOK  # variable in runplane/webhooks/deliveries.py
+make_default_options_response  # Quart calls it for an automatic OPTIONS (runplane/http/app.py)
+jsonrpc  # RpcResponse's field in runplane/http/openapi/views/platform.py (read by clients)

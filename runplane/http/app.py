@@ -12,9 +12,10 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from quart import request
+from quart import Response, current_app, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
+from werkzeug.routing import MapAdapter
 
 from runplane.artifacts import open_artifact_store
 from runplane.http.auth_hook import install as install_auth
@@ -136,6 +137,31 @@ async def _on_write_failed(exc: WriteBatchError) -> Any:
     return await _on_unexpected(exc)
 
 
+def allowed_methods(app: QuartTrio, adapter: MapAdapter | None, path: str) -> list[str]:
+    """The methods of the route ``path`` matches (its url rule's, across the views that
+    share that rule), not of every rule the path could match: ``/v1/jobs/batch`` is the
+    batch route (POST), not ``GET /v1/jobs/{job_id}`` for a job called "batch"."""
+    if adapter is None:
+        return []
+    try:
+        matched, _ = adapter.match(path, method="OPTIONS", return_rule=True)
+    except HTTPException:
+        return sorted(adapter.allowed_methods(path))
+    methods: set[str] = set()
+    for rule in app.url_map.iter_rules():
+        if rule.rule == matched.rule and not rule.websocket:
+            methods |= rule.methods or set()
+    return sorted(methods)
+
+
+class RunplaneApp(QuartTrio):
+    """QuartTrio whose automatic OPTIONS answer names the matched route's methods only."""
+
+    async def make_default_options_response(self) -> Response:
+        allowed = allowed_methods(self, self.create_url_adapter(request), request.path)
+        return self.response_class("", headers={"Allow": ", ".join(allowed)})
+
+
 async def _on_http_exception(exc: HTTPException) -> Any:
     status = exc.code or 500
     headers: dict[str, str] = {}
@@ -143,7 +169,8 @@ async def _on_http_exception(exc: HTTPException) -> Any:
     if status == 404:
         detail = f"no route for {request.method} {request.path}"
     elif status == 405:
-        allowed = exc.valid_methods if hasattr(exc, "valid_methods") else None
+        app = cast(QuartTrio, current_app)
+        allowed = allowed_methods(app, app.create_url_adapter(request), request.path)
         if allowed:
             headers["Allow"] = ", ".join(sorted(allowed))
         detail = f"{request.method} is not allowed on {request.path}" + (
@@ -289,7 +316,7 @@ def create_app(
     ``GET /v1/ha``; ``ha_leading`` says whether its lease surely still runs (the agents'
     route sends nothing when it does not)."""
     settings = ensure_secret_key(settings)
-    app = QuartTrio("runplane")
+    app = RunplaneApp("runplane")
     app.config["MAX_CONTENT_LENGTH"] = MAX_JSON_BODY
     app.config["PROPAGATE_EXCEPTIONS"] = False
     app.extensions["runplane.ha"] = ha_status

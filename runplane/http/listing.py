@@ -12,7 +12,17 @@ from quart import request
 
 from runplane.http.caller import current_caller
 from runplane.http.context import services
-from runplane.http.query import choice_arg, flag_arg, int_arg, str_arg
+from runplane.http.query import (
+    Param,
+    boolean,
+    choice,
+    choice_arg,
+    flag_arg,
+    int_arg,
+    integer,
+    str_arg,
+    text,
+)
 from runplane.jobs import repo
 from runplane.jobs.phase import PHASES
 from runplane.jobs.rows import JobRow
@@ -20,18 +30,15 @@ from runplane.jobs.rows import JobRow
 LIST_DEFAULT, LIST_MAX = 500, 5000
 
 #: The query parameters of the job list and of the run list (``@accepts_query``).
-PAGE_PARAMS = ("limit", "offset", "paginate", "cursor")
-JOB_LIST_PARAMS = (
-    "phase",
-    "stack",
-    "project",
-    "spec",
-    "node",
-    "pipeline",
-    "array",
-    *PAGE_PARAMS,
+PAGE_PARAMS: tuple[Param, ...] = (
+    integer("limit", minimum=1, maximum=LIST_MAX),
+    integer("offset"),
+    boolean("paginate", description="1 or true: the page envelope instead of the bare array"),
+    text("cursor", description="next_cursor of the previous page (implies paginate)"),
 )
-RUN_LIST_PARAMS = ("phase", "stack", "project", *PAGE_PARAMS)
+_FILTERS: tuple[Param | str, ...] = (choice("phase", PHASES), "stack", "project")
+JOB_LIST_PARAMS = (*_FILTERS, "spec", "node", "pipeline", "array", *PAGE_PARAMS)
+RUN_LIST_PARAMS = (*_FILTERS, *PAGE_PARAMS)
 
 Render = Callable[[list[JobRow]], Awaitable[list[dict[str, Any]]]]
 

@@ -1,8 +1,11 @@
 """schemathesis against a live server, from the server's own OpenAPI document
-(docs/api.md "OpenAPI"), in the open and the required auth mode: every answer must be
-documented (its status, its content type, its body's schema) and none may be a 5xx
-(tests/fuzz/schemathesis.toml: bounded examples, a fixed seed, loopback, stops by
-itself). A failure prints schemathesis' report, with a ``curl`` to reproduce each case."""
+(docs/api.md "OpenAPI"), in the open and the required auth mode, with every check it has:
+every answer documented (status, content type, headers, body schema) and none a 5xx, every
+request the document allows taken and every one it refuses refused, auth enforced exactly
+where the document (which follows the deploy's auth mode) says, ``Allow`` as documented
+(tests/fuzz/schemathesis.toml: bounded examples, a fixed seed, loopback, stops by itself;
+each exception named there with its reason). A failure prints schemathesis' report, with
+a ``curl`` to reproduce each case."""
 
 from __future__ import annotations
 

@@ -14,9 +14,9 @@ the answers in tests (:mod:`runplane.http.strict`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel
 from quart import Quart
@@ -32,6 +32,21 @@ V = TypeVar("V", bound=Callable[..., object])
 
 
 @dataclass(frozen=True, slots=True)
+class RawBody:
+    """A request body that is not a JSON object of a body model: bytes, a multipart form,
+    JSON-RPC. ``schema`` is its OpenAPI schema under ``media`` (``encoding``: the
+    multipart encoding object, when there is one)."""
+
+    media: str
+    schema: Mapping[str, Any]
+    required: bool = True
+    description: str = ""
+    encoding: Mapping[str, Any] | None = None
+    #: other media types taken with the same schema
+    also: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class RouteDoc:
     summary: str
     #: what the caller needs (runplane/auth/rules.py; enforced by runplane/http/auth_hook.py)
@@ -44,16 +59,22 @@ class RouteDoc:
     status: int = 200
     #: other success statuses with the same body (201 created / 200 replaced, ...)
     also: tuple[int, ...] = ()
+    #: other success statuses answered with no body (a JSON-RPC notification's 202)
+    bodiless: tuple[int, ...] = ()
     content: Content = "json"
     body: type[BaseModel] | None = None
     #: the body may be left out (the model's defaults apply)
     body_optional: bool = False
+    #: a body the route reads that is not a body model (``body`` is then None)
+    raw_body: RawBody | None = None
     errors: tuple[int, ...] = ()
     description: str = ""
-    #: the event names of an event stream (``content="sse"``)
-    events: tuple[str, ...] = ()
+    #: an event stream's events (``content="sse"``): each name with its data's JSON shape
+    events: tuple[tuple[str, str], ...] = ()
     #: the MCP tool that calls this route (docs/mcp.md)
     mcp: Tool | None = None
+    #: path parameters narrower than "no control characters": name -> JSON Schema pattern
+    path: tuple[tuple[str, str], ...] = ()
 
 
 def doc(
@@ -65,13 +86,16 @@ def doc(
     page: type[BaseModel] | None = None,
     status: int = 200,
     also: tuple[int, ...] = (),
+    bodiless: tuple[int, ...] = (),
     content: Content = "json",
     body: type[BaseModel] | None = None,
     body_optional: bool = False,
+    raw_body: RawBody | None = None,
     errors: tuple[int, ...] = (),
     description: str = "",
-    events: tuple[str, ...] = (),
+    events: Mapping[str, str] | None = None,
     mcp: Tool | None = None,
+    path: Mapping[str, str] | None = None,
 ) -> Callable[[V], V]:
     """Declare a route (put it under the route decorator): its auth rule, body, answer,
     errors and MCP tool."""
@@ -83,13 +107,16 @@ def doc(
         page=page,
         status=status,
         also=also,
+        bodiless=bodiless,
         content=content,
         body=body,
         body_optional=body_optional,
+        raw_body=raw_body,
         errors=errors,
         description=description,
-        events=events,
+        events=tuple((events or {}).items()),
         mcp=mcp,
+        path=tuple((path or {}).items()),
     )
 
     def mark(view: V) -> V:

@@ -12,14 +12,23 @@ from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
-from runplane.http.query import accepts_query, int_arg, str_arg
+from runplane.http.query import accepts_query, int_arg, integer, pattern, str_arg
 from runplane.jobs import analytics
+
+#: A window (runplane/timefmt.py ``duration_ms``) of at most 30 days.
+WINDOW_PATTERN = (
+    r"^(([1-9][0-9]{0,3}|[1-3][0-9]{4}|4[0-2][0-9]{3}|43[01][0-9]{2}|43200)m"
+    r"|([1-9][0-9]?|[1-6][0-9]{2}|7[01][0-9]|720)h|([1-9]|[12][0-9]|30)d)$"
+)
 
 blueprint = Blueprint("analytics", __name__, url_prefix="/v1/analytics")
 
 
 @blueprint.get("/jobs")
-@accepts_query("window", "buckets")
+@accepts_query(
+    pattern("window", WINDOW_PATTERN, description="15m, 24h, 7d: at most 30d"),
+    integer("buckets", minimum=1, maximum=analytics.MAX_BUCKETS),
+)
 @doc(
     "Job counts over a window, bucketed",
     v.JobAnalytics,

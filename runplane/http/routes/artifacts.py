@@ -44,6 +44,7 @@ from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
+from runplane.http.openapi.route_doc import RawBody
 from runplane.ids import is_id, new_id
 from runplane.problems import FieldProblem, Problem, not_found
 
@@ -59,6 +60,11 @@ FLOW_SCOPE_KEY = "runplane.body_flow"
 ARTIFACTS_PATH = "/v1/artifacts/"
 UPLOADS_PATH = "/v1/uploads"
 ARCHIVE_SUFFIXES = (".tar.gz", ".zip")
+#: What the document lets a key be (runplane/artifacts/keys.py refuses less): printable
+#: ASCII segments without / or \, none starting with ".", at most 8 of 127 characters.
+_SEGMENT = r"[ -\-0-\[\]-~][ -.0-\[\]-~]{0,126}"
+ARTIFACT_KEY = rf"^{_SEGMENT}(/{_SEGMENT}){{0,7}}$"
+ARTIFACT_PREFIX = rf"^{_SEGMENT}(/{_SEGMENT}){{0,7}}/?$"
 _MAGIC = {".zip": (b"PK\x03\x04", b"PK\x05\x06"), ".tar.gz": (b"\x1f\x8b",)}
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -279,6 +285,13 @@ def public_origin() -> str:
     status=201,
     content="json",
     errors=(401, 403, 409, 411, 413),
+    raw_body=RawBody(
+        "application/octet-stream",
+        {"type": "string", "format": "binary"},
+        required=False,  # an empty artifact is an artifact
+        description="the artifact's bytes (at most RUNPLANE_MAX_UPLOAD_MB)",
+    ),
+    path={"key": ARTIFACT_KEY},
     rule=PUBLIC,
 )
 async def put_artifact(key: str) -> tuple[dict[str, Any], int, dict[str, str]]:
@@ -324,7 +337,14 @@ async def _missing(key: str, what: str = "artifact") -> Problem:
 
 
 @blueprint.get("/v1/artifacts/<anykey:key>")
-@doc("Download an artifact", status=200, content="bytes", errors=(401, 403, 410), rule=PUBLIC)
+@doc(
+    "Download an artifact",
+    status=200,
+    content="bytes",
+    errors=(401, 403, 410),
+    path={"key": ARTIFACT_KEY},
+    rule=PUBLIC,
+)
 async def get_artifact(key: str) -> Response:
     try:
         check_key(key)
@@ -357,6 +377,7 @@ async def get_artifact(key: str) -> Response:
     status=200,
     content="bytes",
     errors=(401, 403),
+    path={"prefix": ARTIFACT_PREFIX},
     rule=PUBLIC,
 )
 async def get_artifacts_zip(prefix: str) -> Response:
@@ -455,6 +476,22 @@ class _UploadSink:
     "Upload a file for a job's inputs",
     v.UploadResult,
     errors=(400, 401, 403, 411, 413, 415),
+    raw_body=RawBody(
+        "multipart/form-data",
+        {
+            "type": "object",
+            "required": ["file"],
+            "properties": {
+                "file": {
+                    "type": "string",
+                    "format": "binary",
+                    "description": "one .zip or .tar.gz archive (its name ends so)",
+                }
+            },
+            "additionalProperties": False,
+        },
+        encoding={"file": {"contentType": "application/zip, application/gzip"}},
+    ),
     rule=PUBLIC,
 )
 async def upload() -> dict[str, Any]:

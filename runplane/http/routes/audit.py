@@ -17,13 +17,13 @@ from runplane.http.auth_hook import current_principal
 from runplane.http.context import services
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
-from runplane.http.query import accepts_query, int_arg, str_arg
+from runplane.http.query import accepts_query, int_arg, integer, str_arg
 
 blueprint = Blueprint("audit", __name__, url_prefix="/v1/admin")
 
 
 @blueprint.get("/audit")
-@accepts_query("limit", "org")
+@accepts_query(integer("limit", minimum=1, maximum=audit.LIST_MAX), "org")
 @doc("The audit trail", v.AuditRow, many=True, rule=MANAGE)
 async def list_audit() -> list[dict[str, Any]]:
     principal = current_principal()

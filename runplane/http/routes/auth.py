@@ -22,7 +22,8 @@ from runplane.http.context import services
 from runplane.http.guards import bearer_token
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
-from runplane.http.query import accepts_query
+from runplane.http.query import accepts_query, pattern
+from runplane.http.routes.orgs import Email
 from runplane.ids import ORG_ID_PATTERN
 from runplane.problems import FieldProblem, Problem, not_found
 
@@ -93,7 +94,7 @@ async def mint_token() -> tuple[dict[str, Any], int, dict[str, str]]:
 
 
 @blueprint.get("/v1/auth/tokens")
-@accepts_query("org_id")
+@accepts_query(pattern("org_id", ORG_ID_PATTERN))
 @doc("API tokens (no secrets)", v.TokenView, many=True, rule=ADMIN)
 async def list_tokens() -> list[dict[str, Any]]:
     org_id = request.args.get("org_id") or None
@@ -154,7 +155,7 @@ async def logout() -> Response:
 
 class SeatBody(Body):
     name: Name | None = None
-    email: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+    email: Email
 
 
 @blueprint.post("/v1/auth/seat")

@@ -18,7 +18,7 @@ from runplane.auth.rules import Rule
 from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.openapi import doc
-from runplane.http.query import accepts_query, resume_seq
+from runplane.http.query import accepts_query, integer, resume_seq
 from runplane.jobs.events import JobEvent
 from runplane.problems import not_found
 
@@ -39,11 +39,15 @@ def _frame_of(event: JobEvent) -> bytes:
 
 
 @blueprint.get("/v1/jobs/<job_id>/events")
-@accepts_query("since_seq")  # and ?token=, which its auth rule allows
+@accepts_query(integer("since_seq"))  # and ?token=, which its auth rule allows
 @doc(
     "Follow a job (server-sent events: log, metric, phase)",
     content="sse",
-    events=("log", "metric", "phase"),
+    events={
+        "phase": "a JSON object {kind: phase, job_id, seq, phase, error, reason?}",
+        "log": "a JSON object {kind: log, job_id, seq, stream, line}",
+        "metric": "a JSON object {kind: metric, job_id, seq, step, values}",
+    },
     # The only route that also accepts ?token= (browser EventSource cannot set headers).
     rule=Rule("read", query_token=True, shared=("logs", "metrics")),
 )

@@ -17,7 +17,8 @@ from runplane.http.context import services
 from runplane.http.guards import require_area
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
-from runplane.http.query import accepts_query, str_arg
+from runplane.http.openapi.route_doc import RawBody
+from runplane.http.query import accepts_query, choice, str_arg
 from runplane.problems import Problem
 
 blueprint = Blueprint("git", __name__, url_prefix="/v1/git")
@@ -108,7 +109,7 @@ async def _proxy(connection_id: str, service_path: str) -> Response:
 
 # (the run orders point agents here: runplane/jobs/orders.py GIT_PROXY)
 @blueprint.get("/proxy/<connection_id>/info/refs")
-@accepts_query("service")
+@accepts_query(choice("service", ("git-upload-pack",)))
 @doc(
     "Git smart HTTP for an agent (its fetch ticket)",
     content="bytes",
@@ -132,6 +133,12 @@ async def proxy_refs(connection_id: str) -> Response:
     "Git smart HTTP for an agent (its fetch ticket)",
     content="bytes",
     errors=(401, 403, 404, 413, 502),
+    raw_body=RawBody(
+        "application/x-git-upload-pack-request",
+        {"type": "string", "format": "binary"},
+        description="the git upload-pack request, relayed to the connection's host",
+        also=("application/octet-stream",),  # the content type is relayed, not checked
+    ),
     rule=OWN_CREDENTIAL,
 )
 async def proxy_upload_pack(connection_id: str) -> Response:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import Field
 from quart import Blueprint, request
 
 from runplane.auth.rules import READ, Rule, scope
@@ -17,7 +18,7 @@ from runplane.http.listing import JOB_LIST_PARAMS, job_filter, listing
 from runplane.http.mcp.tools import JobArgs, ListJobsArgs, LogsArgs, Tool
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
-from runplane.http.query import accepts_query, choice_arg, int_arg
+from runplane.http.query import accepts_query, choice, choice_arg, int_arg, integer
 from runplane.jobs.rows import JobRow
 from runplane.jobs.spec import SubmitJobBody
 from runplane.jobs.view import job_view
@@ -28,6 +29,8 @@ blueprint = Blueprint("jobs", __name__, url_prefix="/v1/jobs")
 
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 _STREAMS = ("stdout", "stderr", "system")
+#: Most log lines one read returns.
+LOG_LIMIT_MAX = 100_000
 
 
 def jobs_service() -> Jobs:
@@ -160,7 +163,8 @@ async def cancel(job_id: str) -> dict[str, Any]:
 
 
 class PriorityBody(Body):
-    priority: int
+    #: the range a submit's priority takes (int32: the spec's, and the column's)
+    priority: Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
 
 
 @blueprint.post("/<job_id>/priority")
@@ -212,7 +216,11 @@ async def rerun(job_id: str) -> tuple[dict[str, Any], int]:
 
 
 @blueprint.get("/<job_id>/logs")
-@accepts_query("stream", "since_seq", "limit")
+@accepts_query(
+    choice("stream", _STREAMS),
+    integer("since_seq"),
+    integer("limit", minimum=1, maximum=LOG_LIMIT_MAX),
+)
 @doc(
     "A job's logs and metrics",
     v.JobLogs,
@@ -228,7 +236,7 @@ async def logs(job_id: str) -> dict[str, Any]:
     row = await _row(job_id)
     stream = choice_arg("stream", _STREAMS)
     since = int_arg("since_seq", 0)
-    limit = int_arg("limit", 10_000, minimum=1, maximum=100_000)
+    limit = int_arg("limit", 10_000, minimum=1, maximum=LOG_LIMIT_MAX)
     events = await services().root.records.events(
         job_id, since, limit=limit, kinds=("log", "metric")
     )

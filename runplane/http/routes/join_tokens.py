@@ -14,7 +14,7 @@ from runplane.http.context import services
 from runplane.http.guards import require_admin, require_area
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
-from runplane.http.query import accepts_query
+from runplane.http.query import accepts_query, pattern
 from runplane.ids import ORG_ID_PATTERN, valid_org_id
 from runplane.nodes import enrollment
 from runplane.problems import FieldProblem, Problem, not_found
@@ -82,7 +82,7 @@ async def mint() -> tuple[dict[str, Any], int, dict[str, str]]:
 
 
 @blueprint.get("")
-@accepts_query("org_id")
+@accepts_query(pattern("org_id", ORG_ID_PATTERN))
 @doc("Node join tokens (no secrets)", v.JoinTokenView, many=True, rule=ADMIN)
 async def list_tokens() -> list[dict[str, Any]]:
     require_admin()

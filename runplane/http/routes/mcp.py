@@ -18,11 +18,30 @@ from runplane.http.auth_hook import ORG_HEADER
 from runplane.http.mcp.rpc import RouteAnswer, handle, oversized
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
-from runplane.http.openapi.route_doc import tools_of
+from runplane.http.openapi.route_doc import RawBody, tools_of
 
 blueprint = Blueprint("mcp", __name__)
 
 TOOLS_KEY = "runplane.mcp.tools"
+
+
+_REQUEST = {
+    "type": "object",
+    "required": ["jsonrpc", "method"],
+    "properties": {
+        "jsonrpc": {"const": "2.0"},
+        "id": {"type": ["string", "integer", "null"]},
+        "method": {"type": "string"},
+        "params": {"type": "object"},
+    },
+}
+#: A JSON-RPC 2.0 request (or notification), or a batch of them.
+RPC_BODY = RawBody(
+    "application/json",
+    {"oneOf": [_REQUEST, {"type": "array", "items": _REQUEST, "minItems": 1}]},
+    required=False,  # an empty body is a JSON-RPC parse error, in a 200 like every error
+    description="a JSON-RPC 2.0 request, a notification (no id) or a batch (docs/mcp.md)",
+)
 #: The request headers a tool's route sees: who the caller is, and which org it acts in.
 FORWARDED = ("Authorization", ORG_HEADER)
 
@@ -47,8 +66,9 @@ async def _call_route(
 @blueprint.post("/v1/mcp")
 @doc(
     "The MCP tool facade (JSON-RPC 2.0)",
-    v.View,
-    also=(202,),
+    (v.RpcResponse, v.RpcAnswers),
+    bodiless=(202,),
+    raw_body=RPC_BODY,
     description="initialize, ping, tools/list, tools/call; notifications answer 202 with "
     "no body. Protocol errors are JSON-RPC error objects in a 200; a tool whose route "
     "answers a problem is a result with isError true, the problem in structuredContent.",

@@ -17,16 +17,32 @@ from runplane.http.guards import require_area
 from runplane.http.mcp.tools import NoArgs, Tool
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
-from runplane.http.query import accepts_query, flag_arg, int_arg
+from runplane.http.query import (
+    accepts_query,
+    boolean,
+    flag_arg,
+    int_arg,
+    integer,
+    pattern,
+    text,
+)
 from runplane.nodes import grants, metrics, patch
 
 blueprint = Blueprint("nodes", __name__, url_prefix="/v1/nodes")
 
 PAGE_DEFAULT, PAGE_MAX = 50, 200
+#: A metrics window (runplane/timefmt.py ``duration_ms``) of at most 24 h.
+WINDOW_PATTERN = (
+    r"^(([1-9][0-9]{0,2}|1[0-3][0-9]{2}|14[0-3][0-9]|1440)m|([1-9]|1[0-9]|2[0-4])h|1d)$"
+)
 
 
 @blueprint.get("")
-@accepts_query("paginate", "cursor", "limit")
+@accepts_query(
+    boolean("paginate", description="1 or true: the page envelope instead of the bare array"),
+    text("cursor", description="next_cursor of the previous page (implies paginate)"),
+    integer("limit", minimum=1, maximum=PAGE_MAX),
+)
 @doc(
     "The fleet",
     v.Node,
@@ -120,7 +136,7 @@ async def patch_node(node_id: str) -> dict[str, Any]:
 
 
 @blueprint.get("/<node_id>/metrics")
-@accepts_query("window")
+@accepts_query(pattern("window", WINDOW_PATTERN, description="15m, 1h: at most 24h"))
 @doc("A node's load samples over a window", v.NodeMetrics, rule=READ)
 async def node_metrics(node_id: str) -> dict[str, Any]:
     """The node's sampled load (docs/placement.md#node-metrics); nodes are a shared fleet:

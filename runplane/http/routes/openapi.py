@@ -1,6 +1,8 @@
 """The OpenAPI 3.1.0 document of this server (docs/api.md "OpenAPI"): ``GET /openapi.json``
 and its versioned alias ``GET /v1/openapi.json``, generated from the routes once per
-process and served to anyone (it holds no data)."""
+process and served to anyone (it holds no data). Its security follows the deploy's auth
+mode: where anonymous calls are taken (``RUNPLANE_AUTH`` off or shadow), the operations an
+anonymous caller may use list ``{}`` (no credential) among their requirements."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any
 from quart import Blueprint, current_app
 
 from runplane.auth.rules import PUBLIC
+from runplane.http.context import services
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 from runplane.http.openapi.document import build
@@ -22,7 +25,8 @@ def document() -> dict[str, Any]:
     """The app's document, built on first use (the url map is fixed by then)."""
     built = current_app.config.get(_BUILT)
     if built is None:
-        built = current_app.config[_BUILT] = build(current_app)
+        anonymous = services().settings.auth != "required"
+        built = current_app.config[_BUILT] = build(current_app, anonymous=anonymous)
     return dict(built)
 
 

@@ -27,6 +27,14 @@ blueprint = Blueprint("orgs", __name__, url_prefix="/v1/orgs")
 
 NO_STORE = {"Cache-Control": "no-store"}
 
+#: What Python's str.isspace() calls whitespace (``\s`` differs between Python, the
+#: JSON Schema dialect and pydantic's regex engine, so the class is spelled out).
+_SPACE = r"\t-\r \u001c-\u001f\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+#: An email as runplane/auth/identity.py normalize_email takes one: name@host, no spaces.
+Email = Annotated[
+    str,
+    StringConstraints(max_length=identity.EMAIL_MAX, pattern=rf"^[^@{_SPACE}]+@[^@{_SPACE}]+$"),
+]
 Text = Annotated[str, StringConstraints(strip_whitespace=True, max_length=identity.NAME_MAX)]
 
 
@@ -71,7 +79,7 @@ async def _granter(org_id: str) -> str:
 
 class MemberBody(Body):
     name: Text | None = None
-    email: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+    email: Email
     role: RoleName = "member"
 
 

@@ -16,7 +16,7 @@ from runplane.http.guards import require_area
 from runplane.http.listing import LIST_DEFAULT, LIST_MAX
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
-from runplane.http.query import accepts_query, int_arg
+from runplane.http.query import accepts_query, int_arg, paging
 from runplane.http.routes.artifacts import public_origin
 from runplane.pipelines.body import PipelineBody
 from runplane.services.jobs import Submitter
@@ -59,7 +59,7 @@ async def create() -> tuple[dict[str, Any], int]:
 
 
 @blueprint.get("")
-@accepts_query("limit", "offset")
+@accepts_query(*paging(LIST_MAX))
 @doc("Pipeline runs", v.PipelineRun, many=True, rule=READ)
 async def list_pipelines() -> list[dict[str, Any]]:
     service = _service()

@@ -27,7 +27,16 @@ from runplane.http.guards import require_area
 from runplane.http.mcp.tools import Tool
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
-from runplane.http.query import accepts_query, choice_arg, int_arg, number_arg, str_arg
+from runplane.http.query import (
+    accepts_query,
+    choice,
+    choice_arg,
+    int_arg,
+    integer,
+    number,
+    number_arg,
+    str_arg,
+)
 from runplane.http.refusals import refusal_status
 from runplane.jobs.spec import stack_issues, unknown_stack
 from runplane.policy import (
@@ -51,11 +60,11 @@ PREVIEW_PARAMS = ("org", "subject", "user", "project", "stack")
 PREFLIGHT_PARAMS = (
     "stack",
     "project",
-    "isolation",
-    "cpu_cores",
-    "ram_gb",
-    "gpu_count",
-    "timeout_sec",
+    choice("isolation", ISOLATION),
+    number("cpu_cores"),
+    number("ram_gb"),
+    integer("gpu_count"),
+    integer("timeout_sec"),
 )
 
 

@@ -20,7 +20,7 @@ from runplane.http.context import services
 from runplane.http.listing import RUN_LIST_PARAMS, job_filter, listing
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
-from runplane.http.query import accepts_query, flag_arg
+from runplane.http.query import accepts_query, boolean, flag_arg
 from runplane.http.routes.jobs import created_reply, idempotency_key, job_reply, jobs_service
 from runplane.http.routes.sharing import mint_grant
 from runplane.jobs.rows import JobRow
@@ -38,7 +38,7 @@ def _submitter() -> Submitter:
 
 
 @blueprint.post("")
-@accepts_query("embed")
+@accepts_query(boolean("embed"))
 @doc(
     "Submit a run (a RunSpec with layers)",
     v.JobSubmitted,

@@ -17,7 +17,7 @@ from runplane.http.context import services
 from runplane.http.guards import require_area
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
-from runplane.http.query import accepts_query, int_arg
+from runplane.http.query import accepts_query, int_arg, paging
 from runplane.http.routes.artifacts import public_origin
 from runplane.schedules.body import ScheduleBody, SchedulePatch
 from runplane.services.schedules import Creator, Schedules
@@ -69,7 +69,7 @@ async def create_schedule() -> tuple[dict[str, Any], int]:
 
 
 @blueprint.get("")
-@accepts_query("limit", "offset")
+@accepts_query(*paging(LIST_MAX))
 @doc("Schedules", v.ScheduleView, many=True, rule=READ)
 async def list_schedules() -> list[dict[str, Any]]:
     service = _service()

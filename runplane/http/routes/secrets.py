@@ -42,6 +42,7 @@ def _org() -> str:
     status=201,
     also=(200,),
     body=vault.SecretBody,
+    path={"name": vault.NAME_PATTERN},
     rule=MANAGE,
 )
 async def put_secret(name: str) -> tuple[dict[str, Any], int]:
@@ -67,7 +68,13 @@ async def list_secrets() -> list[dict[str, Any]]:
 
 @blueprint.delete("/<name>")
 @accepts_query("org")
-@doc("Delete an org secret", status=204, content="empty", rule=MANAGE)
+@doc(
+    "Delete an org secret",
+    status=204,
+    content="empty",
+    path={"name": vault.NAME_PATTERN},
+    rule=MANAGE,
+)
 async def delete_secret(name: str) -> tuple[str, int]:
     org = _org()
     if not await services().root.accounts.delete_secret(org, name):

@@ -17,7 +17,7 @@ from runplane.http.guards import require_area
 from runplane.http.listing import LIST_DEFAULT, LIST_MAX
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
-from runplane.http.query import accepts_query, int_arg
+from runplane.http.query import accepts_query, int_arg, paging
 from runplane.problems import Problem
 from runplane.services.jobs import Submitter
 from runplane.services.sessions import Sessions
@@ -56,7 +56,7 @@ async def create() -> tuple[dict[str, Any], int]:
 
 
 @blueprint.get("")
-@accepts_query("limit", "offset")
+@accepts_query(*paging(LIST_MAX))
 @doc("Sessions", v.SessionView, many=True, rule=READ)
 async def list_sessions() -> list[dict[str, Any]]:
     service = _service()

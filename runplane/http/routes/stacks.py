@@ -16,9 +16,10 @@ from runplane.http.context import services
 from runplane.http.mcp.tools import NoArgs, Tool
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
-from runplane.http.query import accepts_query
+from runplane.http.query import accepts_query, choice
 from runplane.problems import FieldProblem, Problem
 from runplane.stacks import UnknownViewError, parse_view, stack_view, stacks_view
+from runplane.stacks.views import VIEWS
 from runplane.suggest import suggestion
 
 blueprint = Blueprint("stacks", __name__, url_prefix="/v1/stacks")
@@ -39,7 +40,7 @@ def _view() -> str:
 
 
 @blueprint.get("")
-@accepts_query("view")
+@accepts_query(choice("view", sorted(VIEWS)))
 @doc(
     "The stack catalog",
     v.Stack,
@@ -57,7 +58,7 @@ async def list_stacks() -> Response:
 
 
 @blueprint.get("/<name>")
-@accepts_query("view")
+@accepts_query(choice("view", sorted(VIEWS)))
 @doc("One stack", v.Stack, rule=READ)
 async def get_stack(name: str) -> Response:
     view = _view()

@@ -23,7 +23,8 @@ from runplane.http.guards import require_area
 from runplane.http.input_checks import decode_json
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
-from runplane.http.query import accepts_query, resume_seq
+from runplane.http.openapi.route_doc import RawBody
+from runplane.http.query import accepts_query, integer, resume_seq
 from runplane.http.routes.artifacts import public_origin
 from runplane.jobs.rows import JobRow
 from runplane.problems import FieldProblem, Problem, not_found
@@ -133,11 +134,15 @@ async def subscribe(job_id: str, name: str) -> dict[str, Any]:
 
 
 @blueprint.get("/v1/jobs/<job_id>/streams/<name>/data")
-@accepts_query("ticket", "since_seq")
+@accepts_query("ticket", integer("since_seq"))
 @doc(
     "Follow a stream (server-sent events)",
     content="sse",
-    events=("stream",),
+    events={
+        "stream": "a JSON StreamChunk {seq, stream, kind, encoding (json, text, base64), "
+        "ts (unix ms), data}",
+        "lagged": "a JSON object {dropped, resume_seq}: chunks this subscriber missed",
+    },
     errors=(401,),
     # a ticket from subscribe, or (data only) any credential that may read the job
     rule=Rule("read", stream_ticket=True),
@@ -163,6 +168,10 @@ async def stream_data(job_id: str, name: str) -> Response:
     v.TeleopResult,
     status=202,
     errors=(400, 401, 403, 409, 413, 502),
+    raw_body=RawBody(
+        "application/json",
+        {"description": f"the control frame: any JSON value of at most {TELEOP_MAX_BYTES} bytes"},
+    ),
     # a ticket only (the route refuses a request without one: 401)
     rule=Rule("read", stream_ticket=True),
 )

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from pydantic import RootModel
+
 from .base import Number, RunProblem, View
 
 # -- stacks, pipelines, sessions, schedules -----------------------------------------------
@@ -235,3 +237,27 @@ class HaStatus(View):
     role: Literal["leader", "follower", "starting", "lost"]
     epoch: int | None
     leader: HaLeader | None = None
+
+
+# -- the MCP facade (JSON-RPC 2.0) ---------------------------------------------------------
+
+
+class RpcErrorObject(View):
+    code: int
+    message: str
+    data: Any = None
+
+
+class RpcResponse(View):
+    """One JSON-RPC 2.0 response: a ``result`` (its shape is the method's: docs/mcp.md)
+    or an ``error``."""
+
+    jsonrpc: Literal["2.0"]
+    #: the request's id as it came (null when the request could not be read)
+    id: Any
+    result: dict[str, Any] | None = None
+    error: RpcErrorObject | None = None
+
+
+class RpcAnswers(RootModel[list[RpcResponse]]):
+    """A batch's answers: one response per request (none per notification)."""
