@@ -50,7 +50,9 @@ RULES: Mapping[str, Mapping[str, Any]] = {
                 "properties": {
                     "jobs": _NULL,
                     "job": {"not": _NULL},
-                    "sweep": {"type": "object", "minProperties": 1},
+                    # not null, so an object (the field's own schema): no ``type`` here, or
+                    # a client generator takes the branch for a second model of the field
+                    "sweep": {"not": _NULL, "minProperties": 1},
                 },
             },
         ]
