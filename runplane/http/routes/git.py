@@ -109,7 +109,8 @@ async def _proxy(connection_id: str, service_path: str) -> Response:
 
 # (the run orders point agents here: runplane/jobs/orders.py GIT_PROXY)
 @blueprint.get("/proxy/<connection_id>/info/refs")
-@accepts_query(choice("service", ("git-upload-pack",)))
+# git asks for either service; pushes (receive-pack) are a 403 naming the one served
+@accepts_query(choice("service", ("git-upload-pack", "git-receive-pack")))
 @doc(
     "Git smart HTTP for an agent (its fetch ticket)",
     content="bytes",
