@@ -25,6 +25,7 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from runplane.persistence import Store, open_store
+from tests.oci import busybox_image, oci_auth_registry, oci_registry  # noqa: F401 (fixtures)
 
 # CI explores the same examples every run (a red build must be reproducible, not luck);
 # local runs keep hypothesis' random exploration, which is how new bugs are found.
