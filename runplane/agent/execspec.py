@@ -26,6 +26,27 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 @dataclass(frozen=True, slots=True)
+class ImageConfig:
+    """What an image's config says about running it (OCI image config ``config``)."""
+
+    env: tuple[str, ...] = ()  # "KEY=value"
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+    working_dir: str = ""
+    user: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Rootfs:
+    """An image unpacked in the node's cache (``runplane/agent/images/``): its digest, its
+    root filesystem (read-only to jobs: never changed once unpacked) and its config."""
+
+    digest: str
+    path: Path
+    config: ImageConfig = ImageConfig()
+
+
+@dataclass(frozen=True, slots=True)
 class ExecSpec:
     """One job, as the node agent hands it to the executor."""
 
@@ -48,6 +69,10 @@ class ExecSpec:
     streams_dir: Path | None = None
     #: a session's pod: its services run instead of ``command`` (``runplane/agent/pod.py``)
     pod: tuple[PodService, ...] = ()
+    #: the image the job runs in (``runplane/agent/container.py``); None: on the host
+    image: Rootfs | None = None
+    #: ``gvisor``: the job's image runs under ``runsc`` instead of bubblewrap
+    isolation: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +93,8 @@ class PodService:
     env: dict[str, str] = field(default_factory=dict)
     needs: tuple[str, ...] = ()
     health: PodHealth | None = None
+    #: the service's own image; None: the job's (or the host's, for a host job)
+    image: Rootfs | None = None
 
 
 @dataclass(frozen=True, slots=True)

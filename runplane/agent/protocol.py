@@ -103,6 +103,12 @@ class Facts(_Msg):
     max_concurrency: int = Field(1, ge=1)
     dlperf: float = Field(0.0, ge=0)
     executors: list[str] = ["process"]
+    #: a container node's image cache; sent only by one (``--executor container``)
+    images: ImageFacts | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_images(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _only_when_set(handler(self), "images")
 
 
 class RunningJob(_Msg):
@@ -131,6 +137,12 @@ class Hello(_Msg):
 class Heartbeat(_Msg):
     type: Literal["heartbeat"] = "heartbeat"
     running: list[RunningJob] = []
+    #: the image cache as it is now; sent only when it changed since the last report
+    images: ImageFacts | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_images(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _only_when_set(handler(self), "images")
 
 
 class JobPhase(_Msg):
@@ -346,6 +358,44 @@ class PodHealthSpec(_Msg):
     retries: int
 
 
+class RegistryAuth(_Msg):
+    """A registry credential for one attempt's pull (an org's, docs/containers.md): held
+    in memory, handed to skopeo through a memfd, never written to the node's disk or
+    logged."""
+
+    username: str
+    password: str = Field(repr=False)
+
+
+class ImageOrder(_Msg):
+    """The image a job (or a pod service) runs in (``runplane/agent/images/``).
+
+    ``ref`` is the resolved ``<name>@sha256:<hex>`` the job's view shows; ``source`` is the
+    same digest at the registry the node pulls from (a mirror the server maps it to, or
+    the image's own registry, ``docker://`` form without the scheme); ``insecure``: that
+    registry speaks plain HTTP (``RUNPLANE_INSECURE_REGISTRIES``)."""
+
+    ref: str
+    source: str
+    insecure: bool = False
+    #: the credential to pull with; sent only when set
+    auth: RegistryAuth | None = Field(None, repr=False)
+
+    @model_serializer(mode="wrap")
+    def _without_unset_fields(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _only_when_set(_only_when_set(handler(self), "auth"), "insecure")
+
+
+class ImageFacts(_Msg):
+    """What a container node's image cache holds (``--image-cache-gb``): the digests
+    unpacked there (``sha256:<hex>``), most recently used first, and the bytes still free
+    under its limit. Placement prefers a node that has a job's image already."""
+
+    digests: list[str] = []
+    free_bytes: int = Field(0, ge=0)
+    limit_bytes: int = Field(0, ge=0)
+
+
 class PodServiceSpec(_Msg):
     """One service of a session's pod (``runplane/agent/pod.py``)."""
 
@@ -354,6 +404,12 @@ class PodServiceSpec(_Msg):
     env: dict[str, str] = {}
     needs: list[str] = []
     health: PodHealthSpec | None = None
+    #: the service's own image (its ``image``, else its stack's); sent only when set
+    image: ImageOrder | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_image(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _only_when_set(handler(self), "image")
 
 
 class RunSpec(_Msg):
@@ -377,12 +433,15 @@ class RunSpec(_Msg):
     #: org secret values in ``env`` (docs/secrets.md): the agent writes ``***`` in their
     #: place in the job's log lines and stream chunks; sent only when there are any
     mask: list[str] | None = Field(None, repr=False)
+    #: the image the job runs in (``--executor container``); sent only for an image job.
+    #: A pod's services carry their own (``PodServiceSpec.image``)
+    image: ImageOrder | None = None
 
     @model_serializer(mode="wrap")
     def _without_unset_fields(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
         if isinstance(data, dict):
-            for key in ("isolation", "limits", "pod", "mask"):
+            for key in ("isolation", "limits", "pod", "mask", "image"):
                 if data.get(key) is None:
                     data.pop(key, None)
         return data

@@ -228,6 +228,21 @@ class PodHealth(_Stored):
     retries: int = 30
 
 
+class ContainerImage(_Stored):
+    """An image resolved at submit (docs/containers.md): what was asked, the manifest
+    digest it resolved to (``<name>@sha256:<hex>``: the spec's ``image``, what
+    ``spec_hash`` covers and what a rerun runs) and the platforms it exists for
+    (``os/arch[/variant]``: placement's architecture filter). A job or pod service whose
+    image is resolved runs only on a node that runs images (``executor-container``)."""
+
+    asked: str
+    ref: str
+    platforms: list[str] = Field(default_factory=list)
+    #: where the image came from: the job's ``image`` (or a pod service's), or its stack's
+    #: (``RUNPLANE_STACK_IMAGES=resolve``)
+    source: Literal["job", "stack"] = "job"
+
+
 class PodService(_Stored):
     """One service of a session's pod as it runs (docs/sessions.md)."""
 
@@ -238,6 +253,9 @@ class PodService(_Stored):
     health: PodHealth | None = None
     #: its sealed secret-looking env values (``runplane/sealed_env.py``)
     env_sealed: dict[str, str] | None = None
+    #: the image it runs in, resolved at submit (its ``image``, else its stack's); absent
+    #: when it runs on the node's host filesystem
+    container: ContainerImage | None = None
 
 
 class JobSpec(_Stored):
@@ -264,6 +282,9 @@ class JobSpec(_Stored):
     pod: list[PodService] | None = None
     #: its sealed secret-looking env values; absent when none
     env_sealed: dict[str, str] | None = None
+    #: the image it runs in, resolved at submit; absent for a job that runs on the node's
+    #: host filesystem (its ``image`` is then the stack's as declared)
+    container: ContainerImage | None = None
 
     @classmethod
     def load(cls, value: JobSpec | str | bytes | Mapping[str, Any]) -> JobSpec:
@@ -294,6 +315,11 @@ class JobSpec(_Stored):
         """A copy whose limits are its own updated with ``limits`` (admission's clamp)."""
         merged = {**self.limits.model_dump(exclude_unset=True), **limits}
         return self.model_copy(update={"limits": LimitsBody.model_validate(merged)})
+
+    def containers(self) -> list[ContainerImage]:
+        """The images it runs in: its own and its pod services' (empty: a host job)."""
+        found = [self.container] if self.container else []
+        return found + [s.container for s in self.pod or () if s.container]
 
     def has_sealed(self) -> bool:
         """Whether it holds sealed env values (its own or a pod service's)."""
