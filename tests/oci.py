@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import time
 import urllib.error
@@ -79,6 +80,7 @@ def layout_from_rootfs(
     shutil.rmtree(bundle, ignore_errors=True)
     _run("umoci", "unpack", "--rootless", "--image", image, str(bundle))
     (bundle / "rootfs").rmdir()
+    _drop_special_files(rootfs)
     shutil.copytree(rootfs, bundle / "rootfs", symlinks=True)
     _run("umoci", "repack", "--image", image, str(bundle))
     shutil.rmtree(bundle, ignore_errors=True)
@@ -97,6 +99,17 @@ def layout_from_rootfs(
         args += ["--architecture", arch]
     _run(*args)
     return layout
+
+
+def _drop_special_files(rootfs: Path) -> None:
+    """Remove device nodes, fifos and sockets (debootstrap makes /dev/full, /dev/zero...):
+    copied as files they would be read forever, and a runtime gives /dev anyway."""
+    for top, dirs, files in os.walk(rootfs):
+        for name in files + dirs:
+            path = Path(top) / name
+            mode = path.lstat().st_mode
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+                path.unlink()
 
 
 def busybox_rootfs(root: Path, marker: str, files: Mapping[str, str] | None = None) -> Path:
