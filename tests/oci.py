@@ -156,6 +156,7 @@ def debian_python_layout() -> Path:
         if (CACHE / "debian-python.done").exists():
             return layout
         rootfs = CACHE / "debian-python-rootfs"
+        _unmount_under(rootfs)  # an interrupted debootstrap leaves /proc and /sys mounted
         shutil.rmtree(rootfs, ignore_errors=True)
         shutil.rmtree(layout, ignore_errors=True)
         mirror = os.environ.get("RUNPLANE_TEST_DEBIAN_MIRROR", "http://deb.debian.org/debian")
@@ -163,6 +164,7 @@ def debian_python_layout() -> Path:
             "debootstrap", "--variant=minbase", "--include=python3-minimal",
             "bookworm", str(rootfs), mirror,
         )  # fmt: skip
+        _unmount_under(rootfs)
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man"):
             shutil.rmtree(rootfs / junk, ignore_errors=True)
         layout_from_rootfs(
@@ -174,6 +176,12 @@ def debian_python_layout() -> Path:
         shutil.rmtree(rootfs, ignore_errors=True)
         (CACHE / "debian-python.done").write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ\n"))
     return layout
+
+
+def _unmount_under(root: Path) -> None:
+    for sub in ("proc", "sys", "dev/pts", "dev"):
+        if (root / sub).is_mount():
+            subprocess.run(["umount", "-R", "-l", str(root / sub)], check=False, capture_output=True)
 
 
 def _free_port() -> int:
