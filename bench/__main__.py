@@ -5,7 +5,7 @@
 
 Scenarios: submit, lean_submit, batch_submit, scale, lifecycle, placement, fanout, agents, store,
 local_lifecycle, admission, teleop_rtt, stream_fanout, pipeline, sessions, analytics,
-webhooks, retries, schedules.
+webhooks, retries, schedules, ha, containers.
 Each runs in its own process, starts its own server on loopback with a fresh data dir,
 and prints ONE JSON object; ``all`` prints them as they finish, then a last ``summary``
 line with the headline figures. ``--quick`` keeps all of them under 9 minutes on the
@@ -43,6 +43,7 @@ SCENARIOS: dict[str, str] = {
     "retries": "bench.retries",
     "schedules": "bench.schedules",
     "ha": "bench.ha",
+    "containers": "bench.containers",
 }
 #: seconds one scenario may take before ``all`` gives up on it
 LIMIT_QUICK, LIMIT_FULL = 180, 1200
@@ -70,6 +71,7 @@ HEADLINES: dict[str, tuple[str, ...]] = {
     "retries": ("lateness_ms", "replacement_ms", "early"),
     "schedules": ("firing_delay_ms", "fired_twice"),
     "ha": ("takeover_ms", "lost", "doubled", "targets"),
+    "containers": ("targets", "pull"),
     "sessions": (
         "beyond_pod_start_ms",
         "launch_to_ready_ms",

@@ -108,7 +108,12 @@ def _drop_special_files(rootfs: Path) -> None:
         for name in files + dirs:
             path = Path(top) / name
             mode = path.lstat().st_mode
-            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            if (
+                stat.S_ISCHR(mode)
+                or stat.S_ISBLK(mode)
+                or stat.S_ISFIFO(mode)
+                or stat.S_ISSOCK(mode)
+            ):
                 path.unlink()
 
 
@@ -125,7 +130,9 @@ def busybox_rootfs(root: Path, marker: str, files: Mapping[str, str] | None = No
         if not link.exists():
             link.symlink_to("busybox")
     (rootfs / "marker").write_text(marker + "\n")
-    (rootfs / "etc" / "passwd").write_text("root:x:0:0:root:/:/bin/sh\nrunner:x:1000:1000::/tmp:/bin/sh\n")
+    (rootfs / "etc" / "passwd").write_text(
+        "root:x:0:0:root:/:/bin/sh\nrunner:x:1000:1000::/tmp:/bin/sh\n"
+    )
     (rootfs / "etc" / "group").write_text("root:x:0:\nrunner:x:1000:\n")
     for path, text in (files or {}).items():
         target = rootfs / path.lstrip("/")
@@ -134,9 +141,7 @@ def busybox_rootfs(root: Path, marker: str, files: Mapping[str, str] | None = No
     return rootfs
 
 
-def busybox_layout(
-    root: Path, marker: str = "runplane-image-marker", **config: object
-) -> Path:
+def busybox_layout(root: Path, marker: str = "runplane-image-marker", **config: object) -> Path:
     """An OCI layout under ``root`` of busybox-static plus ``/marker`` (tag ``img``);
     ``config``: Env, Cmd, ... as :func:`layout_from_rootfs` takes them (``files`` too)."""
     files = config.pop("files", None)
@@ -165,7 +170,12 @@ def debian_python_layout() -> Path:
             "bookworm", str(rootfs), mirror,
         )  # fmt: skip
         _unmount_under(rootfs)
-        for junk in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man"):
+        for junk in (
+            "var/cache/apt/archives",
+            "var/lib/apt/lists",
+            "usr/share/doc",
+            "usr/share/man",
+        ):
             shutil.rmtree(rootfs / junk, ignore_errors=True)
         layout_from_rootfs(
             rootfs,
@@ -181,7 +191,9 @@ def debian_python_layout() -> Path:
 def _unmount_under(root: Path) -> None:
     for sub in ("proc", "sys", "dev/pts", "dev"):
         if (root / sub).is_mount():
-            subprocess.run(["umount", "-R", "-l", str(root / sub)], check=False, capture_output=True)
+            subprocess.run(
+                ["umount", "-R", "-l", str(root / sub)], check=False, capture_output=True
+            )
 
 
 def _free_port() -> int:
