@@ -93,6 +93,10 @@ def pull_seconds(db_path: Path, job_id: str) -> float | None:
     return (marks["done"] - marks["start"]) / 1000
 
 
+def layout_bytes(layout: Path) -> int:
+    return sum(p.stat().st_size for p in (layout / "blobs").rglob("*") if p.is_file())
+
+
 def skopeo_alone(source: str, tries: int = 3) -> float:
     best = float("inf")
     for _ in range(tries):
@@ -158,9 +162,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         alone_s = skopeo_alone(f"{registry.host}/bench/debian-python@{digest}")
         p50 = {k: result[k]["submit_to_end_ms"]["p50_ms"] for k in ids}
         result["pull"] = {
-            "image_bytes": sum(
-                p.stat().st_size for p in (debian_python_layout() / "blobs").rglob("*") if p.is_file()
-            ),
+            "image_bytes": layout_bytes(debian_python_layout()),
             "agent_pull_s": pull_s,
             "skopeo_copy_alone_s": round(alone_s, 3),
             "ratio": common.ratio(alone_s, pull_s),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,15 @@ async def image_server(
     await live.done.wait()
 
 
+@pytest.fixture
+def host_only() -> Iterator[Path]:
+    """A file that exists on the node and in no image."""
+    path = Path(f"/tmp/runplane-host-only-{uuid.uuid4().hex}")
+    path.write_text("the host's\n")
+    yield path
+    path.unlink()
+
+
 async def _agent(server: LiveServer, start_agent: StartAgent, work_dir: Path, *extra: str) -> None:
     start_agent(
         server.url, f"img-{uuid.uuid4().hex[:6]}", "--executor", "container",
@@ -77,45 +86,41 @@ async def test_a_job_runs_in_its_image_pinned_to_the_digest_its_tag_had(
     work_dir: Path,
     oci_registry: Registry,
     tmp_path: Path,
+    host_only: Path,
 ) -> None:
     first = oci_registry.push(busybox_layout(tmp_path, "marker-one"), "team/bb", "v1")
-    host_only = Path(f"/tmp/runplane-host-only-{uuid.uuid4().hex}")
-    host_only.write_text("the host's\n")
     await _agent(image_server, start_agent, work_dir)
     image = f"{oci_registry.host}/team/bb:v1"
     script = (
         f"cat /marker; test -e {host_only} && echo host-visible || echo host-hidden; "
         "mkdir -p /work/out && echo made-in-image > /work/out/result.txt"
     )
-    try:
-        async with image_server.client() as client:
-            view = await _run(client, {
-                "image": image, "command": ["sh", "-c", script],
-                "outputs": [{"artifact": "result", "glob": "out/result.txt"}],
-            })  # fmt: skip
-            assert view["phase"] == "succeeded", (view, await _system(client, view["job_id"]))
-            assert view["image"] == f"{oci_registry.host}/team/bb@{first}"
-            out = await job_logs(client, view["job_id"], "stdout")
-            assert out == ["marker-one", "host-hidden"]
-            [artifact] = view["artifacts"]
-            fetched = await client.get(f"/v1/artifacts/{view['job_id']}/out/result.txt")
-            assert artifact["artifact"] == "result" and fetched.text == "made-in-image\n"
-            assert "bubblewrap" in await _system(client, view["job_id"])
+    async with image_server.client() as client:
+        view = await _run(client, {
+            "image": image, "command": ["sh", "-c", script],
+            "outputs": [{"artifact": "result", "glob": "out/result.txt"}],
+        })  # fmt: skip
+        assert view["phase"] == "succeeded", (view, await _system(client, view["job_id"]))
+        assert view["image"] == f"{oci_registry.host}/team/bb@{first}"
+        out = await job_logs(client, view["job_id"], "stdout")
+        assert out == ["marker-one", "host-hidden"]
+        [artifact] = view["artifacts"]
+        fetched = await client.get(f"/v1/artifacts/{view['job_id']}/out/result.txt")
+        assert artifact["artifact"] == "result" and fetched.text == "made-in-image\n"
+        assert "bubblewrap" in await _system(client, view["job_id"])
 
-            # the tag moves; a rerun keeps the bytes it ran, a new submit takes the new ones
-            second = oci_registry.push(busybox_layout(tmp_path, "marker-two"), "team/bb", "v1")
-            rerun = await client.post(f"/v1/jobs/{view['job_id']}/rerun")
-            assert rerun.status_code == 202, rerun.text
-            again = await wait_phase(client, rerun.json()["job_id"], *ENDED, within=90)
-            assert again["image"] == view["image"] and again["spec_hash"] == view["spec_hash"]
-            assert (await job_logs(client, again["job_id"], "stdout"))[0] == "marker-one"
-            fresh = await _run(client, {"image": image, "command": ["cat", "/marker"]})
-            assert fresh["image"] == f"{oci_registry.host}/team/bb@{second}"
-            assert await job_logs(client, fresh["job_id"], "stdout") == ["marker-two"]
-            # the rerun found its digest in the node's cache: no second download
-            assert "cached on this node" in await _system(client, again["job_id"])
-    finally:
-        host_only.unlink()
+        # the tag moves; a rerun keeps the bytes it ran, a new submit takes the new ones
+        second = oci_registry.push(busybox_layout(tmp_path, "marker-two"), "team/bb", "v1")
+        rerun = await client.post(f"/v1/jobs/{view['job_id']}/rerun")
+        assert rerun.status_code == 202, rerun.text
+        again = await wait_phase(client, rerun.json()["job_id"], *ENDED, within=90)
+        assert again["image"] == view["image"] and again["spec_hash"] == view["spec_hash"]
+        assert (await job_logs(client, again["job_id"], "stdout"))[0] == "marker-one"
+        fresh = await _run(client, {"image": image, "command": ["cat", "/marker"]})
+        assert fresh["image"] == f"{oci_registry.host}/team/bb@{second}"
+        assert await job_logs(client, fresh["job_id"], "stdout") == ["marker-two"]
+        # the rerun found its digest in the node's cache: no second download
+        assert "cached on this node" in await _system(client, again["job_id"])
 
 
 async def test_unknown_images_and_registry_credentials(
