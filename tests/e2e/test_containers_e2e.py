@@ -272,3 +272,26 @@ async def test_a_python_job_in_a_debian_image(
         )  # fmt: skip
         assert view["phase"] == "succeeded", (view, await _system(client, view["job_id"]))
         assert await job_logs(client, view["job_id"], "stdout") == ["python 3 12"]
+
+
+async def test_an_image_job_waits_for_a_node_that_runs_images(
+    image_server: LiveServer, start_agent: StartAgent, oci_registry: Registry, busybox_image: Path
+) -> None:
+    """A process-executor node never runs an image job on its host filesystem."""
+    oci_registry.push(busybox_image, "team/bb", "v1")
+    start_agent(image_server.url, "host-only")
+    async with image_server.client() as client:
+        await wait_for(lambda: online_nodes(client), 30, "the process agent")
+        job_id = await submit(client, {
+            "stack": "shell", "image": f"{oci_registry.host}/team/bb:v1", "command": ["true"],
+        })  # fmt: skip
+
+        async def reason() -> str:
+            view = (await client.get(f"/v1/jobs/{job_id}")).json()
+            assert view["phase"] == "queued", view
+            return str(view.get("wait_reason") or "")
+
+        why = await wait_for(reason, 30, "a wait reason")
+        assert "executor-container" in why, why
+        await trio.sleep(1)  # still not run
+        assert (await client.get(f"/v1/jobs/{job_id}")).json()["phase"] == "queued"
