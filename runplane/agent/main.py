@@ -32,6 +32,7 @@ import trio
 from runplane import fdlimit
 from runplane.agent.client import DRAIN_TIMEOUT_SEC, Agent
 from runplane.agent.errors import AgentError
+from runplane.agent.images.store import DEFAULT_CACHE_GB
 from runplane.agent.update import reexec_argv
 
 log = logging.getLogger("runplane.agent")
@@ -187,11 +188,13 @@ def main(
     best_effort_limits: bool = False,
     auto_update: bool = False,
     update_drain_timeout: float | None = None,
+    image_cache_gb: float = DEFAULT_CACHE_GB,
 ) -> int:
     """Entry of ``runplane agent``: exit 0 after a requested stop, 1 if refused, 2 bad input.
     ``host_paths``, ``run_as``, ``work_dir``: see :mod:`runplane.agent.isolation`;
     ``uid_range``, ``shared_uid_ok``: :mod:`runplane.agent.uids`;
-    ``executor``, ``best_effort_limits``: :mod:`runplane.agent.jobplan`."""
+    ``executor``, ``best_effort_limits``: :mod:`runplane.agent.jobplan`;
+    ``image_cache_gb``: :mod:`runplane.agent.images.store` (``--executor container``)."""
     try:
         agent = Agent(
             server,
@@ -210,6 +213,7 @@ def main(
             best_effort_limits=best_effort_limits,
             auto_update=auto_update,
             update_drain_timeout=math.inf if update_drain_timeout is None else update_drain_timeout,
+            image_cache_gb=image_cache_gb,
         )
     except ValueError as exc:
         print(f"runplane agent: {exc}", file=sys.stderr)

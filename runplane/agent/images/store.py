@@ -43,6 +43,8 @@ from runplane.agent.protocol import ImageFacts, ImageOrder
 
 log = logging.getLogger("runplane.agent")
 
+#: ``--image-cache-gb``'s default: unpacked images kept (GiB) besides those in use
+DEFAULT_CACHE_GB = 20.0
 ENTRY_FILE = "entry.json"
 CONFIG_FILE = "config.json"
 INDEX_FILE = "lru.json"
