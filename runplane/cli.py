@@ -329,10 +329,10 @@ DIR = click.Path(path_type=Path)
     "--image-cache-gb",
     type=click.FloatRange(min=0, min_open=True),
     default=20.0,
-    show_default=True,
     metavar="N",
-    help="with --executor container: GiB of unpacked images the node keeps (<data "
-    "dir>/images), the least recently used evicted first; images in use are never",
+    help="with --executor container: GiB of unpacked images the node keeps in <data "
+    "dir>/images (default 20); beyond it the least recently used are evicted, never "
+    "one a job is using",
 )
 @click.option(
     "--best-effort-limits",

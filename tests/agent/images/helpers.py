@@ -7,8 +7,6 @@ from pathlib import Path
 from runplane.agent.protocol import ImageOrder, RegistryAuth
 from tests.oci import Registry
 
-PULLER = ("puller", "s3cret-pull")
-
 
 def order_for(
     registry: Registry, repo: str, digest: str, auth: tuple[str, str] | None = None
