@@ -131,7 +131,8 @@ class Agent:
     ``grace_sec``), their finish is reported if the connection is up, the socket is closed;
     all of it bounded by ``stop_timeout``, after which what is left is SIGKILLed.
     A refusal by the server raises :class:`AgentRefused` (or :class:`AgentReplaced`) from
-    ``run()``.
+    ``run()``. With ``executor="container"``, jobs with an image run in it, from the image
+    cache in ``<data dir>/images`` of at most ``image_cache_gb`` GiB (``images/store.py``).
     """
 
     def __init__(

@@ -25,6 +25,17 @@ from runplane.agent.jobref import JobKey
 from runplane.agent.outbox import Outbox
 from runplane.agent.protocol import Facts, Heartbeat, ImageFacts, JobFinished, RunningJob
 
+#: A heartbeat carries the image cache again once its digests changed, or its free bytes
+#: moved by more than this share of its limit (the disk under it fills and empties).
+IMAGES_FREE_SLACK = 0.01
+
+
+def images_changed(now: ImageFacts, sent: ImageFacts | None) -> bool:
+    """Whether the server should hear of the image cache again."""
+    if sent is None or (now.digests, now.limit_bytes) != (sent.digests, sent.limit_bytes):
+        return True
+    return abs(now.free_bytes - sent.free_bytes) > now.limit_bytes * IMAGES_FREE_SLACK
+
 
 class Changed:
     """Wake everyone waiting for *some* state change (they re-check their own condition)."""
@@ -141,9 +152,9 @@ class Core:
 
     def heartbeat(self) -> Heartbeat:
         """A heartbeat: the attempts held, and the image cache when it changed since the
-        server last heard of it."""
+        server last heard of it (:func:`images_changed`)."""
         images = self.image_facts() if self.image_facts is not None else None
-        if images is None or images == self.images_sent:
+        if images is None or not images_changed(images, self.images_sent):
             return Heartbeat(running=self.held())
         self.images_sent = images
         return Heartbeat(running=self.held(), images=images)

@@ -191,10 +191,7 @@ def main(
     image_cache_gb: float = DEFAULT_CACHE_GB,
 ) -> int:
     """Entry of ``runplane agent``: exit 0 after a requested stop, 1 if refused, 2 bad input.
-    ``host_paths``, ``run_as``, ``work_dir``: see :mod:`runplane.agent.isolation`;
-    ``uid_range``, ``shared_uid_ok``: :mod:`runplane.agent.uids`;
-    ``executor``, ``best_effort_limits``: :mod:`runplane.agent.jobplan`;
-    ``image_cache_gb``: :mod:`runplane.agent.images.store` (``--executor container``)."""
+    The options (docs/agent.md) are those of :class:`~runplane.agent.client.Agent`."""
     try:
         agent = Agent(
             server,

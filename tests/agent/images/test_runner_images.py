@@ -14,10 +14,12 @@ import pytest
 import trio
 
 from runplane.agent.client import Agent
+from runplane.agent.core import Core
 from runplane.agent.images.jobimages import image_refusal, pin_images
 from runplane.agent.images.store import ImageStore
 from runplane.agent.protocol import (
     Heartbeat,
+    ImageFacts,
     ImageOrder,
     JobFinished,
     JobLogs,
@@ -26,7 +28,7 @@ from runplane.agent.protocol import (
     RunSpec,
 )
 from tests.agent.images.helpers import Notes, order_for
-from tests.agent.test_client import FakeServer, make_agent, run_msg
+from tests.agent.test_client import FACTS, FakeServer, make_agent, run_msg
 from tests.oci import Registry, busybox_layout
 
 MB = 1_000_000
@@ -187,3 +189,20 @@ async def test_pod_services_get_their_own_images_each_pulled_once(
     assert image_refusal(spec, None, "n1") is not None
     assert image_refusal(spec, store, "n1") is None
     assert image_refusal(RunSpec(command=["true"]), None, "n1") is None
+
+
+def test_heartbeats_carry_the_cache_only_when_it_changed(tmp_path: Path) -> None:
+    core = Core(tmp_path, "n1")
+    core.facts = FACTS
+    assert core.hello_facts().images is None and core.heartbeat().images is None
+    now = ImageFacts(digests=["sha256:" + "a" * 64], free_bytes=500 * MB, limit_bytes=1000 * MB)
+    core.image_facts = lambda: now
+    assert core.hello_facts().images == now
+    assert core.heartbeat().images is None  # the hello said it
+    now = now.model_copy(update={"free_bytes": 495 * MB})  # the disk moved a little
+    assert core.heartbeat().images is None
+    now = now.model_copy(update={"free_bytes": 480 * MB})  # more than 1% of the limit
+    assert core.heartbeat().images == now
+    now = now.model_copy(update={"digests": ["sha256:" + "b" * 64, *now.digests]})
+    assert core.heartbeat().images == now
+    assert core.heartbeat().images is None

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.lowlevel
 
 from runplane.agent.images import pull
 from runplane.agent.images.errors import CacheFull, DigestMismatch, PullFailed
@@ -248,3 +249,40 @@ async def test_a_wrong_password_fails_with_the_registry_s_reason_and_is_never_sh
     async with store.use(right, Notes()) as rootfs:
         assert (rootfs.path / "marker").read_text() == "runplane-image-marker\n"
     assert "s3cret-pull" not in argv_log.read_text() + caplog.text
+
+
+async def test_a_waiter_pulls_itself_when_the_pull_it_waited_for_is_cancelled(
+    busybox_order: ImageOrder, tmp_path: Path
+) -> None:
+    store = opened(tmp_path / "images")
+    waiting = Notes()
+    got: list[Path] = []
+    waits = trio.Event()
+
+    async def second_note(line: str) -> None:
+        await waiting(line)
+        if line.startswith("waiting for the pull of"):
+            waits.set()
+
+    async def first() -> None:
+        with trio.CancelScope() as scope:
+
+            async def note(line: str) -> None:
+                if line.startswith("layer "):  # skopeo copies, the second job waits
+                    await waits.wait()
+                    scope.cancel()
+
+            async with store.use(busybox_order, note):
+                await trio.sleep_forever()
+
+    async def second() -> None:
+        async with store.use(busybox_order, second_note) as rootfs:
+            got.append(rootfs.path / "marker")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(first)
+        await trio.lowlevel.checkpoint()  # the first started its pull
+        nursery.start_soon(second)
+    assert store.pulls == 2
+    assert waiting.having(f"pulling {busybox_order.ref}")  # in its turn
+    assert len(got) == 1 and got[0].read_text() == "runplane-image-marker\n"
