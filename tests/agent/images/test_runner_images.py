@@ -47,11 +47,11 @@ def image_agent(tmp_path: Path, server: FakeServer) -> Agent:
 
 def system_lines(server: FakeServer, job_id: str) -> list[str]:
     return [
-        text
+        line[1]
         for m in server.of(JobLogs)
         if m.job_id == job_id
-        for stream, text in m.lines
-        if stream == "system"
+        for line in m.lines
+        if line[0] == "system"
     ]
 
 
