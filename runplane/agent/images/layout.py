@@ -33,17 +33,20 @@ OCI_ARCH = {
 }
 
 Layers = tuple[tuple[str, int], ...]
+#: an index's entries: (manifest digest, "os/architecture[/variant]")
+Platforms = tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Manifest:
     """A manifest as a registry serves it: an image manifest's layers (digest, compressed
-    size) and config digest, or an index (a platform's manifest is chosen by skopeo)."""
+    size) and config digest, or an index's manifests by platform."""
 
     media_type: str
     layers: Layers = ()
     config: str = ""
     index: bool = False
+    platforms: Platforms = ()
 
     @property
     def size(self) -> int:
@@ -65,11 +68,34 @@ def parse_manifest(raw: bytes, what: str) -> Manifest:
         doc = json.loads(raw)
         media_type = str(doc.get("mediaType") or "")
         if media_type in INDEX_TYPES or "manifests" in doc:
-            return Manifest(media_type, index=True)
+            return Manifest(media_type, index=True, platforms=_platforms(doc["manifests"]))
         layers = tuple((str(d["digest"]), int(d["size"])) for d in doc["layers"])
         return Manifest(media_type or OCI_MANIFEST, layers, str(doc["config"]["digest"]))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ImageError(f"{what} is not an image manifest ({exc!r})") from None
+
+
+def _platforms(entries: list[dict[str, Any]]) -> Platforms:
+    found: list[tuple[str, str]] = []
+    for entry in entries:
+        platform_ = entry.get("platform") or {}
+        name = f"{platform_.get('os', '')}/{platform_.get('architecture', '')}"
+        if platform_.get("variant"):
+            name += f"/{platform_['variant']}"
+        found.append((str(entry["digest"]), name))
+    return tuple(found)
+
+
+def platform_manifest(index: Manifest, ref: str) -> str:
+    """The digest of the node's platform's manifest in ``index`` (linux, the node's
+    architecture; its first entry when the index has several variants); ImageError when
+    the index has none."""
+    wanted = f"linux/{node_arch()}"
+    for digest, name in index.platforms:
+        if name == wanted or name.startswith(wanted + "/"):
+            return digest
+    has = ", ".join(sorted({n for _, n in index.platforms if not n.startswith("unknown")}))
+    raise ImageError(f"image {ref} has no {wanted} image (it has: {has or 'none'}): refused")
 
 
 def _blob(layout: Path, digest: str) -> bytes:
@@ -96,10 +122,7 @@ def read_layout(layout: Path) -> LayoutImage:
 def check_layout(image: LayoutImage, asked: Manifest, digest: str) -> None:
     """The layout holds the image ``digest`` names: the same layers and config as its
     manifest (skopeo may rewrite a Docker manifest as an OCI one: the blobs stay the
-    same), the manifest itself when it was an OCI one. An index: skopeo copied the
-    node's platform's manifest, checked against the index's digest for it."""
-    if asked.index:
-        return
+    same), the manifest itself when it was an OCI one."""
     same = image.manifest.layers == asked.layers and image.manifest.config == asked.config
     if asked.media_type == OCI_MANIFEST:
         same = same and image.digest == digest

@@ -35,6 +35,7 @@ from runplane.agent.images.layout import (
     Manifest,
     check_layout,
     parse_manifest,
+    platform_manifest,
     read_layout,
 )
 from runplane.agent.protocol import ImageOrder
@@ -175,7 +176,8 @@ async def fetch_manifest(order: ImageOrder, fd: int | None, digest: str) -> Mani
 async def copy(
     order: ImageOrder, fd: int | None, layout: Path, manifest: Manifest, note: Note
 ) -> None:
-    """Copy the image into ``layout``, a note per layer as skopeo starts it."""
+    """Copy the image (``order.source``: an image manifest's digest) into ``layout``, a
+    note per layer as skopeo starts it."""
     total = len(manifest.layers)
     sizes = {d: (i, size) for i, (d, size) in enumerate(manifest.layers, 1)}
 
@@ -234,6 +236,11 @@ async def pull(
     await note(f"pulling {order.ref} from {order.source}")
     with auth_file(order) as fd:
         manifest = await _tried(order.ref, lambda: fetch_manifest(order, fd, digest), note)
+        if manifest.index:  # the node's platform's manifest, by its digest in the index
+            digest = platform_manifest(manifest, order.ref)
+            name = order.source.rpartition("@")[0]
+            order = order.model_copy(update={"source": f"{name}@{digest}"})
+            manifest = await _tried(order.ref, lambda: fetch_manifest(order, fd, digest), note)
         await room(manifest)
         started = trio.current_time()
         await _tried(order.ref, lambda: copy(order, fd, layout, manifest, note), note)

@@ -12,10 +12,11 @@ import trio
 import trio.lowlevel
 
 from runplane.agent.images import pull
-from runplane.agent.images.errors import CacheFull, DigestMismatch, PullFailed
+from runplane.agent.images.errors import CacheFull, DigestMismatch, ImageError, PullFailed
+from runplane.agent.images.layout import node_arch
 from runplane.agent.images.store import ImageStore
 from runplane.agent.protocol import ImageOrder
-from tests.agent.images.helpers import Notes, cache_paths, order_for
+from tests.agent.images.helpers import Notes, cache_paths, index_layout, order_for, push_all
 from tests.oci import Registry, busybox_layout
 
 MB = 1_000_000
@@ -286,3 +287,42 @@ async def test_a_waiter_pulls_itself_when_the_pull_it_waited_for_is_cancelled(
     assert store.pulls == 2
     assert waiting.having(f"pulling {busybox_order.ref}")  # in its turn
     assert len(got) == 1 and got[0].read_text() == "runplane-image-marker\n"
+
+
+async def test_a_multi_architecture_image_pulls_the_node_s_platform(
+    oci_registry: Registry, tmp_path: Path
+) -> None:
+    here = node_arch()
+    other = "arm64" if here != "arm64" else "amd64"
+    layout = index_layout(
+        tmp_path,
+        {
+            f"linux/{other}": busybox_layout(tmp_path, "for-other", arch=other),
+            f"linux/{here}": busybox_layout(tmp_path, "for-here", arch=here),
+        },
+    )
+    digest = push_all(oci_registry, layout, "multi")
+    store = opened(tmp_path / "images")
+    notes = Notes()
+    async with store.use(order_for(oci_registry, "multi", digest), notes) as rootfs:
+        assert (rootfs.path / "marker").read_text() == "for-here\n"
+        assert rootfs.digest == digest  # cached by the digest the job asked for
+    assert notes.having("layer 1/1 sha256:")
+
+
+async def test_an_image_for_another_architecture_is_refused(
+    oci_registry: Registry, tmp_path: Path
+) -> None:
+    other = "arm64" if node_arch() != "arm64" else "amd64"
+    single = busybox_layout(tmp_path, "single-other", arch=other)
+    digest = oci_registry.push(single, "other", "v1")
+    store = opened(tmp_path / "images")
+    with pytest.raises(ImageError, match=rf"is for linux/{other}; this node is linux/"):
+        async with store.use(order_for(oci_registry, "other", digest), Notes()):
+            pass
+    only_other = index_layout(tmp_path / "idx", {f"linux/{other}": single})
+    digest = push_all(oci_registry, only_other, "only-other")
+    with pytest.raises(ImageError, match=rf"has no linux/\w+ image \(it has: linux/{other}\)"):
+        async with store.use(order_for(oci_registry, "only-other", digest), Notes()):
+            pass
+    assert store.digests() == [] and cache_paths(tmp_path / "images") == []
