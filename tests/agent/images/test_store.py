@@ -17,7 +17,7 @@ from runplane.agent.images.layout import node_arch
 from runplane.agent.images.store import ImageStore
 from runplane.agent.protocol import ImageOrder
 from tests.agent.images.helpers import Notes, cache_paths, index_layout, order_for, push_all
-from tests.oci import Registry, busybox_layout
+from tests.oci import Registry, busybox_layout, debian_python_layout
 
 MB = 1_000_000
 
@@ -326,3 +326,19 @@ async def test_an_image_for_another_architecture_is_refused(
         async with store.use(order_for(oci_registry, "only-other", digest), Notes()):
             pass
     assert store.digests() == [] and cache_paths(tmp_path / "images") == []
+
+
+async def test_a_realistic_image_unpacks_whole(oci_registry: Registry, tmp_path: Path) -> None:
+    """Debian minbase with python3 (tests/oci.py builds it once): owners, links and all."""
+    digest = oci_registry.push(debian_python_layout(), "debian/python", "bookworm")
+    store = opened(tmp_path / "images", limit=2000 * MB)
+    notes = Notes()
+    async with store.use(order_for(oci_registry, "debian/python", digest), notes) as rootfs:
+        python = rootfs.path / "usr" / "bin" / "python3"
+        assert python.is_symlink() or python.is_file()
+        assert (rootfs.path / "etc" / "debian_version").read_text().startswith("12")
+        assert rootfs.config.cmd == ("python3",)
+        assert "LANG=C.UTF-8" in rootfs.config.env
+        assert (rootfs.path / "usr" / "bin" / "su").stat().st_mode & 0o4000  # setuid kept
+    assert 50 * MB < store.used_bytes() < 1000 * MB
+    assert notes.having("unpacked in ")
