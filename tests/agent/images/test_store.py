@@ -5,6 +5,8 @@ evicts the least recently used under its limit (runplane/agent/images/store.py).
 from __future__ import annotations
 
 import json
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -342,3 +344,57 @@ async def test_a_realistic_image_unpacks_whole(oci_registry: Registry, tmp_path:
         assert (rootfs.path / "usr" / "bin" / "su").stat().st_mode & 0o4000  # setuid kept
     assert 50 * MB < store.used_bytes() < 1000 * MB
     assert notes.having("unpacked in ")
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1600 KiB tmpfs (root mounts it): room for the busybox layer, not for it unpacked."""
+    where = tmp_path / "small-disk"
+    where.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1600k", "tmpfs", str(where)],
+        capture_output=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+async def test_a_full_disk_says_the_image_cache_is_full(
+    busybox_order: ImageOrder, small_disk: Path
+) -> None:
+    store = opened(small_disk / "images", limit=100 * MB)  # the limit is not what stops it
+    with pytest.raises(CacheFull, match=r"^image cache full: no space left on the disk"):
+        async with store.use(busybox_order, Notes()):
+            pass
+    assert store.digests() == [] and cache_paths(small_disk / "images") == []
+
+
+@pytest.mark.parametrize("failure", ["not found", "unreachable"])
+async def test_a_failed_pull_names_the_registry_s_reason(
+    oci_registry: Registry,
+    busybox_image: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    failure: str,
+) -> None:
+    monkeypatch.setattr(pull, "RETRY_MIN_SEC", 0.01)
+    monkeypatch.setattr(pull, "RETRY_MAX_SEC", 0.02)
+    digest = oci_registry.push(busybox_image, "bb", "v1")
+    if failure == "not found":
+        order = order_for(oci_registry, "nobody/here", digest)
+        reason = "manifest unknown"
+    else:
+        order = order_for(oci_registry, "bb", digest)
+        oci_registry.stop()
+        reason = "connection refused"
+    store = opened(tmp_path / "images")
+    notes = Notes()
+    with pytest.raises(PullFailed, match=rf"^pulling {order.ref} failed after 3 tries: .*{reason}"):
+        async with store.use(order, notes):
+            pass
+    assert len(notes.having(reason)) == 2  # each retry said why
