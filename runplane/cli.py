@@ -317,11 +317,22 @@ DIR = click.Path(path_type=Path)
 )
 @click.option(
     "--executor",
-    type=click.Choice(["process", "sandbox"]),
+    type=click.Choice(["process", "sandbox", "container"]),
     default="process",
-    help="how jobs run: process (a process group, the host as it is) or sandbox "
+    help="how jobs run: process (a process group, the host as it is), sandbox "
     "(bubblewrap: the host read-only, a private /tmp, no view of the agent's data or "
-    "other jobs, its own pid namespace); see docs/executor.md",
+    "other jobs, its own pid namespace) or container (jobs with an image run in it, "
+    "pulled by digest into the node's image cache; others as with process); see "
+    "docs/executor.md and docs/containers.md",
+)
+@click.option(
+    "--image-cache-gb",
+    type=click.FloatRange(min=0, min_open=True),
+    default=20.0,
+    metavar="N",
+    help="with --executor container: GiB of unpacked images the node keeps in <data "
+    "dir>/images (default 20); beyond it the least recently used are evicted, never "
+    "one a job is using",
 )
 @click.option(
     "--best-effort-limits",

@@ -83,7 +83,7 @@ class Settings(BaseSettings):
     #: chunks each realtime stream's replay ring keeps (docs/streams.md)
     stream_ring: int = Field(1024, ge=16, le=1_000_000)
     #: the in-process agent's executor (``runplane agent --executor``)
-    local_agent_executor: Literal["process", "sandbox"] = "process"
+    local_agent_executor: Literal["process", "sandbox", "container"] = "process"
     #: replicas on one PostgreSQL, one leader at a time (docs/operations.md "High
     #: availability"); needs a postgresql:// database and no in-process agent
     ha: bool = False

@@ -48,6 +48,7 @@ from runplane.agent.core import Core
 from runplane.agent.errors import AgentError, DataDirBusy
 from runplane.agent.facts import collect_facts
 from runplane.agent.gpus import GpuPool
+from runplane.agent.images.store import DEFAULT_CACHE_GB, ImageStore
 from runplane.agent.isolation import JobUser, RunAsError
 from runplane.agent.jobplan import EXECUTORS
 from runplane.agent.jobref import JobKey
@@ -130,7 +131,8 @@ class Agent:
     ``grace_sec``), their finish is reported if the connection is up, the socket is closed;
     all of it bounded by ``stop_timeout``, after which what is left is SIGKILLed.
     A refusal by the server raises :class:`AgentRefused` (or :class:`AgentReplaced`) from
-    ``run()``.
+    ``run()``. With ``executor="container"``, jobs with an image run in it, from the image
+    cache in ``<data dir>/images`` of at most ``image_cache_gb`` GiB (``images/store.py``).
     """
 
     def __init__(
@@ -154,9 +156,12 @@ class Agent:
         self_update: bool = True,
         update_plan: updates.UpdatePlan | None = None,
         update_drain_timeout: float = math.inf,
+        image_cache_gb: float = DEFAULT_CACHE_GB,
         **setup: Unpack[SetupFlags],
     ) -> None:
         servers = _checked(server_url, executor, drain_timeout, update_drain_timeout)
+        if not image_cache_gb > 0:
+            raise ValueError(f"the image cache must be more than 0 GB, got {image_cache_gb}")
         self.data_dir = Path(data_dir)
         self.name = name
         self.max_concurrency = max_concurrency
@@ -179,6 +184,8 @@ class Agent:
             update_plan=update_plan,
             update_drain_timeout=update_drain_timeout,
         )
+        if executor == "container":
+            self.runner.images = ImageStore(self.data_dir / "images", int(image_cache_gb * 1024**3))
         self._inner = trio.CancelScope(shield=True)
         self._ran = False
         self._capabilities: list[str] = []
@@ -425,6 +432,7 @@ class Agent:
                 collect_facts, self.data_dir, self.name, self.max_concurrency
             )
         core.facts = facts = self._reported(facts)
+        await self._open_images()
         self.runner.rules.node = facts.name
         self.runner.rules.gpus = GpuPool(facts.gpus)
         log.info(
@@ -452,6 +460,20 @@ class Agent:
             self.runner.nursery = self.lifecycle.nursery = None
         if fatal is not None:
             raise fatal
+
+    async def _open_images(self) -> None:
+        """A container node's image cache, found on disk (``images/store.py``); its
+        state goes with the hello and, when it changed, the heartbeats."""
+        store = self.runner.images
+        if store is None:
+            return
+        try:
+            await trio.to_thread.run_sync(store.open)
+        except OSError as exc:
+            raise AgentError(
+                f"cannot use the image cache {store.root}: {exc.strerror or exc}"
+            ) from None
+        self.core.image_facts = store.facts
 
     def _reported(self, facts: Facts) -> Facts:
         """The facts with the agent's flags and what it settled applied on top."""

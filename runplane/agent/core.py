@@ -23,7 +23,18 @@ from runplane.agent.finish_store import FinishStore
 from runplane.agent.isolation import JobUser
 from runplane.agent.jobref import JobKey
 from runplane.agent.outbox import Outbox
-from runplane.agent.protocol import Facts, JobFinished, RunningJob
+from runplane.agent.protocol import Facts, Heartbeat, ImageFacts, JobFinished, RunningJob
+
+#: A heartbeat carries the image cache again once its digests changed, or its free bytes
+#: moved by more than this share of its limit (the disk under it fills and empties).
+IMAGES_FREE_SLACK = 0.01
+
+
+def images_changed(now: ImageFacts, sent: ImageFacts | None) -> bool:
+    """Whether the server should hear of the image cache again."""
+    if sent is None or (now.digests, now.limit_bytes) != (sent.digests, sent.limit_bytes):
+        return True
+    return abs(now.free_bytes - sent.free_bytes) > now.limit_bytes * IMAGES_FREE_SLACK
 
 
 class Changed:
@@ -107,6 +118,10 @@ class Core:
         self.facts: Facts | None = None
         self.node_id: str | None = None
         self.name = name
+        #: a container node's image cache as it is now (``images/store.py``); None: none
+        self.image_facts: Callable[[], ImageFacts] | None = None
+        #: the image cache as the server last heard of it (hello, heartbeat)
+        self.images_sent: ImageFacts | None = None
 
     def notify(self) -> None:
         self.changed.notify()
@@ -126,6 +141,23 @@ class Core:
         keys = list(self.jobs)
         keys.extend(k for k in self.outbox.unacked() if k not in self.jobs)
         return keys
+
+    def hello_facts(self) -> Facts:
+        """The facts a hello says: with the image cache as it is now, on a container node."""
+        assert self.facts is not None
+        if self.image_facts is None:
+            return self.facts
+        self.images_sent = self.image_facts()
+        return self.facts.model_copy(update={"images": self.images_sent})
+
+    def heartbeat(self) -> Heartbeat:
+        """A heartbeat: the attempts held, and the image cache when it changed since the
+        server last heard of it (:func:`images_changed`)."""
+        images = self.image_facts() if self.image_facts is not None else None
+        if images is None or not images_changed(images, self.images_sent):
+            return Heartbeat(running=self.held())
+        self.images_sent = images
+        return Heartbeat(running=self.held(), images=images)
 
     def held(self) -> list[RunningJob]:
         return [RunningJob(job_id=j, attempt=a) for j, a in self.held_keys()]

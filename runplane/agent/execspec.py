@@ -178,8 +178,12 @@ def job_environment(spec: ExecSpec, agent_env: Mapping[str, str] | None = None) 
     return env
 
 
-def pod_services(pod: list[PodServiceSpec] | None) -> tuple[PodService, ...]:
-    """A run order's pod as the executor takes it (empty for a plain job)."""
+def pod_services(
+    pod: list[PodServiceSpec] | None, images: Mapping[str, Rootfs] | None = None
+) -> tuple[PodService, ...]:
+    """A run order's pod as the executor takes it (empty for a plain job); ``images``: the
+    services' own images, unpacked (by service name)."""
+    images = images or {}
     return tuple(
         PodService(
             name=s.name,
@@ -196,6 +200,7 @@ def pod_services(pod: list[PodServiceSpec] | None) -> tuple[PodService, ...]:
                 if s.health is not None
                 else None
             ),
+            image=images.get(s.name),
         )
         for s in pod or ()
     )

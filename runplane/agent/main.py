@@ -32,6 +32,7 @@ import trio
 from runplane import fdlimit
 from runplane.agent.client import DRAIN_TIMEOUT_SEC, Agent
 from runplane.agent.errors import AgentError
+from runplane.agent.images.store import DEFAULT_CACHE_GB
 from runplane.agent.update import reexec_argv
 
 log = logging.getLogger("runplane.agent")
@@ -187,11 +188,10 @@ def main(
     best_effort_limits: bool = False,
     auto_update: bool = False,
     update_drain_timeout: float | None = None,
+    image_cache_gb: float = DEFAULT_CACHE_GB,
 ) -> int:
     """Entry of ``runplane agent``: exit 0 after a requested stop, 1 if refused, 2 bad input.
-    ``host_paths``, ``run_as``, ``work_dir``: see :mod:`runplane.agent.isolation`;
-    ``uid_range``, ``shared_uid_ok``: :mod:`runplane.agent.uids`;
-    ``executor``, ``best_effort_limits``: :mod:`runplane.agent.jobplan`."""
+    The options (docs/agent.md) are those of :class:`~runplane.agent.client.Agent`."""
     try:
         agent = Agent(
             server,
@@ -210,6 +210,7 @@ def main(
             best_effort_limits=best_effort_limits,
             auto_update=auto_update,
             update_drain_timeout=math.inf if update_drain_timeout is None else update_drain_timeout,
+            image_cache_gb=image_cache_gb,
         )
     except ValueError as exc:
         print(f"runplane agent: {exc}", file=sys.stderr)

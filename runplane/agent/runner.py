@@ -4,7 +4,8 @@ through plan -> prepare -> execute -> outputs -> finish (``docs/agent.md``):
 * **plan** (``jobplan.py``): its limits checked against what the node enforces, its GPUs
   assigned (waiting a while for devices an ending job still holds), its launch;
 * **prepare**: its uid taken (``uids.py``), its workdir and streams directory made, its
-  mounts put in place (``workspace.py``; phase ``pulling``);
+  images pulled and pinned until it ends (``images/``, a container node) and its mounts
+  put in place (``workspace.py``): phase ``pulling`` (``pulling.py``);
 * **execute**: :func:`~runplane.agent.executor.run_job`, its events reported as
   ``job_phase``/``job_logs``/``job_metric`` and its streams forwarded (``streams.py``);
 * **outputs**: uploaded (``outputs.py``);
@@ -17,8 +18,8 @@ What it reports goes into the shared outbox (``core.py``); the session sends it.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,8 @@ from runplane.agent.executor import (
     Started,
     run_job,
 )
+from runplane.agent.images.jobimages import JobImages, image_refusal
+from runplane.agent.images.store import ImageStore
 from runplane.agent.isolation import HostPaths, JobUser, isolation_refusal, make_workdir
 from runplane.agent.jobplan import Executor, JobPlan, NodeRules
 from runplane.agent.jobref import check_job_ref, job_key
@@ -54,11 +57,11 @@ from runplane.agent.protocol import (
     Teleop,
     TeleopAck,
 )
+from runplane.agent.pulling import pull_and_mount
 from runplane.agent.requirements import deps_dir_of
 from runplane.agent.streams import append_teleop, forwarding, make_streams_dir, streams_dir_of
 from runplane.agent.uids import UidPool
 from runplane.agent.urls import http_origin
-from runplane.agent.workspace import MountError, mounts_of, prepare_mounts
 
 log = logging.getLogger("runplane.agent")
 
@@ -96,6 +99,9 @@ class JobRunner:
         self.job_user: JobUser | None = None
         self.uids: UidPool | None = None
         self.host_paths = HostPaths()
+        #: the image cache of a container node (``--executor container``); None: this
+        #: node runs no images (an image job is refused)
+        self.images: ImageStore | None = None
         self.nursery: trio.Nursery | None = None
 
     def job_pids(self) -> set[int]:
@@ -243,47 +249,6 @@ class JobRunner:
 
     # -- one attempt
 
-    async def _prepare(self, job: Job, spec: RunSpec) -> Finished | None:
-        """Put the run's mounts in place (phase ``pulling``); a Finished when that failed,
-        was cancelled or timed out (``timeout_sec`` bounds it, as it bounds the command)."""
-        mounts = mounts_of(spec.workspace, list(spec.inputs))
-        if not mounts:
-            return None
-        started = trio.current_time()
-        scratch = job.workdir.with_name(f"{job.workdir.name}.pull")
-        outcome: Finished | None = None
-        async with trio.open_nursery() as nursery:
-
-            async def watch_cancel() -> None:
-                nonlocal outcome
-                await job.cancel.wait()
-                outcome = Finished("cancelled", None, "cancelled while preparing mounts", {}, 0)
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(watch_cancel)
-            timeout = spec.timeout_sec if spec.timeout_sec and spec.timeout_sec > 0 else math.inf
-            with trio.move_on_after(timeout) as deadline:
-                try:
-                    await prepare_mounts(
-                        job.workdir,
-                        mounts,
-                        scratch=scratch,
-                        note=lambda s: self._system(job, s),
-                        host_paths=self.host_paths,
-                        server=http_origin(self.server_url()),
-                    )
-                except MountError as exc:
-                    outcome = Finished("failed", None, str(exc), {}, 0)
-            if deadline.cancelled_caught:
-                outcome = Finished(
-                    "timeout", None, f"timed out after {timeout:g} s while preparing mounts", {}, 0
-                )
-            nursery.cancel_scope.cancel()
-        if outcome is not None:
-            outcome = replace(outcome, duration_sec=trio.current_time() - started)
-            await self._system(job, f"{outcome.error}")
-        return outcome
-
     async def _outputs(self, job: Job, spec: RunSpec, finished: Finished) -> Finished:
         """Upload the run's outputs (not for a cancelled job); a job that succeeded fails
         when a non-optional glob matched nothing or an upload failed."""
@@ -328,12 +293,13 @@ class JobRunner:
             plan = await self._admit(job, spec)
             if plan is None:
                 return
-            failed = await self._set_up(job, spec, plan)
-            if failed is not None:
-                await self._on_event(job, failed)
-                return
-            finished = await self._execute(job, spec, plan)
-            await self._on_event(job, await self._outputs(job, spec, finished))
+            async with AsyncExitStack() as pins:  # its images, until it ends
+                ready = await self._set_up(job, spec, plan, pins)
+                if isinstance(ready, Finished):
+                    await self._on_event(job, ready)
+                    return
+                finished = await self._execute(job, spec, plan, ready)
+                await self._on_event(job, await self._outputs(job, spec, finished))
         except Exception as exc:
             log.exception("job failed inside the agent", extra=ids)
             if not job.finished:
@@ -374,7 +340,7 @@ class JobRunner:
             job, JobPhase(job_id=job.job_id, attempt=job.attempt, phase="pulling", gpus=gpus)
         )
         refusal = isolation_refusal(spec.isolation, self.core.node_name(), self.executor)
-        refusal = refusal or plan.refusal
+        refusal = refusal or plan.refusal or image_refusal(spec, self.images, self.core.node_name())
         if refusal is not None:
             await self._system(job, refusal)
             await self._on_event(job, Finished("failed", None, refusal, {}, 0))
@@ -385,17 +351,27 @@ class JobRunner:
             await self._system(job, note)
         return plan
 
-    async def _set_up(self, job: Job, spec: RunSpec, plan: JobPlan) -> Finished | None:
-        """The attempt's user, working and streams directories, then its mounts
-        (:meth:`_prepare`); a Finished when that failed."""
+    async def _set_up(
+        self, job: Job, spec: RunSpec, plan: JobPlan, pins: AsyncExitStack
+    ) -> Finished | JobImages:
+        """The attempt's user, working and streams directories, then its images (held by
+        ``pins``) and mounts (``pulling.py``); a Finished when that failed."""
         job.user = await self._attempt_user(job)
         if self.uids is not None and plan.launch is not None:
             plan.launch = replace(plan.launch, user=job.user)
         await trio.to_thread.run_sync(make_workdir, job.workdir, self.work_root)
         job.streams = await trio.to_thread.run_sync(make_streams_dir, job.workdir, job.user)
-        return await self._prepare(job, spec)
+        return await pull_and_mount(
+            job,
+            spec,
+            images=self.images,
+            pins=pins,
+            note=lambda s: self._system(job, s),
+            host_paths=self.host_paths,
+            server=http_origin(self.server_url()),
+        )
 
-    async def _execute(self, job: Job, spec: RunSpec, plan: JobPlan) -> Finished:
+    async def _execute(self, job: Job, spec: RunSpec, plan: JobPlan, ready: JobImages) -> Finished:
         """Run the command (the executor), its streams forwarded meanwhile; events but the
         end are reported as they come, the end is returned (the outputs go up first)."""
         exec_spec = ExecSpec(
@@ -405,14 +381,16 @@ class JobRunner:
             workdir=job.workdir,
             setup=spec.setup,
             timeout_sec=spec.timeout_sec,
-            # inline mounts were written by _prepare (with their mode); the bare
+            # inline mounts were written while pulling (with their mode); the bare
             # inline_files of older servers are still written by the executor
             inline_files={} if (spec.workspace or spec.inputs) else dict(spec.inline_files),
             grace_sec=self.grace_sec,
             user=job.user,
             launch=plan.launch,
             streams_dir=job.streams,
-            pod=pod_services(spec.pod),
+            pod=pod_services(spec.pod, ready.services),
+            image=ready.image,
+            isolation=spec.isolation,
         )
 
         async def report(event: Event) -> None:

@@ -35,7 +35,6 @@ from runplane.agent.protocol import (
     PROTOCOL_VERSION,
     Cancel,
     FinishedAck,
-    Heartbeat,
     Hello,
     Refused,
     Resume,
@@ -193,13 +192,12 @@ class AgentSession:
             raise refusal from None
 
     def _hello(self) -> Hello:
-        assert self.core.facts is not None
         return Hello(
             protocol=PROTOCOL_VERSION,
             agent_version=__version__,
             credential=self.credential,
             join_token=None if self.credential else self.join_token,
-            facts=self.core.facts,
+            facts=self.core.hello_facts(),
             running=self.core.held(),
             channel="stable",
             auto_update=self.auto_update,
@@ -390,7 +388,7 @@ class AgentSession:
     async def _heartbeat_loop(self, session: Connection) -> None:
         while True:
             await trio.sleep(session.heartbeat_sec)
-            await session.ws.send_message(encode(Heartbeat(running=self.core.held())))
+            await session.ws.send_message(encode(self.core.heartbeat()))
 
     async def _ping_loop(self, session: Connection) -> None:
         interval = max(1.0, 2 * session.heartbeat_sec)
