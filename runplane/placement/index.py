@@ -140,6 +140,8 @@ class FleetIndex:
         self._next_cid = 0
         self._shape_ids: dict[ShapeKey, Shape] = {}
         self._disabled: set[str] = set()
+        #: image digest -> the nodes whose cache holds it (the ``image_cached`` stream)
+        self._holders: dict[str, set[str]] = {}
         #: owner (None: unowned) -> a shelf of its walkable nodes: a scan walks the ones of
         #: the owners a job may use
         self._all: dict[str | None, Shelf] = {}
@@ -191,6 +193,12 @@ class FleetIndex:
         """Add or replace a node; without ``load`` a known node keeps its load (a new one
         starts idle). O(log n), plus O(classes) when it creates or empties a class."""
         old = self._entries.get(node.id)
+        if old is not None and old.node.images != node.images:
+            if replace(old.node, images=node.images) == node:  # only its image cache changed
+                self._hold(old.node, False)
+                self._hold(node, True)
+                self._entries[node.id] = Entry(node, old.load, old.cid)
+            old = self._entries[node.id]
         if old is not None and old.node == node:
             if load is not None:
                 self.update_load(node.id, load)
@@ -242,7 +250,20 @@ class FleetIndex:
         self.update_load(node_id, load)
         return load
 
+    def _hold(self, node: NodeShape, held: bool) -> None:
+        """Add (``held``) or remove the node under each digest its image cache holds."""
+        holders = self._holders
+        for digest in node.images:
+            if held:
+                holders.setdefault(digest, set()).add(node.id)
+            else:
+                nodes = holders[digest]
+                nodes.discard(node.id)
+                if not nodes:
+                    del holders[digest]
+
     def _insert(self, node: NodeShape, load: NodeLoad) -> None:
+        self._hold(node, True)
         if node.disabled:
             self._disabled.add(node.id)
             self._entries[node.id] = Entry(node, load, -1)
@@ -266,6 +287,7 @@ class FleetIndex:
     def _drop(self, e: Entry) -> None:
         nid = e.node.id
         del self._entries[nid]
+        self._hold(e.node, False)
         if e.cid < 0:
             self._disabled.discard(nid)
             return
@@ -454,6 +476,11 @@ class FleetIndex:
         for stream in streams_for(job)[1:]:
             if stream == "gpu_fit":
                 takes[stream] = self._walk_gpu_fit(job, feas, k, budget)
+            elif stream == "image_cached":
+                held = set().union(*(self._holders.get(d, ()) for d in job.image_digests))
+                takes[stream] = walks.holders(
+                    self._entries, held, job, scope.thresholds, k, budget
+                )[0]
             else:
                 takes[stream] = self._walk(stream, job, scope, k, budget)[0]
         return takes

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from .filters import fits_all
 from .model import JobDemand
 from .shelves import ITEMS, Entry, FleetClass, Item, Shelf
-from .weights import BINPACK, DLPERF, GPU_FIT, RELIABILITY, SPREAD
+from .weights import BINPACK, DLPERF, GPU_FIT, IMAGE_CACHED, RELIABILITY, SPREAD
 
 #: The candidate streams of each scorer (the ``fit`` stream is always walked).
 SCORER_STREAMS: dict[str, tuple[str, ...]] = {
@@ -22,6 +22,7 @@ SCORER_STREAMS: dict[str, tuple[str, ...]] = {
     GPU_FIT: ("gpu_fit",),
     DLPERF: ("dlperf",),
     RELIABILITY: ("reliable",),
+    IMAGE_CACHED: ("image_cached",),
 }
 #: The sorted list each stream walks (``gpu_fit``: ``fit``, best GPU shape first).
 STREAM_LISTS: dict[str, str] = {
@@ -32,13 +33,15 @@ STREAM_LISTS: dict[str, str] = {
     "dlperf": "dlperf",
     "reliable": "reliable",
     "gpu_fit": "fit",
+    "image_cached": "fit",
 }
 #: Streams that only visit nodes with enough free CPU (their list is entered at it).
-RANGED_STREAMS = frozenset({"fit", "roomy", "gpu_fit"})
+RANGED_STREAMS = frozenset({"fit", "roomy", "gpu_fit", "image_cached"})
 
 
 def streams_for(job: JobDemand) -> list[str]:
-    """The streams a job walks: ``fit`` first, then those of its weighted scorers."""
+    """The streams a job walks: ``fit`` first, then those of its weighted scorers
+    (``image_cached`` weighs only for a job with images: ``JobDemand.active_weights``)."""
     out = ["fit"]
     for name, _ in job.active_weights:
         for stream in SCORER_STREAMS[name]:
@@ -133,6 +136,40 @@ def merge(
             heapq.heappop(heap)
         else:
             heapq.heapreplace(heap, (nxt, idx))
+    return out, seen
+
+
+def holders(
+    entries: dict[str, Entry],
+    nodes: set[str],
+    job: JobDemand,
+    thresholds: dict[int, int],
+    need: int,
+    budget: int,
+) -> tuple[list[Entry], int]:
+    """The ``image_cached`` stream: the eligible ``nodes`` (those whose cache holds one of
+    the job's images) with enough free CPU, in ``fit`` order; the first ``need`` that fit
+    among the first ``budget``. Costs O(h log h) for h holders (no sorted list per image:
+    a node's load would move in every list of its images)."""
+    eligible: list[Entry] = []
+    for nid in nodes:
+        e = entries[nid]
+        threshold = thresholds.get(e.cid)
+        if threshold is None or not e.walkable or e.free_gpu < threshold:
+            continue
+        if e.free_cpu >= job.cpu:
+            eligible.append(e)
+    eligible.sort(key=ITEMS["fit"])
+    out: list[Entry] = []
+    seen = 0
+    for e in eligible:
+        if seen >= budget:
+            break
+        seen += 1
+        if fits_all(e, job):
+            out.append(e)
+            if len(out) >= need:
+                break
     return out, seen
 
 
