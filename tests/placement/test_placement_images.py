@@ -241,3 +241,9 @@ def test_the_cached_node_is_found_in_a_large_fleet() -> None:
     # a plan of many jobs of the image: the holder takes them while it has room
     jobs = [replace(demand, job_id=f"j{i}") for i in range(6)]
     assert [a.node_id for a in plan(jobs, fleet).assignments][:4] == ["n299"] * 4
+
+
+def test_the_node_view_gives_the_shape_its_cache() -> None:
+    view = {"id": "n", "arch": "amd64", "images": {"digests": [DIGEST], "free_bytes": 0}}
+    assert NodeShape.from_view(view).images == frozenset({DIGEST})
+    assert NodeShape.from_view({"id": "n", "images": None}).images == frozenset()
