@@ -54,7 +54,7 @@ from .filters import (
 )
 from .model import JobDemand, NodeLoad, NodeShape
 from .scoring import score_breakdown, score_gpu_fit
-from .shelves import Entry, FleetClass, Item, Shape, ShapeKey, Shelf, items_from
+from .shelves import Entry, FleetClass, Item, Shape, ShapeKey, Shelf, hold, items_from
 from .verdicts import BaseVerdicts, ClassVerdict, Feasibility, StaticBase
 from .walks import STREAM_LISTS, Scope, streams_for
 from .weights import GPU_FIT
@@ -195,8 +195,8 @@ class FleetIndex:
         old = self._entries.get(node.id)
         if old is not None and old.node.images != node.images:
             if replace(old.node, images=node.images) == node:  # only its image cache changed
-                self._hold(old.node, False)
-                self._hold(node, True)
+                hold(self._holders, old.node, False)
+                hold(self._holders, node, True)
                 self._entries[node.id] = Entry(node, old.load, old.cid)
             old = self._entries[node.id]
         if old is not None and old.node == node:
@@ -250,20 +250,8 @@ class FleetIndex:
         self.update_load(node_id, load)
         return load
 
-    def _hold(self, node: NodeShape, held: bool) -> None:
-        """Add (``held``) or remove the node under each digest its image cache holds."""
-        holders = self._holders
-        for digest in node.images:
-            if held:
-                holders.setdefault(digest, set()).add(node.id)
-            else:
-                nodes = holders[digest]
-                nodes.discard(node.id)
-                if not nodes:
-                    del holders[digest]
-
     def _insert(self, node: NodeShape, load: NodeLoad) -> None:
-        self._hold(node, True)
+        hold(self._holders, node, True)
         if node.disabled:
             self._disabled.add(node.id)
             self._entries[node.id] = Entry(node, load, -1)
@@ -287,7 +275,7 @@ class FleetIndex:
     def _drop(self, e: Entry) -> None:
         nid = e.node.id
         del self._entries[nid]
-        self._hold(e.node, False)
+        hold(self._holders, e.node, False)
         if e.cid < 0:
             self._disabled.discard(nid)
             return
@@ -477,10 +465,17 @@ class FleetIndex:
             if stream == "gpu_fit":
                 takes[stream] = self._walk_gpu_fit(job, feas, k, budget)
             elif stream == "image_cached":
-                held = set().union(*(self._holders.get(d, ()) for d in job.image_digests))
-                takes[stream] = walks.holders(
-                    self._entries, held, job, scope.thresholds, k, budget
-                )[0]
+                way = {"scan": "scan", "merge": "sort", "enumerate": "sort"}.get(self.walk, "auto")
+                takes[stream] = walks.cached(
+                    self._entries,
+                    self._scanned(scope),
+                    self._holders,
+                    job,
+                    scope.thresholds,
+                    k,
+                    budget,
+                    way,
+                )
             else:
                 takes[stream] = self._walk(stream, job, scope, k, budget)[0]
         return takes

@@ -247,3 +247,22 @@ def test_the_node_view_gives_the_shape_its_cache() -> None:
     view = {"id": "n", "arch": "amd64", "images": {"digests": [DIGEST], "free_bytes": 0}}
     assert NodeShape.from_view(view).images == frozenset({DIGEST})
     assert NodeShape.from_view({"id": "n", "images": None}).images == frozenset()
+
+
+def test_a_fleet_that_all_holds_the_image_takes_the_same_whichever_way() -> None:
+    """Many holders: the stream scans the ``fit`` lists instead of sorting them all; a
+    scan, a sort and the brute-force reference take the same nodes."""
+    nodes = [
+        replace(
+            node(f"n{i:03d}", cpu_cores=4 + i % 5, capabilities=CONTAINER),
+            images=frozenset({DIGEST} if i % 7 else {OTHER}),
+        )
+        for i in range(400)
+    ]
+    demand = job(container=AMD64, requires={"cpu": {"min_cores": 5}})
+    holding = [n for n in nodes if DIGEST in n.images and n.cpu_cores >= 5]
+    want = [n.id for n in sorted(holding, key=lambda n: (n.cpu_cores, n.ram_gb, n.id))][:3]
+    for walk in ("auto", "scan", "enumerate"):
+        fleet = FleetIndex(nodes, per_stream=3, walk=walk)  # type: ignore[arg-type]
+        assert fleet.stream_takes(demand)["image_cached"] == want
+        assert placed(demand, fleet) in want
