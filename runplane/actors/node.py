@@ -27,6 +27,11 @@ of the last beat (``nodes.last_heartbeat``) is not written per beat: it goes to
 writes all nodes' latest beats in one batch every few seconds. A status change
 (online, draining, disconnected, offline) still writes at once, with the last beat.
 
+Image cache: a container node's hello reports its cached image digests with its facts,
+and a heartbeat carries them again only when they changed (a pull, an eviction); the
+actor writes a changed cache into the row's facts and re-announces the node to placement
+(``image_cached`` weight, docs/containers.md "Placement").
+
 Self-update (``runplane/nodes/update.py``): at each hello the actor hands the agent an
 operator's pending request (``update``, requested), else, for an agent that said
 ``auto_update``, its channel's target when it differs; ``OfferUpdate`` does the same at
@@ -77,6 +82,8 @@ class Detach:
 @dataclass(frozen=True, slots=True)
 class Beat:
     running: tuple[tuple[str, int], ...]
+    #: the node's image cache, when it changed since its last report (a container node)
+    images: p.ImageFacts | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +226,9 @@ class NodeActor(Actor[NodeMsg]):
         self.unready = False
         #: the current session's hello (its version, channel and auto-update)
         self.hello: p.Hello | None = None
+        #: the image cache last stored (from the hello, then heartbeats): a report equal
+        #: to it is not written again
+        self.images: p.ImageFacts | None = None
 
     async def on_start(self) -> None:
         """Rebuild from the store: the attempts the jobs table puts on this node. A node
@@ -256,7 +266,9 @@ class NodeActor(Actor[NodeMsg]):
             case Detach(outbox):
                 await self._detach(outbox)
                 return None
-            case Beat():
+            case Beat(images=images):
+                if images is not None:
+                    await self._images(images)
                 await self._beat()
                 return None
             case Deliver(order):
@@ -307,6 +319,17 @@ class NodeActor(Actor[NodeMsg]):
         await self.deps.record_beat(self.node_id, self.last_beat_ms)
         if self.unready and self.outbox is not None and not self.draining:
             await self._announce()  # it takes orders again
+
+    async def _images(self, images: p.ImageFacts) -> None:
+        """A new image cache (the agent reports one only when it changed): stored in the
+        row's facts (placement rebuilds from them) and announced to placement, whose
+        ``image_cached`` weight reads it. An unchanged report writes nothing."""
+        if images == self.images:
+            return
+        self.images = images
+        await nodes_repo.set_images(self.deps.store, self.node_id, images.model_dump())
+        if self.outbox is not None and not self.draining and not self.unready:
+            await self._announce()
 
     async def _deliver_order(self, order: p.Run | p.Cancel | p.FinishedAck | p.Teleop) -> bool:
         if self.draining and isinstance(order, p.Run):
@@ -382,6 +405,7 @@ class NodeActor(Actor[NodeMsg]):
             self.outbox.close()  # the old session is stale: its writer ends and closes it
         self.outbox = outbox
         self.hello = hello
+        self.images = hello.facts.images  # the hello wrote them with its facts
         self.draining = False  # a new session: its agent says again if it still drains
         self.unready = False  # announced below
         self.last_seen = clock.now()

@@ -5,9 +5,11 @@ a CUDA version and the weights, can still be refused here)."""
 from __future__ import annotations
 
 from runplane.placement import (
+    EXECUTOR_CONTAINER,
     DemandError,
     DemandProblem,
     GpuRequirement,
+    ImageDemand,
     JobDemand,
     Requires,
     Tier,
@@ -20,11 +22,14 @@ from .jobspec import JobSpec
 
 def requires_of(spec: JobSpec) -> Requires:
     """The machine properties ``spec`` requires (an ``isolation`` other than ``none`` is one
-    more capability: only a node whose executor gives it may run the job)."""
+    more capability: only a node whose executor gives it may run the job; so is
+    ``executor-container`` for a job that runs in images: it never runs on the host)."""
     req = spec.requires
     capabilities = set(req.capabilities)
     if spec.isolation != "none":
         capabilities.add(isolation_capability(spec.isolation))
+    if spec.containers():
+        capabilities.add(EXECUTOR_CONTAINER)
     return Requires(
         gpu=GpuRequirement(
             required=req.gpu.required,
@@ -40,6 +45,12 @@ def requires_of(spec: JobSpec) -> Requires:
         capabilities=frozenset(capabilities),
         limits=enforced_limits(spec.limits.model_dump()),
     )
+
+
+def images_of(spec: JobSpec) -> tuple[ImageDemand, ...]:
+    """The images ``spec`` runs in (its own and its pod services', resolved at submit),
+    with their platforms: placement's architecture filter and cached-image weight."""
+    return tuple(ImageDemand(c.ref, tuple(c.platforms)) for c in spec.containers())
 
 
 def demand_of(job_id: str, priority: int, spec: JobSpec, org_id: str | None = None) -> JobDemand:
@@ -64,6 +75,7 @@ def demand_of(job_id: str, priority: int, spec: JobSpec, org_id: str | None = No
             weights=dict(spec.weights),
             weights_preset=spec.weights_preset,
             org_id=org_id,
+            images=images_of(spec),
         )
     except DemandError as exc:
         raise DemandError(problems + list(exc.problems)) from None

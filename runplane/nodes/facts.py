@@ -24,6 +24,34 @@ class GpuFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class ImageCacheFacts:
+    """A container node's image cache (``protocol.ImageFacts``): the digests it holds
+    (``sha256:<hex>``, most recently used first), the bytes free under its limit and the
+    limit. Its hello reports it, and a heartbeat whenever it changed."""
+
+    digests: tuple[str, ...] = ()
+    free_bytes: int = 0
+    limit_bytes: int = 0
+
+    @classmethod
+    def parse(cls, value: Any) -> ImageCacheFacts | None:
+        if not isinstance(value, Mapping):
+            return None
+        return cls(
+            digests=tuple(str(d) for d in value.get("digests") or ()),
+            free_bytes=int(value.get("free_bytes") or 0),
+            limit_bytes=int(value.get("limit_bytes") or 0),
+        )
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "digests": list(self.digests),
+            "free_bytes": self.free_bytes,
+            "limit_bytes": self.limit_bytes,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class NodeFacts:
     """Capacity after overrides (``cpu_cap``, ``ram_cap``, ``max_concurrency``)."""
 
@@ -36,6 +64,8 @@ class NodeFacts:
     capabilities: frozenset[str]
     max_concurrency: int
     dlperf: float
+    #: its image cache (a node started with ``--executor container``), else None
+    images: ImageCacheFacts | None = None
 
     @property
     def max_vram_gb(self) -> float:
@@ -66,6 +96,7 @@ class NodeFacts:
             capabilities=frozenset(f.get("capabilities", [])),
             max_concurrency=int(o.get("max_concurrency") or f.get("max_concurrency", 1)),
             dlperf=float(f.get("dlperf", 0.0)),
+            images=ImageCacheFacts.parse(f.get("images")),
         )
 
 

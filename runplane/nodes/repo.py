@@ -4,10 +4,11 @@ PostgreSQL). Rows come back as :class:`NodeRow`.
 The owner of every write to ``nodes`` (docs/architecture.md, "Tables and their owners"):
 no other module writes the table. Who decides the writes: the node actor (status, the
 attempt counters, the agent's self-update reports, an update request it fulfils at a
-hello), the fleet service (the row an agent's hello upserts, an operator's update
-request), the heartbeat log (``last_heartbeat`` in batches), the patch of ``PATCH
-/v1/nodes/{id}`` (``runplane/nodes/patch.py``: name, disabled, overrides) and the start-up
-(every node offline)."""
+hello, the image cache a heartbeat reports: ``facts.images``), the fleet service (the
+row an agent's hello upserts, an operator's update request), the heartbeat log
+(``last_heartbeat`` in batches), the patch of ``PATCH /v1/nodes/{id}``
+(``runplane/nodes/patch.py``: name, disabled, overrides) and the start-up (every node
+offline)."""
 
 from __future__ import annotations
 
@@ -145,6 +146,23 @@ async def set_status(
         " last_heartbeat = COALESCE(?, last_heartbeat) WHERE id = ?",
         (status, now_ms(), last_beat_ms, node_id),
     )
+
+
+async def set_images(store: Store, node_id: str, images: Mapping[str, Any]) -> bool:
+    """A container node's image cache as its heartbeat reported it (``facts.images``;
+    the agent sends it only when it changed, the node actor writes only a change): the
+    rest of the facts stay as its hello wrote them. False when the node has no row."""
+    row = await store.fetchone("SELECT facts FROM nodes WHERE id = ?", (node_id,))
+    if row is None:
+        return False
+    facts = row["facts"]
+    facts = dict((from_json(facts) if isinstance(facts, str) else facts) or {})
+    facts["images"] = dict(images)
+    await store.execute(
+        "UPDATE nodes SET facts = ?, updated_at = ? WHERE id = ?",
+        (to_json(facts), now_ms(), node_id),
+    )
+    return True
 
 
 async def mark_all_offline(store: Store) -> None:

@@ -38,6 +38,7 @@ def shape_of(row: NodeRow) -> NodeShape:
         dlperf=f.dlperf,
         reliability=reliability_of(row),
         owner=owner_of(row.org_id),
+        images=frozenset(f.images.digests) if f.images is not None else frozenset(),
     )
 
 

@@ -95,4 +95,6 @@ def node_view(
             "phase": row.update.phase,
             "error": row.update.error,
         },
+        # addition (docs/containers.md#placement): a container node's image cache
+        "images": facts.images.view() if facts.images is not None else None,
     }

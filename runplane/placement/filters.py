@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from .model import (
+    EXECUTOR_CONTAINER,
     ISOLATION_PREFIX,
     LIMIT_CAPABILITIES,
     JobDemand,
@@ -45,6 +46,7 @@ DISABLED = "DISABLED"
 OWNER = "OWNER"
 TRUST_TIER = "TRUST_TIER"
 ARCH = "ARCH"
+IMAGE_ARCH = "IMAGE_ARCH"
 CAPABILITY = "CAPABILITY"
 LIMITS = "LIMITS"
 NO_GPU = "NO_GPU"
@@ -215,12 +217,44 @@ def gpu_phrase(job: JobDemand) -> str:
 
 
 def _capability(name: str) -> str:
-    """A required capability as the wait reason says it: an isolation one says what
-    gives it."""
+    """A required capability as the wait reason says it: one the executor gives says
+    which agent gives it."""
+    if name == EXECUTOR_CONTAINER:
+        return (
+            f"{name} (the job runs in an image and no node runs images: start an agent "
+            "with --executor container)"
+        )
+    if name == ISOLATION_PREFIX + "gvisor":
+        return (
+            f"{name} (isolation gvisor: an agent started with --executor container on a "
+            "machine where gVisor's runsc works; the process executor gives none)"
+        )
     if name.startswith(ISOLATION_PREFIX):
         kind = name.removeprefix(ISOLATION_PREFIX)
-        return f"{name} (isolation {kind}: a container executor; the process executor gives none)"
+        return f"{name} (isolation {kind}: no runplane executor gives it on this fleet yet)"
     return name
+
+
+def _short_ref(ref: str) -> str:
+    """An image reference with its digest cut to 12 hex digits (``x@sha256:0123456789ab…``)."""
+    name, at, digest = ref.partition("@")
+    algo, colon, hexa = digest.partition(":")
+    if at and colon and len(hexa) > 12:
+        return f"{name}@{algo}:{hexa[:12]}…"
+    return ref
+
+
+def _image_platforms(job: JobDemand) -> str:
+    """``image x@sha256:… is for linux/arm64`` for each image that constrains the arch."""
+    return "; ".join(
+        f"image {_short_ref(i.ref)} is for {', '.join(i.platforms)}" for i in job.arch_images
+    )
+
+
+def _image_arch_need(job: JobDemand) -> str:
+    archs = sorted(job.image_archs or ())
+    wanted = " or ".join(archs) if archs else "none (no architecture has all of its images)"
+    return f"arch {wanted} for its images ({_image_platforms(job)})"
 
 
 def _capabilities_need(job: JobDemand) -> str:
@@ -301,6 +335,15 @@ def check_arch(node: NodeShape, load: NodeLoad, job: JobDemand) -> Rejection | N
     allowed = job.requires.arch
     if allowed and node.arch not in allowed:
         return Rejection(ARCH, f"node arch {node.arch} is not one of {', '.join(allowed)}")
+    return None
+
+
+def check_image_arch(node: NodeShape, load: NodeLoad, job: JobDemand) -> Rejection | None:
+    """Every image the job runs in (its own, its pod services') must exist for the node's
+    architecture; an image whose platforms are unknown constrains nothing."""
+    allowed = job.image_archs
+    if allowed is not None and node.arch not in allowed:
+        return Rejection(IMAGE_ARCH, f"{_image_platforms(job)}; node {node.id} is {node.arch}")
     return None
 
 
@@ -451,6 +494,12 @@ FILTERS: tuple[Filter, ...] = (
         "class",
         check_capabilities,
         (Reason(CAPABILITY, ("lacks them", "lack them"), _capabilities_need),),
+    ),
+    Filter(
+        "image_arch",
+        "class",
+        check_image_arch,
+        (Reason(IMAGE_ARCH, ("has another arch", "have another arch"), _image_arch_need),),
     ),
     Filter(
         "limits",

@@ -54,7 +54,7 @@ from .filters import (
 )
 from .model import JobDemand, NodeLoad, NodeShape
 from .scoring import score_breakdown, score_gpu_fit
-from .shelves import Entry, FleetClass, Item, Shape, ShapeKey, Shelf, items_from
+from .shelves import Entry, FleetClass, Item, Shape, ShapeKey, Shelf, hold, items_from
 from .verdicts import BaseVerdicts, ClassVerdict, Feasibility, StaticBase
 from .walks import STREAM_LISTS, Scope, streams_for
 from .weights import GPU_FIT
@@ -140,6 +140,8 @@ class FleetIndex:
         self._next_cid = 0
         self._shape_ids: dict[ShapeKey, Shape] = {}
         self._disabled: set[str] = set()
+        #: image digest -> the nodes whose cache holds it (the ``image_cached`` stream)
+        self._holders: dict[str, set[str]] = {}
         #: owner (None: unowned) -> a shelf of its walkable nodes: a scan walks the ones of
         #: the owners a job may use
         self._all: dict[str | None, Shelf] = {}
@@ -191,6 +193,12 @@ class FleetIndex:
         """Add or replace a node; without ``load`` a known node keeps its load (a new one
         starts idle). O(log n), plus O(classes) when it creates or empties a class."""
         old = self._entries.get(node.id)
+        if old is not None and old.node.images != node.images:
+            if replace(old.node, images=node.images) == node:  # only its image cache changed
+                hold(self._holders, old.node, False)
+                hold(self._holders, node, True)
+                self._entries[node.id] = Entry(node, old.load, old.cid)
+            old = self._entries[node.id]
         if old is not None and old.node == node:
             if load is not None:
                 self.update_load(node.id, load)
@@ -243,6 +251,7 @@ class FleetIndex:
         return load
 
     def _insert(self, node: NodeShape, load: NodeLoad) -> None:
+        hold(self._holders, node, True)
         if node.disabled:
             self._disabled.add(node.id)
             self._entries[node.id] = Entry(node, load, -1)
@@ -266,6 +275,7 @@ class FleetIndex:
     def _drop(self, e: Entry) -> None:
         nid = e.node.id
         del self._entries[nid]
+        hold(self._holders, e.node, False)
         if e.cid < 0:
             self._disabled.discard(nid)
             return
@@ -454,6 +464,18 @@ class FleetIndex:
         for stream in streams_for(job)[1:]:
             if stream == "gpu_fit":
                 takes[stream] = self._walk_gpu_fit(job, feas, k, budget)
+            elif stream == "image_cached":
+                way = {"scan": "scan", "merge": "sort", "enumerate": "sort"}.get(self.walk, "auto")
+                takes[stream] = walks.cached(
+                    self._entries,
+                    self._scanned(scope),
+                    self._holders,
+                    job,
+                    scope.thresholds,
+                    k,
+                    budget,
+                    way,
+                )
             else:
                 takes[stream] = self._walk(stream, job, scope, k, budget)[0]
         return takes

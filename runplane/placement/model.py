@@ -21,7 +21,7 @@ from datetime import datetime
 from enum import IntEnum
 from typing import Any
 
-from .weights import WEIGHT_NAMES, DemandProblem, resolve_weights, weight_problems
+from .weights import IMAGE_CACHED, WEIGHT_NAMES, DemandProblem, resolve_weights, weight_problems
 
 #: CPU cores a job reserves when its limits give none (and its stack asks for no more).
 DEFAULT_CPU_CORES = 1.0
@@ -90,6 +90,43 @@ def normalize_arch(arch: str) -> str:
     return _ARCH_ALIASES.get(low, low)
 
 
+def platform_arch(platform: str) -> str | None:
+    """The architecture of an image platform (``os/arch[/variant]``), normalised:
+    ``linux/amd64`` -> ``x86_64``, ``linux/arm64/v8`` -> ``arm64``; ``None`` for one that
+    names none, or ``unknown`` (the attestation manifests of an OCI index)."""
+    parts = platform.strip().split("/")
+    arch = normalize_arch(parts[1]) if len(parts) > 1 else ""
+    return arch if arch and arch != "unknown" else None
+
+
+def image_digest(ref: str) -> str:
+    """The digest of a resolved reference (``name@sha256:<hex>`` -> ``sha256:<hex>``: what a
+    node's image cache reports); ``""`` for a reference without one."""
+    _, at, digest = ref.rpartition("@")
+    return digest if at else ""
+
+
+@dataclass(frozen=True, slots=True)
+class ImageDemand:
+    """An image the job (or one of its pod services) runs in: its resolved reference
+    (``name@sha256:<hex>``) and the platforms it exists for (``os/arch[/variant]``; empty:
+    unknown, no node is refused for it). ``archs``: the platforms' architectures,
+    normalised (derived)."""
+
+    ref: str
+    platforms: tuple[str, ...] = ()
+    archs: frozenset[str] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "platforms", tuple(self.platforms))
+        archs = {a for p in self.platforms if (a := platform_arch(p)) is not None}
+        object.__setattr__(self, "archs", frozenset(archs))
+
+    @property
+    def digest(self) -> str:
+        return image_digest(self.ref)
+
+
 def _finite(name: str, value: float, *, minimum: float = 0.0) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{name} must be a number, got {value!r}")
@@ -145,6 +182,9 @@ class NodeShape:
     owner: str | None = None
     #: orgs the owner granted the node to (they place jobs on it as if they owned it)
     grantees: frozenset[str] = field(default_factory=frozenset)
+    #: the image digests (``sha256:<hex>``) its image cache holds: the ``image_cached``
+    #: scorer reads them; neither a class attribute nor a static one (a pull changes them)
+    images: frozenset[str] = field(default_factory=frozenset)
     # Derived (set in __post_init__): (vendor, vram_gb, parsed cuda) per GPU.
     gpu_specs: tuple[tuple[str, float, tuple[int, ...] | None], ...] = field(
         init=False, repr=False, compare=False
@@ -166,6 +206,7 @@ class NodeShape:
         object.__setattr__(self, "os", self.os.strip().lower())
         object.__setattr__(self, "capabilities", frozenset(self.capabilities))
         object.__setattr__(self, "grantees", frozenset(self.grantees))
+        object.__setattr__(self, "images", frozenset(self.images))
         object.__setattr__(
             self, "gpu_specs", tuple((g.vendor, g.vram_gb, cuda_version(g.cuda)) for g in gpus)
         )
@@ -184,7 +225,8 @@ class NodeShape:
     def from_view(cls, view: Mapping[str, Any]) -> NodeShape:
         """Build from the API's Node view (``gpu_models``, ``tier``...); extra keys ignored.
 
-        ``disk_gb`` and ``capabilities`` are read when present (the agent reports them).
+        ``disk_gb``, ``capabilities`` and ``images.digests`` are read when present (the
+        agent reports them).
         """
         gpus = tuple(
             Gpu(
@@ -209,6 +251,7 @@ class NodeShape:
             max_concurrency=int(view.get("max_concurrency", 1) or 0),
             dlperf=float(view.get("dlperf", 0) or 0),
             reliability=float(1 if view.get("reliability") is None else view["reliability"]),
+            images=frozenset(str(d) for d in (view.get("images") or {}).get("digests") or ()),
         )
 
 
@@ -348,6 +391,8 @@ class JobDemand:
     #: the job's org: only nodes it owns, was granted, or universal ones run it (None:
     #: any node, for callers that check a shape only)
     org_id: str | None = None
+    #: the images it runs in (its own and its pod services'; empty: a host job)
+    images: tuple[ImageDemand, ...] = ()
     # Derived.
     cpu: float = field(init=False, compare=False)
     ram: float = field(init=False, compare=False)
@@ -358,6 +403,12 @@ class JobDemand:
     weight_table: Mapping[str, float] = field(init=False, compare=False, repr=False)
     active_weights: tuple[tuple[str, float], ...] = field(init=False, compare=False, repr=False)
     cuda_min_version: tuple[int, ...] | None = field(init=False, compare=False, repr=False)
+    #: the digests of its images (what ``image_cached`` looks for in a node's cache)
+    image_digests: frozenset[str] = field(init=False, compare=False, repr=False)
+    #: the architectures every one of its images exists for (None: no image constrains it)
+    image_archs: frozenset[str] | None = field(init=False, compare=False, repr=False)
+    #: the images that constrain the architecture (their platforms are known)
+    arch_images: tuple[ImageDemand, ...] = field(init=False, compare=False, repr=False)
     class_signature: tuple[object, ...] = field(init=False, compare=False, repr=False)
     static_signature: tuple[object, ...] = field(init=False, compare=False, repr=False)
     fit_signature: tuple[object, ...] = field(init=False, compare=False, repr=False)
@@ -392,9 +443,7 @@ class JobDemand:
         set_(self, "cpu_min", max(req.min_cores, cpu))
         set_(self, "ram_min", max(req.min_ram_gb, ram))
         set_(self, "disk_min", float(req.min_disk_gb))
-        table = resolve_weights(self.weights_preset, self.weights)
-        set_(self, "weight_table", table)
-        set_(self, "active_weights", tuple((k, w) for k, w in table.items() if w > 0))
+        image_sig = self._derive_images()
         # Signatures: jobs with equal signatures get equal verdicts from the filters that
         # read them (class-level ones; all static ones; static plus reservation).
         gpu = req.gpu
@@ -403,11 +452,42 @@ class JobDemand:
         gpu_sig: tuple[object, ...] = (
             (self.gpus, gpu.min_vram_gb, gpu.vendor, cuda_min) if self.gpus else (0,)
         )
-        class_sig = (req.min_tier, req.arch, req.capabilities, req.limits, gpu_sig, self.org_id)
+        class_sig = (
+            req.min_tier,
+            req.arch,
+            req.capabilities,
+            req.limits,
+            gpu_sig,
+            image_sig,
+            self.org_id,  # last: the index reads the signature without it
+        )
         static_sig = (class_sig, self.cpu_min, self.ram_min, self.disk_min)
         set_(self, "class_signature", class_sig)
         set_(self, "static_signature", static_sig)
         set_(self, "fit_signature", (static_sig, cpu, ram, self.gpus))
+
+    def _derive_images(self) -> tuple[object, ...]:
+        """Set the weights and what the images decide (digests, architectures); returns
+        the images' part of the class signature: the architectures and the refs of the
+        images that constrain them (the wait reason names them)."""
+        set_ = object.__setattr__
+        table = resolve_weights(self.weights_preset, self.weights)
+        set_(self, "weight_table", table)
+        images = tuple(self.images)
+        set_(self, "images", images)
+        digests = frozenset(d for i in images if (d := i.digest))
+        set_(self, "image_digests", digests)
+        # image_cached weighs only for a job that has images (a host job's scores stay)
+        set_(
+            self,
+            "active_weights",
+            tuple((k, w) for k, w in table.items() if w > 0 and (digests or k != IMAGE_CACHED)),
+        )
+        arch_images = tuple(i for i in images if i.archs)
+        set_(self, "arch_images", arch_images)
+        archs = frozenset.intersection(*(i.archs for i in arch_images)) if arch_images else None
+        set_(self, "image_archs", archs)
+        return (archs, tuple(i.ref for i in arch_images)) if arch_images else ()
 
     @property
     def sort_key(self) -> tuple[int, CreatedAt, str]:
@@ -427,6 +507,9 @@ class JobDemand:
 
 #: The node capability ``isolation-<kind>`` says its executor gives isolation ``kind``.
 ISOLATION_PREFIX = "isolation-"
+#: The node runs jobs in their images (``runplane agent --executor container``): a job
+#: whose spec names images (``JobSpec.containers()``) requires it.
+EXECUTOR_CONTAINER = "executor-container"
 #: The agent gives each attempt a uid of its own (a root agent; ``runplane/agent/uids.py``).
 UID_PER_JOB = "uid-per-job"
 #: Its jobs share one uid, but its operator lets several orgs' jobs run at once
@@ -471,6 +554,7 @@ __all__ = [
     "BEST_EFFORT_LIMITS",
     "DEFAULT_CPU_CORES",
     "DEFAULT_RAM_GB",
+    "EXECUTOR_CONTAINER",
     "ISOLATION_PREFIX",
     "LIMIT_CAPABILITIES",
     "SHARED_UID_OK",
@@ -482,6 +566,7 @@ __all__ = [
     "DemandProblem",
     "Gpu",
     "GpuRequirement",
+    "ImageDemand",
     "JobDemand",
     "NodeLoad",
     "NodeShape",
@@ -490,7 +575,9 @@ __all__ = [
     "cuda_at_least",
     "cuda_version",
     "enforced_limits",
+    "image_digest",
     "isolation_capability",
     "missing_limits",
     "normalize_arch",
+    "platform_arch",
 ]

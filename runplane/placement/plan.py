@@ -168,7 +168,8 @@ def reference_stream_takes(
     stream_budget: int = STREAM_BUDGET,
 ) -> dict[str, list[tuple[NodeShape, NodeLoad]]]:
     """Per stream: sort every eligible node (for ranged streams, those with enough free
-    CPU), keep the first ``stream_budget * per_stream`` (all for ``fit``), take the first
+    CPU; for ``image_cached``, those holding one of the job's images), keep the first
+    ``stream_budget * per_stream`` (all for ``fit``), take the first
     ``per_stream`` that fit."""
     eligible = [(n, ld) for n, ld in nodes if first_rejection(n, ld, job, _ELIGIBLE) is None]
     if not eligible:
@@ -178,6 +179,8 @@ def reference_stream_takes(
         pool = eligible
         if stream in RANGED_STREAMS:
             pool = [(n, ld) for n, ld in pool if n.cpu_cores - ld.used_cpu >= job.cpu]
+        if stream == "image_cached":  # the nodes whose cache holds one of its images
+            pool = [(n, ld) for n, ld in pool if job.image_digests & n.images]
         key = stream_key(stream, job)
         visited = sorted(pool, key=lambda p: key(*p))
         if stream != "fit":

@@ -12,7 +12,7 @@ from types import MappingProxyType
 
 from .filters import qualifying_vram
 from .model import JobDemand, NodeLoad, NodeShape
-from .weights import BINPACK, DLPERF, GPU_FIT, RELIABILITY, SPREAD
+from .weights import BINPACK, DLPERF, GPU_FIT, IMAGE_CACHED, RELIABILITY, SPREAD
 
 Scorer = Callable[[NodeShape, NodeLoad, JobDemand], float]
 
@@ -106,6 +106,16 @@ def score_reliability(node: NodeShape, load: NodeLoad, job: JobDemand) -> float:
     return _clamp(node.reliability)
 
 
+def score_image_cached(node: NodeShape, load: NodeLoad, job: JobDemand) -> float:
+    """The share of the job's image digests the node's cache holds (1: it starts without a
+    pull; a job without images scores 1, though the weight is not active for it). Free
+    cache space is not read: the agent evicts to make room."""
+    digests = job.image_digests
+    if not digests:
+        return 1.0
+    return len(digests & node.images) / len(digests)
+
+
 SCORERS: Mapping[str, Scorer] = MappingProxyType(
     {
         BINPACK: score_binpack,
@@ -113,6 +123,7 @@ SCORERS: Mapping[str, Scorer] = MappingProxyType(
         GPU_FIT: score_gpu_fit,
         DLPERF: score_dlperf,
         RELIABILITY: score_reliability,
+        IMAGE_CACHED: score_image_cached,
     }
 )
 

@@ -82,6 +82,19 @@ def entry(node: NodeShape, load: NodeLoad) -> Entry:
     return Entry(node, load, 0)
 
 
+def hold(holders: dict[str, set[str]], node: NodeShape, held: bool) -> None:
+    """Add (``held``) or remove ``node`` under each digest its image cache holds (the
+    index's map digest -> nodes, which the ``image_cached`` stream walks)."""
+    for digest in node.images:
+        if held:
+            holders.setdefault(digest, set()).add(node.id)
+        else:
+            nodes = holders[digest]
+            nodes.discard(node.id)
+            if not nodes:
+                del holders[digest]
+
+
 class Shelf:
     """The sorted lists (:data:`ITEMS`) over a set of walkable nodes."""
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from .filters import fits_all
 from .model import JobDemand
-from .shelves import ITEMS, Entry, FleetClass, Item, Shelf
-from .weights import BINPACK, DLPERF, GPU_FIT, RELIABILITY, SPREAD
+from .shelves import ITEMS, Entry, FleetClass, Item, Shelf, items_from
+from .weights import BINPACK, DLPERF, GPU_FIT, IMAGE_CACHED, RELIABILITY, SPREAD
 
 #: The candidate streams of each scorer (the ``fit`` stream is always walked).
 SCORER_STREAMS: dict[str, tuple[str, ...]] = {
@@ -22,6 +22,7 @@ SCORER_STREAMS: dict[str, tuple[str, ...]] = {
     GPU_FIT: ("gpu_fit",),
     DLPERF: ("dlperf",),
     RELIABILITY: ("reliable",),
+    IMAGE_CACHED: ("image_cached",),
 }
 #: The sorted list each stream walks (``gpu_fit``: ``fit``, best GPU shape first).
 STREAM_LISTS: dict[str, str] = {
@@ -32,13 +33,15 @@ STREAM_LISTS: dict[str, str] = {
     "dlperf": "dlperf",
     "reliable": "reliable",
     "gpu_fit": "fit",
+    "image_cached": "fit",
 }
 #: Streams that only visit nodes with enough free CPU (their list is entered at it).
-RANGED_STREAMS = frozenset({"fit", "roomy", "gpu_fit"})
+RANGED_STREAMS = frozenset({"fit", "roomy", "gpu_fit", "image_cached"})
 
 
 def streams_for(job: JobDemand) -> list[str]:
-    """The streams a job walks: ``fit`` first, then those of its weighted scorers."""
+    """The streams a job walks: ``fit`` first, then those of its weighted scorers
+    (``image_cached`` weighs only for a job with images: ``JobDemand.active_weights``)."""
     out = ["fit"]
     for name, _ in job.active_weights:
         for stream in SCORER_STREAMS[name]:
@@ -134,6 +137,108 @@ def merge(
         else:
             heapq.heapreplace(heap, (nxt, idx))
     return out, seen
+
+
+#: Estimated cost, in node visits, of sorting one holder of an image (``cached``).
+HOLDER_COST = 1.5
+
+
+def cached(
+    entries: dict[str, Entry],
+    shelves: list[Shelf],
+    holders: dict[str, set[str]],
+    job: JobDemand,
+    thresholds: dict[int, int],
+    need: int,
+    budget: int,
+    way: str = "auto",
+) -> list[Entry]:
+    """The ``image_cached`` stream: the eligible nodes whose cache holds one of the job's
+    images (``holders``: digest -> nodes) with enough free CPU, in ``fit`` order; the first ``need``
+    that fit among the first ``budget``. Few holders: sort them (O(h log h)); many (a
+    fleet that all runs the team's image): scan the ``fit`` lists of ``shelves`` skipping
+    the others, handing over to the sort past twice its estimate. ``way``: ``scan`` or
+    ``sort`` forces one (tests); both give the same take."""
+    held: set[str] = set()
+    for digest in job.image_digests:
+        held.update(holders.get(digest, ()))
+    if not held:
+        return []
+    start = (job.cpu,)
+    sort_cost = HOLDER_COST * len(held)
+    if way != "sort":
+        in_range = sum(len(s) - s.lists["fit"].bisect_left(start) for s in shelves)
+        estimate = min(budget, 2 * need) * in_range / len(held)
+        if way == "scan" or estimate < sort_cost:
+            iters = [items_from(s.lists["fit"], start) for s in shelves]
+            items = iters[0] if len(iters) == 1 else heapq.merge(*iters)
+            limit = (1 << 62) if way == "scan" else int(2 * sort_cost) + need
+            got = _scan_held(entries, items, held, job, thresholds, need, budget, limit)
+            if got is not None:
+                return got
+    return _sort_held(entries, held, job, thresholds, need, budget)
+
+
+def _scan_held(
+    entries: dict[str, Entry],
+    items: Iterator[Item],
+    held: set[str],
+    job: JobDemand,
+    thresholds: dict[int, int],
+    need: int,
+    budget: int,
+    limit: int,
+) -> list[Entry] | None:
+    """:func:`scan` of the ``fit`` order counting only the nodes of ``held`` (a separate
+    walk: the host jobs' scan stays without the membership test)."""
+    out: list[Entry] = []
+    visits = seen = 0
+    for item in items:
+        visits += 1
+        if visits > limit:
+            return None
+        nid = item[-1]
+        if nid not in held:
+            continue
+        e = entries[nid]
+        threshold = thresholds.get(e.cid)
+        if threshold is None or e.free_gpu < threshold:
+            continue
+        if seen >= budget:
+            break
+        seen += 1
+        if fits_all(e, job):
+            out.append(e)
+            if len(out) >= need:
+                break
+    return out
+
+
+def _sort_held(
+    entries: dict[str, Entry],
+    held: set[str],
+    job: JobDemand,
+    thresholds: dict[int, int],
+    need: int,
+    budget: int,
+) -> list[Entry]:
+    """Sort the eligible holders with enough free CPU by their ``fit`` item and take."""
+    eligible: list[Entry] = []
+    for nid in held:
+        e = entries[nid]
+        threshold = thresholds.get(e.cid)
+        if threshold is None or not e.walkable or e.free_gpu < threshold:
+            continue
+        if e.free_cpu >= job.cpu:
+            eligible.append(e)
+    eligible.sort(key=ITEMS["fit"])
+    out: list[Entry] = []
+    for e in eligible[:budget]:
+        if fits_all(e, job):
+            out.append(e)
+            if len(out) >= need:
+                break
+    return out
 
 
 def enumerate_members(

@@ -18,24 +18,36 @@ SPREAD = "spread"
 GPU_FIT = "gpu_fit"
 DLPERF = "dlperf"
 RELIABILITY = "reliability"
+#: The share of the job's images a node's cache holds already (no pull before it starts);
+#: weighs only for a job that runs in images (``JobDemand.active_weights``).
+IMAGE_CACHED = "image_cached"
 
 #: Every valid key of a job's ``weights`` map, in scoring order.
-WEIGHT_NAMES: tuple[str, ...] = (BINPACK, SPREAD, GPU_FIT, DLPERF, RELIABILITY)
+WEIGHT_NAMES: tuple[str, ...] = (BINPACK, SPREAD, GPU_FIT, DLPERF, RELIABILITY, IMAGE_CACHED)
 
 #: Weights used when a job names no preset.
 DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType(
-    {BINPACK: 1.0, GPU_FIT: 1.0, RELIABILITY: 0.5}
+    {BINPACK: 1.0, GPU_FIT: 1.0, RELIABILITY: 0.5, IMAGE_CACHED: 1.0}
 )
 
 #: ``weights_preset`` values and their weight tables.
 PRESETS: Mapping[str, Mapping[str, float]] = MappingProxyType(
     {
-        # Long GPU runs: fast, dependable hardware first; avoid wasting GPUs a bit.
-        "training": MappingProxyType({DLPERF: 3.0, RELIABILITY: 2.0, GPU_FIT: 1.0, BINPACK: 0.5}),
-        # A human waits on it: the least loaded node answers fastest.
-        "interactive": MappingProxyType({SPREAD: 3.0, RELIABILITY: 1.0, DLPERF: 0.5}),
-        # Throughput: pack tightly so big nodes stay free for big jobs.
-        "batch": MappingProxyType({BINPACK: 3.0, GPU_FIT: 2.0, RELIABILITY: 0.5}),
+        # Long GPU runs: fast, dependable hardware first; avoid wasting GPUs a bit. A pull
+        # is small against hours of training: the image cache weighs least here.
+        "training": MappingProxyType(
+            {DLPERF: 3.0, RELIABILITY: 2.0, GPU_FIT: 1.0, BINPACK: 0.5, IMAGE_CACHED: 0.5}
+        ),
+        # A human waits on it: the least loaded node answers fastest, and one that has the
+        # image starts without a pull.
+        "interactive": MappingProxyType(
+            {SPREAD: 3.0, RELIABILITY: 1.0, DLPERF: 0.5, IMAGE_CACHED: 2.0}
+        ),
+        # Throughput: pack tightly so big nodes stay free for big jobs; many short jobs of
+        # one image pull it once.
+        "batch": MappingProxyType(
+            {BINPACK: 3.0, GPU_FIT: 2.0, RELIABILITY: 0.5, IMAGE_CACHED: 1.0}
+        ),
     }
 )
 

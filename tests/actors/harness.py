@@ -96,6 +96,8 @@ class Agent:
 
     #: what its hello reports; a simulated node runs nothing, so it enforces nothing
     capabilities: tuple[str, ...] = ("limits-best-effort",)
+    #: the image cache its hello reports (a container node's), else none
+    images: p.ImageFacts | None = None
 
     def __init__(self, root: Root, nursery: trio.Nursery, node_id: str, cpu: int) -> None:
         self.root = root
@@ -123,6 +125,7 @@ class Agent:
                 os="linux",
                 max_concurrency=8,
                 capabilities=list(self.capabilities),
+                images=self.images,
             ),
         )
         identity = NodeIdentity(node_id=self.node_id, tier="community", org_id="org_default")

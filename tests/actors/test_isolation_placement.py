@@ -56,8 +56,9 @@ async def test_an_isolation_no_node_gives_waits_with_the_reason(
         await eventually(reason, "a wait reason")
         said = await waits(root, job_id)
         assert said == (
-            "no node meets: capabilities isolation-gvisor (isolation gvisor: a container "
-            "executor; the process executor gives none) (1 node lacks them)"
+            "no node meets: capabilities isolation-gvisor (isolation gvisor: an agent "
+            "started with --executor container on a machine where gVisor's runsc works; the "
+            "process executor gives none) (1 node lacks them)"
         ), said
         assert job_id not in plain.runs
         # the plain node still takes a job that asks none

@@ -11,6 +11,7 @@ from runplane.placement import (
     FleetIndex,
     Gpu,
     GpuRequirement,
+    ImageDemand,
     JobDemand,
     NodeLoad,
     NodeShape,
@@ -40,6 +41,23 @@ CAPS = [
     frozenset({"uid-per-job"}),
 ]
 NODE_IDS = [f"n{i:02d}" for i in range(40)]
+#: image digests a node's cache may hold, and images a job may run in (with platforms)
+DIGESTS = ["sha256:" + c * 64 for c in "abc"]
+CACHES = [
+    frozenset(),
+    frozenset(),
+    frozenset(DIGESTS[:1]),
+    frozenset(DIGESTS[1:]),
+    frozenset(DIGESTS),
+]
+IMAGES = [
+    (),
+    (),
+    (ImageDemand("x@" + DIGESTS[0]),),
+    (ImageDemand("x@" + DIGESTS[0], ("linux/amd64", "linux/arm64/v8")),),
+    (ImageDemand("y@" + DIGESTS[1], ("linux/arm64",)),),
+    (ImageDemand("x@" + DIGESTS[0]), ImageDemand("z@" + DIGESTS[2], ("linux/amd64",))),
+]
 
 
 def often(common: object, *rare: object) -> st.SearchStrategy[object]:
@@ -70,6 +88,7 @@ def nodes(draw: st.DrawFn) -> tuple[NodeShape, NodeLoad]:
         # owned by an org (or universal), maybe granted to another (the owner filter)
         owner=draw(st.sampled_from([None, None, "org_a", "org_b"])),
         grantees=draw(st.sampled_from([frozenset(), frozenset(), frozenset({"org_c"})])),
+        images=draw(st.sampled_from(CACHES)),
     )
     load = NodeLoad(
         used_cpu=draw(st.sampled_from([0] * 3 + [1, 0.5, 2, 4, 8, 17])),
@@ -92,6 +111,7 @@ def jobs(draw: st.DrawFn, job_id: str = "j") -> JobDemand:
         ram_gb=draw(st.sampled_from([0] * 3 + [1, 4, 16])),
         gpu_count=draw(often(0, 1, 2, 4)),  # type: ignore[arg-type]
         org_id=draw(st.sampled_from([None, "org_a", "org_b", "org_c"])),
+        images=draw(st.sampled_from(IMAGES)),
         requires=Requires(
             gpu=GpuRequirement(
                 required=draw(often(False, True)),  # type: ignore[arg-type]
@@ -108,7 +128,9 @@ def jobs(draw: st.DrawFn, job_id: str = "j") -> JobDemand:
         ),
         weights=draw(
             st.dictionaries(
-                st.sampled_from(["binpack", "spread", "gpu_fit", "dlperf", "reliability"]),
+                st.sampled_from(
+                    ["binpack", "spread", "gpu_fit", "dlperf", "reliability", "image_cached"]
+                ),
                 st.sampled_from([0.0, 0.5, 1.0, 3.0]),
                 max_size=3,
             )
@@ -158,7 +180,9 @@ def gpu_jobs(draw: st.DrawFn) -> JobDemand:
         ),
         weights=draw(
             st.dictionaries(
-                st.sampled_from(["binpack", "spread", "gpu_fit", "dlperf", "reliability"]),
+                st.sampled_from(
+                    ["binpack", "spread", "gpu_fit", "dlperf", "reliability", "image_cached"]
+                ),
                 st.sampled_from([0.0, 1.0, 3.0]),
                 max_size=2,
             )
@@ -290,9 +314,11 @@ Op = tuple[str, object]
 def operations(draw: st.DrawFn) -> list[Op]:
     ops: list[Op] = []
     for _ in range(draw(st.integers(0, 60))):
-        kind = draw(st.sampled_from(["upsert", "upsert", "load", "remove", "shape"]))
+        kind = draw(st.sampled_from(["upsert", "upsert", "load", "remove", "shape", "images"]))
         if kind in ("upsert", "shape"):
             ops.append((kind, draw(nodes())))
+        elif kind == "images":  # a heartbeat's image cache: only the digests change
+            ops.append((kind, (draw(st.sampled_from(NODE_IDS)), draw(st.sampled_from(CACHES)))))
         elif kind == "load":
             ops.append((kind, (draw(st.sampled_from(NODE_IDS)), draw(nodes())[1])))
         else:
@@ -321,6 +347,12 @@ def test_index_maintenance_matches_brute_force(
             if node_id in model:
                 indexed.update_load(node_id, load)
                 model[node_id] = (model[node_id][0], load)
+        elif kind == "images":
+            node_id, cache = arg  # type: ignore[misc]
+            if node_id in model:
+                cached = replace(model[node_id][0], images=cache)
+                indexed.upsert(cached)
+                model[node_id] = (cached, model[node_id][1])
         else:
             assert indexed.remove(arg) == (arg in model)  # type: ignore[arg-type]
             model.pop(arg, None)  # type: ignore[call-overload]

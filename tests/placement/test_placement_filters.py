@@ -20,6 +20,7 @@ from runplane.placement import (
     GPU_FREE,
     GPU_VENDOR,
     GPU_VRAM,
+    IMAGE_ARCH,
     LIMITS,
     MOMENTARY_FILTERS,
     MOMENTARY_REASONS,
@@ -36,6 +37,7 @@ from runplane.placement import (
     TRUST_TIER,
     Gpu,
     GpuRequirement,
+    ImageDemand,
     JobDemand,
     NodeLoad,
     NodeShape,
@@ -83,6 +85,15 @@ def gpu_job(count: int = 1, **req: Any) -> JobDemand:
 
 
 IDLE = NodeLoad()
+DIGEST = "sha256:" + "ab" * 32
+ARM_IMAGE = ImageDemand("docker.io/library/x@" + DIGEST, ("linux/arm64/v8",))
+MULTI_IMAGE = ImageDemand("docker.io/library/y@" + DIGEST, ("linux/amd64", "linux/arm64/v8"))
+ANY_IMAGE = ImageDemand("docker.io/library/z@" + DIGEST)  # platforms unknown
+
+
+def image_job(*images: ImageDemand, **kw: Any) -> JobDemand:
+    return JobDemand("j", images=images, **kw)
+
 
 # (filter, node overrides, load, job, expected reason or None)
 ORG_A = JobDemand("j", org_id="org_a")
@@ -122,6 +133,13 @@ CASES: list[tuple[str, dict[str, Any], NodeLoad, JobDemand, str | None]] = [
         JobDemand("j", requires=Requires(capabilities=frozenset({"docker"}))),
         None,
     ),
+    ("image_arch", {}, IDLE, JobDemand("j"), None),  # a host job
+    ("image_arch", {}, IDLE, image_job(ANY_IMAGE), None),
+    ("image_arch", {}, IDLE, image_job(MULTI_IMAGE), None),
+    ("image_arch", {"arch": "aarch64"}, IDLE, image_job(MULTI_IMAGE, ARM_IMAGE), None),
+    ("image_arch", {}, IDLE, image_job(ARM_IMAGE), IMAGE_ARCH),
+    # a pod: every service's image must exist for the node's arch
+    ("image_arch", {}, IDLE, image_job(MULTI_IMAGE, ARM_IMAGE, ANY_IMAGE), IMAGE_ARCH),
     (
         "capabilities",
         {},

@@ -178,7 +178,7 @@ def test_load_plus_adds_and_floors_at_zero() -> None:
 
 
 def test_weight_names_and_presets_are_exposed() -> None:
-    assert WEIGHT_NAMES == ("binpack", "spread", "gpu_fit", "dlperf", "reliability")
+    assert WEIGHT_NAMES == ("binpack", "spread", "gpu_fit", "dlperf", "reliability", "image_cached")
     assert set(PRESETS) == {"training", "interactive", "batch"}
     for table in PRESETS.values():
         assert set(table) <= set(WEIGHT_NAMES)
@@ -190,7 +190,7 @@ def test_unknown_weight_is_an_error_naming_the_valid_ones() -> None:
     [problem] = caught.value.problems
     assert problem.key == "weights.speed"
     assert problem.code == "unknown_weight"
-    assert "binpack, spread, gpu_fit, dlperf, reliability" in problem.message
+    assert "binpack, spread, gpu_fit, dlperf, reliability, image_cached" in problem.message
 
 
 @pytest.mark.parametrize(

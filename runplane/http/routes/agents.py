@@ -177,10 +177,11 @@ async def _dispatch(
 ) -> None:
     registry = services().root.registry
     match msg:
-        case p.Heartbeat(running=running):
+        case p.Heartbeat(running=running, images=images):
             # no scheduling point of its own: the next receive is one (2,000 agents beat
-            # 400 times a second; docs/benchmarks.md "agents")
-            await node.tell_now(Beat(tuple((r.job_id, r.attempt) for r in running)))
+            # 400 times a second; docs/benchmarks.md "agents"); ``images`` only when the
+            # node's image cache changed
+            await node.tell_now(Beat(tuple((r.job_id, r.attempt) for r in running), images))
         case p.JobPhase() as report:
             await _to_job(registry, report.job_id, AgentPhase(node_id, report))
         case p.JobLogs() as report:

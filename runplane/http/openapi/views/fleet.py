@@ -41,6 +41,9 @@ class Node(View):
     #: self-update went (docs/agent.md#self-update)
     auto_update: bool | None = None
     update: dict[str, Any] | None = None
+    #: a container node's image cache: {digests, free_bytes, limit_bytes}
+    #: (docs/containers.md#placement); null for a node that runs no images
+    images: dict[str, Any] | None = None
 
 
 class NodePage(View):
