@@ -112,7 +112,9 @@ def busybox_rootfs(root: Path, marker: str, files: Mapping[str, str] | None = No
         if not link.exists():
             link.symlink_to("busybox")
     (rootfs / "marker").write_text(marker + "\n")
-    (rootfs / "etc" / "passwd").write_text("root:x:0:0:root:/:/bin/sh\nrunner:x:1000:1000::/tmp:/bin/sh\n")
+    (rootfs / "etc" / "passwd").write_text(
+        "root:x:0:0:root:/:/bin/sh\nrunner:x:1000:1000::/tmp:/bin/sh\n"
+    )
     (rootfs / "etc" / "group").write_text("root:x:0:\nrunner:x:1000:\n")
     for path, text in (files or {}).items():
         target = rootfs / path.lstrip("/")
@@ -121,9 +123,7 @@ def busybox_rootfs(root: Path, marker: str, files: Mapping[str, str] | None = No
     return rootfs
 
 
-def busybox_layout(
-    root: Path, marker: str = "runplane-image-marker", **config: object
-) -> Path:
+def busybox_layout(root: Path, marker: str = "runplane-image-marker", **config: object) -> Path:
     """An OCI layout under ``root`` of busybox-static plus ``/marker`` (tag ``img``);
     ``config``: Env, Cmd, ... as :func:`layout_from_rootfs` takes them (``files`` too)."""
     files = config.pop("files", None)
@@ -150,7 +150,12 @@ def debian_python_layout() -> Path:
             "debootstrap", "--variant=minbase", "--include=python3-minimal",
             "bookworm", str(rootfs), mirror,
         )  # fmt: skip
-        for junk in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man"):
+        for junk in (
+            "var/cache/apt/archives",
+            "var/lib/apt/lists",
+            "usr/share/doc",
+            "usr/share/man",
+        ):
             shutil.rmtree(rootfs / junk, ignore_errors=True)
         layout_from_rootfs(
             rootfs,
