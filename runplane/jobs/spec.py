@@ -191,8 +191,11 @@ def raise_issues(found: list[Issue]) -> None:
 
 def body_hash(body: SubmitJobBody) -> str:
     """Fingerprint of what was asked (whitespace and key order do not matter; the retry
-    policy is left out: it does not change what a try runs, nor its default seed)."""
-    asked = body.model_dump(mode="json", exclude={"retry"})
+    policy is left out: it does not change what a try runs, nor its default seed; so is an
+    ``image`` not given, so that the bodies of before images had it hash as they did)."""
+    asked = body.model_dump(
+        mode="json", exclude={"retry", "image"} if body.image is None else {"retry"}
+    )
     return hashlib.sha256(canonical_json(asked).encode()).hexdigest()
 
 

@@ -69,9 +69,6 @@ class Images:
         found = await self.container(spec.image, org_id, "image", "job" if own else "stack")
         return spec.model_copy(update={"image": found.ref, "container": found})
 
-    def resolves_stack_images(self) -> bool:
-        return self.stack_images == "resolve"
-
     async def container(
         self, asked: str, org_id: str, key: str, source: str = "job"
     ) -> ContainerImage:

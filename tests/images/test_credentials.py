@@ -7,10 +7,11 @@ org's credential is a 404 and is never used for its jobs."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.auth.support import ADMIN_H, build_world, store_of
+from tests.auth.support import ADMIN_H, World, build_world, store_of
 from tests.images.conftest import Serve
 from tests.images.test_resolution import job_body, ok, run_order_of
 from tests.oci import Registry
@@ -20,6 +21,21 @@ PASSWORD = "s3cret-pull"
 
 def files_containing(top: Path, needle: bytes) -> list[Path]:
     return [p for p in top.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+async def wrong_credential_is_refused(client: Any, world: World, host: str, image: str) -> Any:
+    """A wrong password: the registry's refusal; the credential is deleted again (only by
+    its org). The refusal's answer."""
+    admin = world.headers("org_admin")
+    wrong = {"registry": host, "username": "puller", "password": "not-it"}
+    made = await ok(await client.post("/v1/registries", json=wrong, headers=admin), 201)
+    denied = await ok(await client.post("/v1/jobs", json=job_body(image), headers=admin), 422)
+    assert denied["code"] == "registry_denied"
+    assert "refused the org's credential" in denied["detail"]
+    gone = await client.delete(f"/v1/registries/{made['id']}", headers=world.headers("wrong_org"))
+    assert gone.status_code == 404
+    assert (await client.delete(f"/v1/registries/{made['id']}", headers=admin)).status_code == 204
+    return denied
 
 
 async def test_an_orgs_credential_resolves_its_images_and_goes_to_the_node(
@@ -40,18 +56,7 @@ async def test_an_orgs_credential_resolves_its_images_and_goes_to_the_node(
         assert refused["code"] == "registry_denied" and refused["errors"][0]["key"] == "image"
         assert "UNAUTHORIZED" in refused["detail"]
 
-        wrong = {"registry": host, "username": "puller", "password": "not-it"}
-        made = await ok(await client.post("/v1/registries", json=wrong, headers=admin), 201)
-        denied = await ok(await client.post("/v1/jobs", json=job_body(image), headers=admin), 422)
-        assert denied["code"] == "registry_denied"
-        assert "refused the org's credential" in denied["detail"]
-        gone = await client.delete(
-            f"/v1/registries/{made['id']}", headers=world.headers("wrong_org")
-        )
-        assert gone.status_code == 404
-        assert (
-            await client.delete(f"/v1/registries/{made['id']}", headers=admin)
-        ).status_code == 204
+        denied = await wrong_credential_is_refused(client, world, host, image)
 
         right = {"registry": host, "username": "puller", "password": PASSWORD}
         cred = await ok(await client.post("/v1/registries", json=right, headers=admin), 201)
