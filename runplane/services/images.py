@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+import trio
+
 from runplane.agent import protocol as p
 from runplane.images import client, credentials
 from runplane.images.client import Basic, RegistryError
@@ -28,6 +30,8 @@ log = logging.getLogger("runplane.images")
 
 #: Retry-After of a 503 when the registry gave none
 RETRY_AFTER_SEC = 30
+#: A submit waits at most this long for an image's resolution (each call: 10 s)
+RESOLVE_SEC = 20.0
 NAMED_HINT = "or name the registry in RUNPLANE_INSECURE_REGISTRIES or RUNPLANE_REGISTRY_MIRRORS"
 
 
@@ -82,7 +86,10 @@ class Images:
             ) from None
         auth = await self._basic(org_id, ref)
         try:
-            found = await client.resolve(ref, self.routing.endpoint(ref.registry), auth)
+            with trio.move_on_after(RESOLVE_SEC) as waited:
+                found = await client.resolve(ref, self.routing.endpoint(ref.registry), auth)
+            if waited.cancelled_caught:
+                raise RegistryError("unavailable", f"no answer within {RESOLVE_SEC:g} s")
         except RegistryError as exc:
             log.info(
                 "image not resolved",

@@ -43,11 +43,13 @@ async def test_an_orgs_credential_resolves_its_images_and_goes_to_the_node(
     oci_auth_registry: Registry,
     busybox_image: Path,
     caplog: pytest.LogCaptureFixture,
+    durable_store_url: str | None,
 ) -> None:
     digest = oci_auth_registry.push(busybox_image, "private/bb", "v1")
     host = oci_auth_registry.host
     image = f"{host}/private/bb:v1"
-    async with serve(auth="required", insecure_registries=host) as app:
+    on = {"database_url": durable_store_url} if durable_store_url else {}
+    async with serve(auth="required", insecure_registries=host, **on) as app:
         client = app.test_client()
         world = await build_world(client, store_of(app))
         admin, member = world.headers("org_admin"), world.headers("member")

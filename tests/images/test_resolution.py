@@ -158,3 +158,23 @@ async def test_stack_images_are_resolved_only_when_asked(
         assert job["image"] == f"docker.io/library/debian@{digest}"
         row, _ = await run_order_of(app, job["job_id"])
         assert row.spec.container is not None and row.spec.container.source == "stack"
+
+
+async def test_run_specs_and_pipeline_stages_take_an_image_too(
+    serve: Serve, oci_registry: Registry, busybox_image: Path
+) -> None:
+    digest = oci_registry.push(busybox_image, "team/bb", "v1")
+    image = f"{oci_registry.host}/team/bb:v1"
+    async with serve(insecure_registries=oci_registry.host) as app:
+        client = app.test_client()
+        body = {**job_body(image), "layers": {"org": {}}}
+        run = await ok(await client.post("/v1/runs", json=body, headers=ADMIN_H))
+        assert run["image"] == f"{oci_registry.host}/team/bb@{digest}"
+        stage = {"name": "a", **job_body(image)}
+        made = await ok(
+            await client.post("/v1/pipelines", json={"stages": [stage]}, headers=ADMIN_H)
+        )
+        job = await ok(
+            await client.get(f"/v1/jobs/{made['stages'][0]['job_id']}", headers=ADMIN_H), 200
+        )
+        assert job["image"] == run["image"]
