@@ -248,8 +248,9 @@ class Jobs:
         self, body: SubmitJobBody, who: Submitter, pod: list[dict[str, Any]] | None = None
     ) -> tuple[JobSpec, MakeRun]:
         """The spec ``body`` runs with before admission (config folded, stack and config
-        checked, secret references and git mounts resolved) and the function making its
-        stored ResolvedRun from the admitted spec; a Problem (400/422) when it cannot run."""
+        checked, secret references, git mounts and its image resolved) and the function
+        making its stored ResolvedRun from the admitted spec; a Problem (400/422, 503: a
+        registry or repository out of reach) when it cannot run."""
         fingerprint = body_hash(body)
         planned = runs.plan(body, self.catalog)
         raise_issues(planned.issues)

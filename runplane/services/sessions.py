@@ -3,12 +3,12 @@
 ``create`` checks the pod (400: its services' needs form no valid DAG; 422: a service's
 stack is unknown or unavailable, or a service has nothing to run), resolves each service
 (the stack's default command when it gives none, the stack's config defaults as
-``RUNPLANE_CONFIG_*``, ``image`` over the stack's, resolved to a digest: docs/containers.md),
-then submits ONE ``mode=session`` job
-carrying the pod, sized for the sum of its services, through the admission gate (429 over
-the quota) with the session's row written in the job's own insert transaction; then it
-starts the session's actor. ``delete`` stops it (the pod job cancelled and torn down on
-its node); ``keepalive`` refreshes it (409 when it is not live).
+``RUNPLANE_CONFIG_*``, ``image`` over the stack's, resolved to a digest:
+docs/containers.md), then submits ONE ``mode=session`` job carrying the pod, sized for the
+sum of its services, through the admission gate (429 over the quota) with the session's
+row written in the job's own insert transaction; then it starts the session's actor.
+``delete`` stops it (the pod job cancelled and torn down on its node); ``keepalive``
+refreshes it (409 when it is not live).
 """
 
 from __future__ import annotations
