@@ -106,13 +106,10 @@ class Images:
         )
 
     async def _credential(self, org_id: str, ref: Reference) -> Credential | None:
-        """The org's credential for the registry ``ref`` is pulled from (its mirror's
-        first, then its own registry's)."""
+        """The org's credential for the registry ``ref`` is pulled from: its mirror when
+        it has one (a registry's credential never goes to another host)."""
         pull = self.routing.pull_host(ref.registry)
-        found = await credentials.for_registry(self.store, org_id, pull)
-        if found is None and pull != ref.registry:
-            found = await credentials.for_registry(self.store, org_id, ref.registry)
-        return found
+        return await credentials.for_registry(self.store, org_id, pull)
 
     async def _basic(self, org_id: str, ref: Reference) -> Basic | None:
         found = await self._credential(org_id, ref)

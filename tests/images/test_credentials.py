@@ -118,3 +118,27 @@ async def test_bad_credential_bodies(serve: Serve) -> None:
             await client.post("/v1/registries?org=org_default", json=hub, headers=ADMIN_H), 201
         )
         assert made["registry"] == "docker.io"
+
+
+async def test_a_mirror_is_asked_with_the_mirrors_credential_never_the_registrys(
+    serve: Serve, oci_auth_registry: Registry, busybox_image: Path
+) -> None:
+    digest = oci_auth_registry.push(busybox_image, "library/busybox", "v1")
+    mirror = oci_auth_registry.host
+    async with serve(registry_mirrors=f"docker.io={mirror}", insecure_registries=mirror) as app:
+        client = app.test_client()
+        hub = {"registry": "docker.io", "username": "puller", "password": PASSWORD}
+        await ok(
+            await client.post("/v1/registries?org=org_default", json=hub, headers=ADMIN_H), 201
+        )
+        refused = await client.post("/v1/jobs", json=job_body("busybox:v1"), headers=ADMIN_H)
+        assert (await ok(refused, 422))["code"] == "registry_denied"
+        own = {**hub, "registry": mirror}
+        await ok(
+            await client.post("/v1/registries?org=org_default", json=own, headers=ADMIN_H), 201
+        )
+        job = await ok(await client.post("/v1/jobs", json=job_body("busybox:v1"), headers=ADMIN_H))
+        assert job["image"] == f"docker.io/library/busybox@{digest}"
+        _, order = await run_order_of(app, job["job_id"])
+        assert order.spec.image.source == f"{mirror}/library/busybox@{digest}"
+        assert order.spec.image.auth is not None and order.spec.image.auth.password == PASSWORD
