@@ -178,3 +178,14 @@ async def test_run_specs_and_pipeline_stages_take_an_image_too(
             await client.get(f"/v1/jobs/{made['stages'][0]['job_id']}", headers=ADMIN_H), 200
         )
         assert job["image"] == run["image"]
+
+
+async def test_only_an_insecure_registry_is_spoken_to_over_plain_http(
+    serve: Serve, oci_registry: Registry, busybox_image: Path
+) -> None:
+    oci_registry.push(busybox_image, "library/busybox", "v1")
+    # named as a mirror, the loopback registry passes the egress guard; not named insecure,
+    # it is asked over HTTPS, which a plain-HTTP registry cannot answer
+    async with serve(registry_mirrors=f"docker.io={oci_registry.host}") as app:
+        problem = await ok(await submit(app, job_body("busybox:v1")), 503)
+        assert problem["code"] == "registry_unavailable"
