@@ -48,3 +48,29 @@ async def test_each_pod_service_runs_in_its_resolved_image(
         )
         assert problem["code"] == "unknown_image"
         assert problem["errors"][0]["key"] == "pod.services[1].image"
+
+
+async def test_a_services_stack_image_is_resolved_only_when_asked(
+    serve: Serve, oci_registry: Registry, busybox_image: Path
+) -> None:
+    host = oci_registry.host
+    digest = oci_registry.push(busybox_image, "library/debian", "bookworm-slim")
+    pod = {"services": [{"name": "sim", "stack": "shell", "command": ["sleep", "60"]}]}
+    mirrored = {"registry_mirrors": f"docker.io={host}", "insecure_registries": host}
+    async with serve(**mirrored) as app:
+        client = app.test_client()
+        session = await ok(
+            await client.post("/v1/sessions", json={"pod": pod}, headers=ADMIN_H), 202
+        )
+        assert session["services"][0]["image"] == "debian:bookworm-slim"
+        row, _ = await run_order_of(app, session["job_id"])
+        assert row.spec.containers() == []
+    async with serve(stack_images="resolve", **mirrored) as app:
+        client = app.test_client()
+        session = await ok(
+            await client.post("/v1/sessions", json={"pod": pod}, headers=ADMIN_H), 202
+        )
+        assert session["services"][0]["image"] == f"docker.io/library/debian@{digest}"
+        row, order = await run_order_of(app, session["job_id"])
+        assert [c.source for c in row.spec.containers()] == ["stack"]
+        assert order.spec.pod[0].image.source == f"{host}/library/debian@{digest}"
