@@ -91,6 +91,15 @@ class Settings(BaseSettings):
     ha_lease_sec: float = Field(3.0, ge=1.0, le=60.0)
     #: the URL the other replicas reach this one at (default: the bound address)
     ha_advertise_url: str | None = None
+    #: registry -> mirror its images are pulled from (``docker.io=127.0.0.1:5000``,
+    #: docs/containers.md); a registry named here or in ``insecure_registries`` passes
+    #: the egress guard
+    registry_mirrors: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    #: registries (``host[:port]``) reached over plain HTTP
+    insecure_registries: Annotated[tuple[str, ...], NoDecode] = ()
+    #: whether a stack's declared image is resolved at submit (``resolve``: such jobs are
+    #: image jobs) or left as written (``declared``: they run on the host as before)
+    stack_images: Literal["declared", "resolve"] = "declared"
 
     @field_validator(
         "database_url",
@@ -180,6 +189,27 @@ class Settings(BaseSettings):
                 raise ValueError("accepted: hosts or CIDRs, comma-separated")
         return tuple(entries)
 
+    @field_validator("registry_mirrors", mode="before")
+    @classmethod
+    def _registry_mirrors(cls, value: Any) -> dict[str, str]:
+        if isinstance(value, dict):
+            return {_registry_host(k): _registry_host(v) for k, v in value.items()}
+        mirrors: dict[str, str] = {}
+        for entry in _comma_list(value):
+            registry, eq, mirror = entry.partition("=")
+            if not eq:
+                raise ValueError(
+                    f"{entry!r} is not registry=mirror; accepted: comma-separated "
+                    "registry=mirror pairs, e.g. docker.io=127.0.0.1:5000"
+                )
+            mirrors[_registry_host(registry)] = _registry_host(mirror)
+        return mirrors
+
+    @field_validator("insecure_registries", mode="before")
+    @classmethod
+    def _insecure_registries(cls, value: Any) -> tuple[str, ...]:
+        return tuple(_registry_host(entry) for entry in _comma_list(value))
+
     @field_validator("stacks_dir")
     @classmethod
     def _stacks_dir(cls, value: Path | None) -> Path | None:
@@ -201,6 +231,21 @@ class Settings(BaseSettings):
         key = _decode_key(self.secret_key.get_secret_value())
         assert key is not None
         return key
+
+
+_REGISTRY_HOST = re.compile(
+    r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?|\[[0-9a-f:.]+\](:[0-9]{1,5})?"
+)
+#: Docker Hub's other names (images are ``docker.io/...``)
+_HUB_ALIASES = ("index.docker.io", "registry-1.docker.io")
+
+
+def _registry_host(text: str) -> str:
+    """A registry's ``host[:port]``, lowercase (Docker Hub's aliases as ``docker.io``)."""
+    host = text.strip().lower()
+    if not _REGISTRY_HOST.fullmatch(host):
+        raise ValueError(f"{text.strip()[:80]!r} is not a registry; accepted: host[:port] entries")
+    return "docker.io" if host in _HUB_ALIASES else host
 
 
 def _decode_key(text: str) -> bytes | None:

@@ -52,6 +52,7 @@ from runplane.sealing import Sealer
 from runplane.services.accounts import Accounts
 from runplane.services.fleet import Fleet
 from runplane.services.git import Git
+from runplane.services.images import Images
 from runplane.services.job_arrays import JobArrays
 from runplane.services.job_links import FleetLink, PlacementQueue
 from runplane.services.jobs import Jobs
@@ -108,6 +109,8 @@ class Root:
         self._sealer: Sealer | None = None  # made by sealer() once the key is loaded
         #: git connections (runplane/services/git.py)
         self.git = Git(store, settings, self.sealer)
+        #: image resolution and registry credentials (runplane/services/images.py)
+        self.images = Images(store, settings, self.sealer)
         #: outgoing webhooks (runplane/services/webhooks.py); its dispatcher is a child above
         self.webhooks = Webhooks(store, settings, lambda: self.dispatcher, self.sealer)
         self._catalog = catalog
@@ -218,10 +221,12 @@ class Root:
             self.sealer,
         )
         jobs.resolve_git = self.git.resolve_mounts
+        jobs.resolve_image = self.images.resolve
         self._pipelines = pipelines = Pipelines(self.store, jobs, registry)
         self._sessions = sessions = Sessions(
             self.store, jobs, registry, self._catalog, self.settings
         )
+        sessions.resolve_image = self.images.container
         self._schedules = Schedules(self.store, jobs, pipelines, self._scheduler_ref)
         # Who follows a job's transitions (runplane/jobs/transitions.py), in this order:
         # the admission ledger first (a slot is free before the transition's effects give
@@ -240,7 +245,7 @@ class Root:
             JobDeps(
                 self.store,
                 self.hub,
-                node=FleetLink(self.store, self.fleet, self.git, self.sealer),
+                node=FleetLink(self.store, self.fleet, self.git, self.sealer, self.images),
                 placement=PlacementQueue(self.placement, self.fleet),
                 streams=streams,
                 transitions=transitions,

@@ -9,7 +9,7 @@ from typing import Literal
 from runplane import vault
 from runplane.agent import protocol as p
 from runplane.jobs.demand import demand_of
-from runplane.jobs.jobspec import JobSpec, PodHealth, PodService, StoredMount
+from runplane.jobs.jobspec import ContainerImage, JobSpec, PodHealth, PodService, StoredMount
 from runplane.jobs.rows import JobRow
 from runplane.jobs.spec import SETUP_KEY, execution_env, inline_path, mount_relpath, output_glob
 
@@ -45,6 +45,7 @@ def run_order(
     auth: Mapping[str, str] | None = None,
     secrets: Mapping[str, str] | None = None,
     masked: Iterable[str] = (),
+    images: Mapping[str, p.ImageOrder] | None = None,
 ) -> p.Run:
     """The agent's run order: command, environment, and the mounts it prepares while the job
     is ``pulling`` (inline code included, so ``inline_files`` stays empty) and the output
@@ -53,8 +54,11 @@ def run_order(
     attempt's short-lived ticket; held in memory by the agent). ``secrets``: the values of
     the org secrets the env references (``${secrets.NAME}``), put in for this attempt and
     listed for the agent to mask, with ``masked`` (the spec's sealed plain values, opened
-    in ``row``)."""
+    in ``row``). ``images``: each image the job runs in, by its resolved ``ref``, as the
+    node pulls it (the images service's ``orders``: mirror, plain HTTP, the org's registry
+    credential for this attempt)."""
     secrets = secrets or {}
+    images = images or {}
     spec = row.spec
     return p.Run(
         job_id=row.id,
@@ -72,15 +76,30 @@ def run_order(
             ],
             isolation=_isolation(spec.isolation),
             limits=_limits(row),
-            pod=_pod(spec.pod, secrets),
+            pod=_pod(spec.pod, secrets, images),
             mask=vault.maskable([*secrets.values(), *masked]) or None,
+            image=_image(spec.container, images),
         ),
     )
 
 
-def _pod(pod: list[PodService] | None, secrets: Mapping[str, str]) -> list[p.PodServiceSpec] | None:
+def _image(
+    container: ContainerImage | None, images: Mapping[str, p.ImageOrder]
+) -> p.ImageOrder | None:
+    """The order's image for a resolved one: as ``images`` gives it, else pulled from
+    where its ref names (no mirror, no credential)."""
+    if container is None:
+        return None
+    return images.get(container.ref) or p.ImageOrder(ref=container.ref, source=container.ref)
+
+
+def _pod(
+    pod: list[PodService] | None,
+    secrets: Mapping[str, str],
+    images: Mapping[str, p.ImageOrder],
+) -> list[p.PodServiceSpec] | None:
     """A session's pod as the agent runs it (``runplane/agent/pod.py``), each service's
-    ``${secrets.NAME}`` references put in; None otherwise."""
+    ``${secrets.NAME}`` references put in and its image given; None otherwise."""
     if not pod:
         return None
     return [
@@ -90,6 +109,7 @@ def _pod(pod: list[PodService] | None, secrets: Mapping[str, str]) -> list[p.Pod
             env=vault.substitute(s.env, secrets),
             needs=list(s.needs),
             health=_health(s.health),
+            image=_image(s.container, images),
         )
         for s in pod
     ]

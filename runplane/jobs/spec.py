@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, field_validator
 
+from runplane.images import reference
 from runplane.problems import FieldProblem, Problem
 from runplane.stacks import Catalog, Stack, config_env, validate_config
 from runplane.suggest import suggestion
@@ -46,6 +47,10 @@ class SubmitJobBody(_Strict):
     ``retry`` policy (additions)."""
 
     stack: Name
+    #: the image the job runs in, over its stack's: ``[registry[:port]/]name[:tag][@digest]``,
+    #: resolved to a digest at submit (docs/containers.md); the job then runs only on a
+    #: node that runs images
+    image: Annotated[str, StringConstraints(max_length=reference.MAX_REFERENCE)] | None = None
     command: list[str] | None = None
     env: dict[str, str] = Field(default_factory=dict)
     config: dict[str, Any] = Field(default_factory=dict)
@@ -62,6 +67,11 @@ class SubmitJobBody(_Strict):
     mode: Literal["run", "session"] = "run"
     project: Annotated[str, StringConstraints(max_length=128)] = ""
     retry: RetryBody | None = None
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        return reference.check(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,8 +191,11 @@ def raise_issues(found: list[Issue]) -> None:
 
 def body_hash(body: SubmitJobBody) -> str:
     """Fingerprint of what was asked (whitespace and key order do not matter; the retry
-    policy is left out: it does not change what a try runs, nor its default seed)."""
-    asked = body.model_dump(mode="json", exclude={"retry"})
+    policy is left out: it does not change what a try runs, nor its default seed; so is an
+    ``image`` not given, so that the bodies of before images had it hash as they did)."""
+    asked = body.model_dump(
+        mode="json", exclude={"retry", "image"} if body.image is None else {"retry"}
+    )
     return hashlib.sha256(canonical_json(asked).encode()).hexdigest()
 
 
@@ -229,7 +242,7 @@ def build(
     return JobSpec.model_validate(
         {
             "stack": stack.name,
-            "image": stack.image,
+            "image": body.image or stack.image,
             "command": command,
             "env": dict(body.env),
             "config": resolved_config,

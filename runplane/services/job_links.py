@@ -20,16 +20,25 @@ from runplane.runtime import ActorRef
 from runplane.sealing import Sealer
 from runplane.services.fleet import Fleet
 from runplane.services.git import Git
+from runplane.services.images import Images
 
 
 class FleetLink:
     """A job's node, through the fleet: its run order made here, delivered there."""
 
-    def __init__(self, store: Store, fleet: Fleet, git: Git, sealer: Callable[[], Sealer]):
+    def __init__(
+        self,
+        store: Store,
+        fleet: Fleet,
+        git: Git,
+        sealer: Callable[[], Sealer],
+        images: Images | None = None,
+    ):
         self.store = store
         self.fleet = fleet
         self.git = git
         self.sealer = sealer
+        self.images = images
 
     async def deliver(self, node_id: str, order: p.Run | p.Cancel | p.Teleop) -> bool:
         return await self.fleet.deliver(node_id, order)
@@ -37,7 +46,9 @@ class FleetLink:
     async def run_order(self, row: JobRow, attempt: int) -> p.Run:
         """With the credentials its mounts clone with (docs/git.md), its sealed plain env
         values opened and masked (runplane/sealed_env.py), the values of the org secrets
-        its env references (docs/secrets.md): none of them stored with the job."""
+        its env references (docs/secrets.md), and for an image job where its images are
+        pulled from with the org's registry credential (docs/containers.md): none of them
+        stored with the job."""
         auth: dict[str, str] = {}
         if row.spec.connection_ids():
             auth = await self.git.mount_auth(row, attempt)
@@ -50,7 +61,10 @@ class FleetLink:
         if refs:
             names = {name for found in refs.values() for name in found}
             secrets = await vault.values(self.store, self.sealer(), row.org_id, names)
-        return run_order(row, attempt, auth, secrets, masked)
+        images: dict[str, p.ImageOrder] = {}
+        if self.images is not None and row.spec.containers():
+            images = await self.images.orders(row)
+        return run_order(row, attempt, auth, secrets, masked, images)
 
     def cancel_order(self, job_id: str, attempt: int) -> p.Cancel:
         return cancel_order(job_id, attempt)

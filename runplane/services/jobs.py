@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -68,6 +68,10 @@ BEST_EFFORT_ASK_SEC = 1.0
 class Submitter:
     org_id: str
     subject: str = ""
+
+
+class ResolveImage(Protocol):
+    async def __call__(self, spec: JobSpec, org_id: str, *, own: bool) -> JobSpec: ...
 
 
 #: Makes a job's stored ResolvedRun from its admitted spec.
@@ -158,6 +162,9 @@ class Jobs:
         #: resolves the refs of mounts that name a git connection (the git service's
         #: ``resolve_mounts``: spec, org), set by the root
         self.resolve_git: Callable[[JobSpec, str], Awaitable[JobSpec]] | None = None
+        #: resolves the image a job runs in to a digest (the images service's ``resolve``:
+        #: spec, org, whether the body named the image), set by the root
+        self.resolve_image: ResolveImage | None = None
         #: every submit's seconds (created or refused) and the count of each outcome, for
         #: /metrics (runplane/services/telemetry.py)
         self.submit_seconds = Histogram()
@@ -241,8 +248,9 @@ class Jobs:
         self, body: SubmitJobBody, who: Submitter, pod: list[dict[str, Any]] | None = None
     ) -> tuple[JobSpec, MakeRun]:
         """The spec ``body`` runs with before admission (config folded, stack and config
-        checked, secret references and git mounts resolved) and the function making its
-        stored ResolvedRun from the admitted spec; a Problem (400/422) when it cannot run."""
+        checked, secret references, git mounts and its image resolved) and the function
+        making its stored ResolvedRun from the admitted spec; a Problem (400/422, 503: a
+        registry or repository out of reach) when it cannot run."""
         fingerprint = body_hash(body)
         planned = runs.plan(body, self.catalog)
         raise_issues(planned.issues)
@@ -254,6 +262,8 @@ class Jobs:
         await vault.check_refs(self.store, spec.secret_references(), who.org_id)
         if self.resolve_git is not None and spec.connection_ids():
             spec = await self.resolve_git(spec, who.org_id)
+        if self.resolve_image is not None:
+            spec = await self.resolve_image(spec, who.org_id, own=body.image is not None)
         return spec, lambda s: runs.stored_run(s, planned.folded, planned.has_runspec)
 
     def admitted(

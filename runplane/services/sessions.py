@@ -3,16 +3,18 @@
 ``create`` checks the pod (400: its services' needs form no valid DAG; 422: a service's
 stack is unknown or unavailable, or a service has nothing to run), resolves each service
 (the stack's default command when it gives none, the stack's config defaults as
-``RUNPLANE_CONFIG_*``, ``image`` over the stack's), then submits ONE ``mode=session`` job
-carrying the pod, sized for the sum of its services, through the admission gate (429 over
-the quota) with the session's row written in the job's own insert transaction; then it
-starts the session's actor. ``delete`` stops it (the pod job cancelled and torn down on
-its node); ``keepalive`` refreshes it (409 when it is not live).
+``RUNPLANE_CONFIG_*``, ``image`` over the stack's, resolved to a digest:
+docs/containers.md), then submits ONE ``mode=session`` job carrying the pod, sized for the
+sum of its services, through the admission gate (429 over the quota) with the session's
+row written in the job's own insert transaction; then it starts the session's actor.
+``delete`` stops it (the pod job cancelled and torn down on its node); ``keepalive``
+refreshes it (409 when it is not live).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from runplane.actors.session import (
@@ -25,6 +27,7 @@ from runplane.actors.session import (
     now_ms,
 )
 from runplane.ids import new_id
+from runplane.jobs.jobspec import ContainerImage
 from runplane.jobs.spec import SubmitJobBody
 from runplane.jobs.transitions import JobTransitioned, Transitions
 from runplane.persistence import Store
@@ -55,6 +58,9 @@ class Sessions:
         self.registry = registry
         self.catalog = catalog
         self.settings = settings
+        #: resolves a service's image (the images service's ``container``: asked, org,
+        #: the field that names it, where it came from), set by the root
+        self.resolve_image: Callable[[str, str, str, str], Awaitable[ContainerImage]] | None = None
 
     def register(self, transitions: Transitions) -> None:
         """The session actors, and their pod jobs' transitions told to them."""
@@ -104,6 +110,8 @@ class Sessions:
         order = check_pod(body.pod)
         services = [body.pod.services[i] for i in order]
         resolved = [self._resolve(i, s) for i, s in enumerate(body.pod.services)]
+        for i, service in enumerate(body.pod.services):
+            await self._resolve_image(i, service, resolved[i], who.org_id)
         by_name = {r["name"]: r for r in resolved}
         pod = [by_name[s.name]["run"] for s in services]
         stacks = [self.catalog.get(s.stack) for s in services if s.stack]
@@ -185,6 +193,23 @@ class Sessions:
                 "needs": list(service.needs),
             },
         }
+
+    async def _resolve_image(
+        self, i: int, service: PodService, resolved: dict[str, Any], org_id: str
+    ) -> None:
+        """Resolve the service's image to a digest (its own always; its stack's with
+        ``RUNPLANE_STACK_IMAGES=resolve``): the service then runs in it, and the session's
+        view shows the digest. A 422/503 naming ``pod.services[i].image`` otherwise."""
+        stack = self.catalog.get(service.stack) if service.stack else None
+        asked, source = service.image, "job"
+        if asked is None and stack is not None and self.settings.stack_images == "resolve":
+            asked, source = stack.image or None, "stack"
+        if asked is None or self.resolve_image is None:
+            return
+        key = f"pod.services[{i}].image"
+        found = await self.resolve_image(asked, org_id, key, source)
+        resolved["run"]["container"] = found.model_dump(mode="json")
+        resolved["view"]["image"] = found.ref
 
     async def delete(self, session_id: str, org_id: str | None) -> dict[str, Any]:
         row = await self._visible(session_id, org_id)

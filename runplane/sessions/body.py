@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from runplane import dag
+from runplane.images import reference
 from runplane.problems import FieldProblem, Problem
 
 #: Most services one pod may have.
@@ -35,8 +36,9 @@ class PodHealth(_Strict):
 
 class PodService(_Strict):
     name: ServiceName
-    #: an image wins over the stack (informational with the process executor)
-    image: Annotated[str, StringConstraints(max_length=512)] | None = None
+    #: an image wins over the stack's: resolved to a digest at submit, the service runs
+    #: in it (docs/containers.md)
+    image: Annotated[str, StringConstraints(max_length=reference.MAX_REFERENCE)] | None = None
     stack: Annotated[str, StringConstraints(max_length=256)] | None = None
     command: list[str] | None = None
     env: dict[str, str] = {}
@@ -45,6 +47,11 @@ class PodService(_Strict):
     cpu_cores: Annotated[int, Field(ge=0)] = 0
     ram_gb: Annotated[int, Field(ge=0)] = 0
     gpu_count: Annotated[int, Field(ge=0)] = 0
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        return reference.check(value)
 
 
 class Pod(_Strict):

@@ -19,7 +19,7 @@ from tests.auth.support import ADMIN_H, ok_json
 from tests.e2e.conftest import e2e_settings, start_server
 
 SUBMIT_FIELDS = (
-    "stack, command, env, config, workspace, inputs, outputs, requires, limits, weights, "
+    "stack, image, command, env, config, workspace, inputs, outputs, requires, limits, weights, "
     "weights_preset, isolation, priority, seed, mode, project, retry"
 )
 LIMIT_FIELDS = "cpu_cores, ram_gb, gpu_count, pids, timeout_sec, no_internet, egress_allow"

@@ -34,6 +34,7 @@ from runplane.auth.roles import SCOPES
 from runplane.auth.rules import Rule
 from runplane.http.app import create_app
 from runplane.http.openapi.route_doc import declared_routes, rules_of
+from runplane.images.credentials import RegistryCredentialBody
 from runplane.nodes import enrollment, grants
 from runplane.webhooks import endpoints
 from tests.auth.support import (
@@ -336,6 +337,25 @@ async def _secret_to_delete(ctx: Ctx) -> Req:
     return Req(f"/v1/secrets/GONE{org}")
 
 
+async def _new_registry_credential(ctx: Ctx) -> Req:
+    """A credential for a registry of its own per persona (a second one is a 409)."""
+    org = f"?org={ctx.world.org_a}" if ctx.persona == "admin" else ""
+    body = {
+        "registry": f"{ctx.persona.replace('_', '-')}.matrix.example:5000",
+        "username": "u",
+        "password": "pw",
+    }
+    return Req(f"/v1/registries{org}", json=body)
+
+
+async def _registry_credential_to_delete(ctx: Ctx) -> Req:
+    """A registry credential of org A (a delete consumes it)."""
+    root = ctx.app.extensions["runplane"].root
+    body = RegistryCredentialBody(registry=unique("gone.example"), username="u", password="pw")
+    made = await root.images.create_credential(body, org_id=ctx.world.org_a, created_by="setup")
+    return Req(f"/v1/registries/{made.id}")
+
+
 async def _grant_to_revoke(ctx: Ctx) -> Req:
     made = await grants.create(
         store_of(ctx.app),
@@ -590,6 +610,11 @@ CASES: dict[tuple[str, str], Case] = {
     ("PUT", "/v1/secrets/<name>"): Case("manage", _new_secret, ok=201),
     ("GET", "/v1/secrets"): Case("manage", path("/v1/secrets")),
     ("DELETE", "/v1/secrets/<name>"): Case("manage", _secret_to_delete, ok=204, org_bound=True),
+    ("POST", "/v1/registries"): Case("manage", _new_registry_credential, ok=201),
+    ("GET", "/v1/registries"): Case("manage", path("/v1/registries")),
+    ("DELETE", "/v1/registries/<credential_id>"): Case(
+        "manage", _registry_credential_to_delete, ok=204, org_bound=True
+    ),
     ("POST", "/v1/webhooks"): Case("manage", body("/v1/webhooks", _webhook_body), ok=201),
     ("GET", "/v1/webhooks"): Case("manage", path("/v1/webhooks")),
     ("DELETE", "/v1/webhooks/<webhook_id>"): Case("manage", _webhook_to_delete, org_bound=True),

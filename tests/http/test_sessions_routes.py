@@ -63,10 +63,19 @@ async def test_create_makes_one_session_job_sized_for_the_pod(client: Any) -> No
     assert "services" not in listed[0] and "actions" not in listed[0]
 
 
-async def test_an_image_wins_over_the_stack_and_the_default_ttl_applies(client: Any) -> None:
-    body = {"pod": {"services": [service("gpu", image="nvcr.io/nvidia/pytorch:24.01")]}}
-    view = await ok_json(await client.post("/v1/sessions", json=body), 202)
-    assert view["services"][0]["image"] == "nvcr.io/nvidia/pytorch:24.01"
+async def test_a_services_image_is_resolved_and_the_default_ttl_applies(client: Any) -> None:
+    # an image is resolved at its registry (tests/images/test_pod_images.py): one that
+    # cannot be reached is a 503 and nothing is created
+    before = await live_jobs(client)
+    body = {"pod": {"services": [service("gpu", image="registry.invalid/nvidia/pytorch:24.01")]}}
+    problem = await ok_json(await client.post("/v1/sessions", json=body), 503)
+    assert (
+        problem["code"] == "registry_unavailable" and "pod.services[0].image" in problem["detail"]
+    )
+    assert await live_jobs(client) == before
+    plain = {"pod": {"services": [service("gpu")]}}
+    view = await ok_json(await client.post("/v1/sessions", json=plain), 202)
+    assert view["services"][0]["image"] == "debian:bookworm-slim"  # the stack's, as declared
     assert view["idle_ttl_sec"] == 300
 
 

@@ -197,6 +197,14 @@ class GitConnectionView(View):
     note: str | None = None
 
 
+class RegistryCredentialView(View):
+    id: str
+    registry: str
+    username: str
+    org_id: str | None = None
+    created_at: str | None = None
+
+
 # -- artifacts and health ---------------------------------------------------------------------
 
 
