@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -304,14 +303,6 @@ class Registry:
         """Where the registry keeps a blob on disk (tests corrupt one to see it refused)."""
         hexd = digest.split(":", 1)[1]
         return self.root / "data/docker/registry/v2/blobs/sha256" / hexd[:2] / hexd / "data"
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return "sha256:" + h.hexdigest()
 
 
 # -- fixtures (tests/conftest.py imports them, so every test directory has them)

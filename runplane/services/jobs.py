@@ -82,7 +82,12 @@ Demands = dict[tuple[Any, ...], JobDemand]
 
 def _demand_key(resolved: ResolvedJob, org_id: str | None) -> tuple[Any, ...]:
     asks = resolved.spec.model_dump(
-        mode="json", include={"limits", "requires", "weights", "weights_preset", "isolation"}
+        mode="json",
+        # a demand reads the images too (placement's capability, arch and cache weight)
+        include={
+            *("limits", "requires", "weights", "weights_preset", "isolation"),
+            *("container", "pod"),
+        },
     )
     return (resolved.priority, org_id, canonical_json(asks))
 
