@@ -335,6 +335,12 @@ class ImageRun:
                 "this node cannot run jobs in their images: bubblewrap cannot create "
                 "namespaces here (runplane agent --executor container needs it)"
             )
+        if self.gvisor and self.spec.pod:
+            return (
+                "a pod cannot run under isolation gvisor yet: each service's sandbox would "
+                "have a network stack of its own, so the services could not reach each "
+                "other on localhost"
+            )
         if self.gvisor and launch.runsc is None:
             return "this node cannot give isolation gvisor: runsc did not pass the agent's probe"
         if self.gvisor and self.spec.image is None:

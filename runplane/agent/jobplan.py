@@ -124,9 +124,7 @@ class NodeRules:
         enforces = self.enforcement.enforces
         # Every job of a node with cgroups gets its own (limits or not): its processes are
         # then all found, and killed, at its end.
-        cgroup = None
-        if cgroups is not None:
-            cgroup = cgroups.job(_cgroup_name(holder))
+        cgroup = cgroups.job(_cgroup_name(holder)) if cgroups is not None else None
         no_internet = limits.no_internet and self.enforcement.enforces("no_internet")
         launch = Launch(
             cgroup=cgroup,

@@ -65,7 +65,7 @@ async def test_two_services_in_two_images_talk_over_localhost(
                     break
                 await trio.sleep(0.1)
             cancel.set()
-    assert result[0].outcome == "cancelled", result[0].error
+    assert result[0].outcome == "cancelled", node.lines
     assert (await trio.Path(got).read_text()) == "hello-over-localhost\n", node.lines
     tagged = [line for line in node.lines if len(line) == 3 and line[0] == "stdout"]
     assert ("stdout", "server-image-marker", "server") in tagged
@@ -74,6 +74,14 @@ async def test_two_services_in_two_images_talk_over_localhost(
     nets = next(line[1] for line in tagged if line[1].startswith("nets:"))
     assert (nets == "nets: lo") is offline
     assert _processes_naming(str(node.workdirs["pod"])) == []
+
+
+async def test_a_pod_under_gvisor_is_refused_saying_why(node: Node, tmp_path: Path) -> None:
+    spec = node.spec("gvpod", [], None, pod=_services(tmp_path, 1), isolation="gvisor")
+    finished = await node.run(spec)
+    assert finished.outcome == "failed"
+    assert finished.error is not None
+    assert finished.error.startswith("a pod cannot run under isolation gvisor yet")
 
 
 def _free_port() -> int:
