@@ -6,6 +6,7 @@ giving loopback only, GPUs with the driver files bound in, a cancel leaving noth
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -226,3 +227,41 @@ def test_the_image_user_forms(tmp_path: Path) -> None:
     assert of("4242") == (4242, 4242)
     assert of("4242:77") == (4242, 77)
     assert of("runner:root") == (1000, 0)
+
+
+@pytest.fixture
+def unpacked(tmp_path: Path, busybox_image: Path) -> Rootfs:
+    """busybox_image unpacked by umoci (as the image store does) under a 0700 directory."""
+    bundle = tmp_path / "cache" / "bundle"
+    bundle.parent.mkdir(mode=0o700)
+    subprocess.run(
+        ["umoci", "unpack", "--image", f"{busybox_image}:img", str(bundle)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return Rootfs("sha256:" + "b" * 64, bundle / "rootfs", ImageConfig(env=("PATH=/bin",)))
+
+
+async def test_a_job_runs_in_an_image_umoci_unpacked_where_its_user_cannot_reach(
+    node: Node, unpacked: Rootfs
+) -> None:
+    spec = node.spec("unpacked", ["sh", "-c", "cat /marker; ls /work"], unpacked)
+    assert (await node.run(spec)).outcome == "succeeded", node.lines
+    assert node.out()[0] == "runplane-image-marker"
+
+
+async def test_setup_runs_in_the_image_and_a_timeout_stops_the_job(
+    node: Node, tmp_path: Path
+) -> None:
+    rootfs = image(tmp_path, entrypoint=("/bin/sh", "-c"))
+    spec = node.spec(
+        "timeout",
+        ["cat /work/from-setup; trap 'echo got TERM; exit 7' TERM; sleep 300 & wait"],
+        rootfs,
+        setup="cat /marker > /work/from-setup",
+        timeout_sec=1.5,
+    )
+    finished = await node.run(spec)
+    assert finished.outcome == "timeout", node.lines
+    assert "runplane-image-marker" in node.out()
+    assert "got TERM" in node.out()  # SIGTERM reached the job inside its namespaces
+    assert _processes_naming(str(node.workdirs["timeout"])) == []
