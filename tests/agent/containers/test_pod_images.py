@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from runplane.agent.execspec import Event, Finished, PodService, Started
+from runplane.agent.execspec import Event, Finished, PodHealth, PodService, Started
 from runplane.agent.protocol import RunLimits
 
 from .conftest import Node, image
@@ -20,8 +20,15 @@ from .test_container import _processes_naming
 def _services(tmp_path: Path, port: int) -> tuple[PodService, PodService]:
     server = PodService(
         name="server",
-        command=["sh", "-c", f"cat /marker; nc -l -p {port} > /work/got; exec sleep 300"],
+        command=[
+            "sh",
+            "-c",
+            f"cat /marker; (sleep 0.3; touch /work/server.up) & nc -l -p {port} > /work/got; "
+            "exec sleep 300",
+        ],
         image=image(tmp_path, "server-image-marker"),
+        # runs in the server's image: /work is the pod's directory there, not on the node
+        health=PodHealth(["test", "-f", "/work/server.up"], 0.1, 5, 100),
     )
     client = PodService(
         name="client",
@@ -34,6 +41,7 @@ def _services(tmp_path: Path, port: int) -> tuple[PodService, PodService]:
             "exec sleep 300",
         ],
         image=image(tmp_path, "client-image-marker"),
+        needs=("server",),
     )
     return server, client
 
@@ -71,6 +79,8 @@ async def test_two_services_in_two_images_talk_over_localhost(
     assert ("stdout", "server-image-marker", "server") in tagged
     assert ("stdout", "client-image-marker", "client") in tagged
     assert ("stdout", "pod dir /work", "client") in tagged
+    system = [line[1] for line in node.lines if line[0] == "system"]
+    assert any(t.startswith("service server is up: health check passed") for t in system)
     nets = next(line[1] for line in tagged if line[1].startswith("nets:"))
     assert (nets == "nets: lo") is offline
     assert _processes_naming(str(node.workdirs["pod"])) == []
