@@ -23,6 +23,10 @@ Stage: TypeAlias = Literal["setup", "requirements", "command"]
 
 # PATH for the job when the agent itself has none.
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: Where an image job sees its working directory (the spec's ``/work``) and its streams
+#: directory (``runplane/agent/container.py``).
+CONTAINER_WORKDIR = "/work"
+CONTAINER_STREAMS = "/streams"
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,8 +165,10 @@ def job_environment(spec: ExecSpec, agent_env: Mapping[str, str] | None = None) 
     ``PYTHONUNBUFFERED=1``, ``RUNPLANE_JOB_ID``) with ``spec.env`` on top, then
     ``RUNPLANE_STREAMS_DIR`` when the job has a streams directory. Nothing else of the
     agent's own environment (tokens, ``RUNPLANE_*`` settings, cloud credentials) is
-    passed on.
+    passed on. An image job's: :func:`container_env`.
     """
+    if spec.image is not None:
+        return container_env(spec, spec.image)
     agent = os.environ if agent_env is None else agent_env
     env = {
         "PATH": agent.get("PATH") or DEFAULT_PATH,
@@ -175,6 +181,37 @@ def job_environment(spec: ExecSpec, agent_env: Mapping[str, str] | None = None) 
     if spec.streams_dir is not None:
         sandboxed = spec.launch is not None and spec.launch.sandboxed
         env[STREAMS_ENV] = SANDBOX_STREAMS_DIR if sandboxed else str(spec.streams_dir.absolute())
+    return env
+
+
+def container_env(
+    spec: ExecSpec, rootfs: Rootfs, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment inside the image: a minimal base (``PATH``, ``HOME=/work``,
+    ``PYTHONUNBUFFERED``, ``RUNPLANE_JOB_ID``), the image's Env over it, then the job's
+    env and ``extra`` (a pod service's), then ``RUNPLANE_STREAMS_DIR=/streams``; a GPU
+    job's ``PATH`` ends with the directories of the driver programs bound in
+    (``nvidia-smi``). Nothing of the node's environment (its PATH, LANG) is passed in."""
+    env = {
+        "PATH": DEFAULT_PATH,
+        "HOME": CONTAINER_WORKDIR,
+        "PYTHONUNBUFFERED": "1",
+        "RUNPLANE_JOB_ID": spec.job_id,
+    }
+    for item in rootfs.config.env:
+        key, sep, value = item.partition("=")
+        if sep and key:
+            env[key] = value
+    env.update(spec.env)
+    env.update(extra or {})
+    if spec.streams_dir is not None:
+        env[STREAMS_ENV] = CONTAINER_STREAMS
+    launch = spec.launch
+    if launch is not None and launch.gpu_indices:  # the bound driver programs' directories
+        have = env.get("PATH", "").split(os.pathsep)
+        dirs = [str(p.parent) for p in launch.driver_files if ".so" not in p.name]
+        more = [d for d in dict.fromkeys(dirs) if d not in have]
+        env["PATH"] = os.pathsep.join([*filter(None, have), *more])
     return env
 
 

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import trio
 
+from runplane.agent.container import ImageRun, command_of
 from runplane.agent.execspec import (
     CancelSignal,
     Event,
@@ -32,6 +33,7 @@ from runplane.agent.execspec import (
     PodHealth,
     PodService,
     Report,
+    Rootfs,
     Stage,
     Started,
     Stream,
@@ -148,6 +150,7 @@ class _Job:
         self.deadline = self.started_at + timeout if timeout and timeout > 0 else math.inf
         self.grace = max(0.0, spec.grace_sec)
         self.final_metrics: dict[str, float] = {}
+        self.image_run = ImageRun.of(spec, self.workdir)
         self.env = job_environment(spec)
         #: directories beside the workdir the job may write (the requirements target)
         self.writable: list[Path] = []
@@ -210,8 +213,10 @@ class _Job:
         spec = self.spec
         if self.cancel is not None and self.cancel.is_set():
             return await self._finish("cancelled", None, "cancelled", "cancelled before start")
-        if not spec.command and not spec.pod:
+        if not command_of(spec) and not spec.pod:
             return await self._fail("empty command")
+        if self.image_run is not None and (refusal := await self.image_run.start(self._system)):
+            return await self._fail(refusal)
         try:
             await trio.to_thread.run_sync(
                 prepare_workdir, self.workdir, spec.inline_files, spec.user
@@ -230,6 +235,8 @@ class _Job:
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(launch.teardown)
+                if self.image_run is not None:
+                    await trio.to_thread.run_sync(self.image_run.cleanup)
 
     async def _main(self) -> Finished:
         if self.spec.pod:
@@ -259,12 +266,13 @@ class _Job:
             if self.cancel is not None and self.cancel.is_set():
                 return await self._finish("cancelled", None, "cancelled", "cancelled after setup")
 
-        installed = await install_requirements(self)
-        if installed is not None:
+        installed = await install_requirements(self) if spec.image is None else None
+        if installed is not None:  # (an image brings its own dependencies)
             return installed
 
-        label = f"running: {shown(shlex.join(spec.command), spec.job_id, 'spec.command')}"
-        result = await self._run_process(list(spec.command), "command", label)
+        command = command_of(spec)
+        label = f"running: {shown(shlex.join(command), spec.job_id, 'spec.command')}"
+        result = await self._run_process(command, "command", label)
         if result.start_error is not None:
             return await self._fail(result.start_error)
         code = result.returncode
@@ -293,18 +301,19 @@ class _Job:
         env: dict[str, str] | None = None,
         stop: CancelSignal | None = None,
         started: Callable[[int], None] | None = None,
+        image: Rootfs | None = None,
     ) -> ProcResult:
         """Run one process of the job in its own session, its output read until EOF. A pod
         service passes its name (its lines carry it), its environment, the pod's stop
-        signal (instead of the job's cancel) and ``started`` (called with the pid; the job
-        is not announced ``running`` by this process)."""
+        signal (instead of the job's cancel), ``started`` (called with the pid; the job
+        is not announced ``running`` by this process) and its ``image``."""
         result = ProcResult()
         cancel = self.cancel if stop is None else stop
         if cancel is not None and cancel.is_set():
             result.stopped = "cancelled"
             return result
         env = self.env if env is None else env
-        wrapped = await self._wrapped(argv, env, label)
+        wrapped = await self._wrapped(argv, env, label, image or self.spec.image)
         if isinstance(wrapped, str):
             result.start_error = wrapped
             return result
@@ -328,10 +337,16 @@ class _Job:
         return result
 
     async def _wrapped(
-        self, argv: list[str], env: dict[str, str], label: str
+        self, argv: list[str], env: dict[str, str], label: str, image: Rootfs | None
     ) -> tuple[list[str], dict[str, Any]] | str:
         """The argv and identity (user, groups) a process starts with: through the launch
-        chain when there is one (it switches user itself: setpriv); a start error as text."""
+        chain when there is one (it switches user itself: setpriv), or in ``image``
+        (``container.py``); a start error as text."""
+        if image is not None and self.image_run is not None:
+            wrapped = await self.image_run.wrap(argv, env, image)
+            if isinstance(wrapped, str):
+                await self._system(label)
+            return wrapped if isinstance(wrapped, str) else (wrapped, {})
         launch = self.spec.launch
         if launch is None or not launch.wraps:
             return argv, self.identity
@@ -479,12 +494,5 @@ class _Job:
             await self.out.send(run)
 
 
-# --------------------------------------------------------------------------- helpers
-
-
 def _seconds(value: float) -> str:
     return f"{value:g} s"
-
-
-#: pip options of the requirements.txt install: no prompt, no progress bars, no cache
-#: in HOME (the workdir), no nag about pip's own version.

@@ -247,17 +247,29 @@ def _under(path: Path, root: Path) -> bool:
 # --------------------------------------------------------------------------- isolation
 
 
-def isolation_refusal(isolation: str | None, node: str, executor: str = "process") -> str | None:
-    """Why this node cannot run a job asking ``isolation``; None when it can."""
-    if isolation is None or isolation in PROCESS_ISOLATIONS:
+def isolation_refusal(
+    isolation: str | None,
+    node: str,
+    executor: str = "process",
+    given: frozenset[str] = frozenset(),
+) -> str | None:
+    """Why this node cannot run a job asking ``isolation``; None when it can. ``given``:
+    what this node's executor gives beyond ``none`` (``gvisor`` on a container node whose
+    runsc passed the probe). ``kata`` is never given: a kata runtime found on the node is
+    named in the reason, but running it is not supported yet."""
+    if isolation is None or isolation in PROCESS_ISOLATIONS or isolation in given:
         return None
-    how = (
-        "runs jobs as plain processes"
-        if executor == "process"
-        else "runs jobs in bubblewrap namespaces on the host kernel"
-    )
+    how = {
+        "process": "runs jobs as plain processes",
+        "sandbox": "runs jobs in bubblewrap namespaces on the host kernel",
+    }.get(executor, "runs jobs in their images with bubblewrap")
+    if executor == "container" and isolation == "gvisor":
+        how = "has no runsc that passed its probe at agent start (see the agent's log)"
+    if isolation == "kata" and shutil.which("kata-runtime") is not None:
+        how += "; a kata runtime is installed, but runplane does not run kata yet"
+    needs = "a container executor (a node" if executor != "container" else "a node"
     return (
         f"node {node} cannot give isolation {isolation}: its {executor} executor {how}; "
-        f"{isolation} needs a container executor (a node with the capability "
-        f"isolation-{isolation})"
+        f"{isolation} needs {needs} with the capability isolation-{isolation}"
+        + (")" if executor != "container" else "")
     )

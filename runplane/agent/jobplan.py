@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Literal
 
 from runplane.agent.gpus import Device, GpuPool, visible_env
-from runplane.agent.isolation import JobUser
-from runplane.agent.launch import Launch
+from runplane.agent.isolation import JobUser, isolation_refusal
+from runplane.agent.launch import Launch, Runsc
 from runplane.agent.limits import (
     BEST_EFFORT_CAPABILITY,
     SANDBOX_CAPABILITY,
@@ -26,8 +26,12 @@ from runplane.agent.limits import (
 )
 from runplane.agent.protocol import RunLimits
 
-Executor = Literal["process", "sandbox"]
-EXECUTORS: tuple[Executor, ...] = ("process", "sandbox")
+Executor = Literal["process", "sandbox", "container"]
+EXECUTORS: tuple[Executor, ...] = ("process", "sandbox", "container")
+#: The container executor's capability (jobs with an image run only there), and gVisor's
+#: (reported only when a probe run of runsc succeeded at start).
+CONTAINER_CAPABILITY = "executor-container"
+GVISOR_CAPABILITY = "isolation-gvisor"
 
 
 @dataclass(slots=True)
@@ -58,6 +62,10 @@ class NodeRules:
     hidden: tuple[Path, ...] = ()
     gpus: GpuPool = field(default_factory=lambda: GpuPool(()))
     setpriv: str = "setpriv"
+    #: the container executor's: the host's NVIDIA driver files (bound into GPU jobs'
+    #: images) and gVisor when its probe passed
+    driver_files: tuple[Path, ...] = ()
+    runsc: Runsc | None = None
 
     def capabilities(self) -> list[str]:
         """The capabilities this agent reports for its limits and executor."""
@@ -66,7 +74,16 @@ class NodeRules:
             caps.append(BEST_EFFORT_CAPABILITY)
         if self.executor == "sandbox":
             caps.append(SANDBOX_CAPABILITY)
+        if self.executor == "container":
+            caps.append(CONTAINER_CAPABILITY)
+            if self.runsc is not None:
+                caps.append(GVISOR_CAPABILITY)
         return caps
+
+    def isolation_refusal(self, isolation: str | None) -> str | None:
+        """Why this node cannot give a job ``isolation``; None when it can."""
+        given = {"gvisor"} if self.executor == "container" and self.runsc is not None else set()
+        return isolation_refusal(isolation, self.node, self.executor, frozenset(given))
 
     def plan(
         self, holder: Hashable, order: RunLimits | None, read_only: tuple[Path, ...] = ()
@@ -107,9 +124,7 @@ class NodeRules:
         enforces = self.enforcement.enforces
         # Every job of a node with cgroups gets its own (limits or not): its processes are
         # then all found, and killed, at its end.
-        cgroup = None
-        if cgroups is not None:
-            cgroup = cgroups.job(_cgroup_name(holder))
+        cgroup = cgroups.job(_cgroup_name(holder)) if cgroups is not None else None
         no_internet = limits.no_internet and self.enforcement.enforces("no_internet")
         launch = Launch(
             cgroup=cgroup,
@@ -119,8 +134,10 @@ class NodeRules:
             user=self.user,
             hidden=self.hidden,
             gpu_indices=tuple(d.index for d in devices),
-            read_only=read_only if self.executor == "sandbox" else (),
+            read_only=read_only if self.executor != "process" else (),
             setpriv=self.setpriv,
+            driver_files=self.driver_files if devices else (),
+            runsc=self.runsc,
             ram_gb=limits.ram_gb if enforces("ram_gb") else None,
             cpu_cores=limits.cpu_cores if enforces("cpu_cores") else None,
             pids=limits.pids if enforces("pids") else None,

@@ -46,6 +46,16 @@ NVIDIA_CONTROL_DEVICES = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class Runsc:
+    """A ``runsc`` that passed the agent's probe run (``gvisor.py``)."""
+
+    path: str
+    version: str
+    #: its state directory (``runsc --root``): the agent's own
+    root: Path
+
+
 class CommandNotFound(Exception):
     """The program is not on the job's PATH (or not there for the job's user)."""
 
@@ -71,6 +81,10 @@ class Launch:
     #: paths inside the workdir the sandbox binds read-only (``mode: ro`` mounts)
     read_only: tuple[Path, ...] = ()
     setpriv: str = "setpriv"
+    #: the host's NVIDIA driver files an image job with GPUs gets bound in (container.py)
+    driver_files: tuple[Path, ...] = ()
+    #: gVisor for ``isolation: gvisor`` image jobs (gvisor.py); None: not on this node
+    runsc: Runsc | None = None
     #: the limits the cgroup holds (None: not limited)
     ram_gb: float | None = None
     cpu_cores: float | None = None

@@ -15,18 +15,37 @@ in the job's working directory (the pod directory), started in ``needs`` order.
   ends ``failed`` with the service's name in its error. A cancel (the session stopped) or
   the job's timeout stop every service the same way.
 
-Health commands run directly as the job's user, not inside a sandbox wrapper.
+Health commands run directly as the job's user, not inside a sandbox wrapper; in a pod of
+images, inside the service's image.
+
+**Pods of images** (``docs/containers.md``): each service runs in its own image (its
+``image``, else the job's), ``RUNPLANE_POD_DIR`` is ``/work``. The services share one
+network namespace: the node's when the job has network (as the process executor's
+services do), else one of the pod's own with loopback only, held by a bubblewrap process
+(``sleep infinity``) that every service joins (``nsenter``) and that ends with the pod.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
-from collections.abc import Sequence
+import subprocess
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Literal
 
 import trio
 
-from runplane.agent.execspec import Finished, PodHealth, PodService, Started
+from runplane.agent.execspec import (
+    CONTAINER_WORKDIR,
+    Finished,
+    PodHealth,
+    PodService,
+    Rootfs,
+    Started,
+    container_env,
+)
 from runplane.agent.output import shown
 from runplane.agent.procgroup import signal_name
 
@@ -40,7 +59,47 @@ HEALTH_OUTPUT_CHARS = 300
 
 
 async def run_pod(job: _Job) -> Finished:
-    return await _Pod(job).run()
+    launch = job.spec.launch
+    image_run = job.image_run
+    if image_run is None or launch is None or not launch.no_internet:
+        return await _Pod(job).run()
+    async with _netns_holder(launch.bwrap or "bwrap") as pid:
+        image_run.netns_pid = pid
+        return await _Pod(job).run()
+
+
+@asynccontextmanager
+async def _netns_holder(bwrap: str) -> AsyncIterator[int]:
+    """A process holding a network namespace with loopback only (its pid), for a pod of
+    images without network; killed at the end."""
+    read, write = os.pipe()
+    try:
+        holder = ["--unshare-net", "--die-with-parent", "--info-fd", str(write)]
+        proc = await trio.lowlevel.open_process(
+            [bwrap, "--dev-bind", "/", "/", *holder, "--", "sleep", "infinity"],
+            pass_fds=(write,),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    finally:
+        os.close(write)
+    try:
+        info = await trio.to_thread.run_sync(_read_all, read)
+        yield int(json.loads(info)["child-pid"])
+    finally:
+        with trio.CancelScope(shield=True):
+            proc.kill()
+            await proc.wait()
+
+
+def _read_all(fd: int) -> bytes:
+    data = b""
+    try:
+        while chunk := os.read(fd, 4096):
+            data += chunk
+    finally:
+        os.close(fd)
+    return data
 
 
 def _order(services: Sequence[PodService]) -> list[PodService]:
@@ -135,12 +194,13 @@ class _Pod:
         for need in service.needs:
             if not await self._either(self.up[need]):
                 return
-        env = {
-            **job.env,
-            **service.env,
-            SERVICE_ENV: service.name,
-            POD_DIR_ENV: str(job.workdir),
-        }
+        image = service.image or job.spec.image
+        if image is None:
+            env = {**job.env, **service.env, SERVICE_ENV: service.name}
+            env[POD_DIR_ENV] = str(job.workdir)
+        else:
+            own = {**service.env, SERVICE_ENV: service.name, POD_DIR_ENV: CONTAINER_WORKDIR}
+            env = container_env(job.spec, image, own)
         started = trio.Event()
 
         def on_start(pid: int) -> None:
@@ -153,7 +213,7 @@ class _Pod:
         label = f"service {service.name}: running: {shown(command, job.spec.job_id, 'pod')}"
         async with trio.open_nursery() as gate:
             if service.health is not None:
-                gate.start_soon(self._health, service, service.health, env, started)
+                gate.start_soon(self._health, service, service.health, env, started, image)
             result = await job._run_process(
                 list(service.command),
                 "command",
@@ -162,6 +222,7 @@ class _Pod:
                 env=env,
                 stop=self.stop,
                 started=on_start,
+                image=image,
             )
             gate.cancel_scope.cancel()
         if result.start_error is not None:
@@ -174,13 +235,18 @@ class _Pod:
             self._fail(f"service {service.name!r} exited ({how})")
 
     async def _health(
-        self, service: PodService, health: PodHealth, env: dict[str, str], started: trio.Event
+        self,
+        service: PodService,
+        health: PodHealth,
+        env: dict[str, str],
+        started: trio.Event,
+        image: Rootfs | None,
     ) -> None:
         await started.wait()
         job = self.job
         failures = 0
         while not self.stop.is_set():
-            ok, output = await self._probe(health, env)
+            ok, output = await self._probe(health, env, image)
             if ok:
                 self.up[service.name].set()
                 await job._system(
@@ -197,19 +263,27 @@ class _Pod:
                 return
             await trio.sleep(health.period_sec)
 
-    async def _probe(self, health: PodHealth, env: dict[str, str]) -> tuple[bool, str]:
+    async def _probe(
+        self, health: PodHealth, env: dict[str, str], image: Rootfs | None
+    ) -> tuple[bool, str]:
         job = self.job
+        argv, identity = list(health.command), job.identity
+        if image is not None and job.image_run is not None:
+            wrapped = await job.image_run.wrap(argv, env, image)
+            if isinstance(wrapped, str):
+                return False, wrapped
+            argv, identity = wrapped, {}
         try:
             with trio.move_on_after(health.timeout_sec) as scope:
                 done = await trio.run_process(
-                    health.command,
+                    argv,
                     cwd=job.workdir,
                     env=env,
                     stdin=b"",
                     capture_stdout=True,
                     capture_stderr=True,
                     check=False,
-                    **job.identity,
+                    **identity,
                 )
         except OSError as exc:
             return False, f"cannot run it: {exc.strerror or exc}"

@@ -39,7 +39,7 @@ from runplane.agent.executor import (
 )
 from runplane.agent.images.jobimages import JobImages, image_refusal
 from runplane.agent.images.store import ImageStore
-from runplane.agent.isolation import HostPaths, JobUser, isolation_refusal, make_workdir
+from runplane.agent.isolation import HostPaths, JobUser, make_workdir
 from runplane.agent.jobplan import Executor, JobPlan, NodeRules
 from runplane.agent.jobref import check_job_ref, job_key
 from runplane.agent.mask import masked
@@ -339,7 +339,7 @@ class JobRunner:
         await self._emit(
             job, JobPhase(job_id=job.job_id, attempt=job.attempt, phase="pulling", gpus=gpus)
         )
-        refusal = isolation_refusal(spec.isolation, self.core.node_name(), self.executor)
+        refusal = self.rules.isolation_refusal(spec.isolation)
         refusal = refusal or plan.refusal or image_refusal(spec, self.images, self.core.node_name())
         if refusal is not None:
             await self._system(job, refusal)

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
 from runplane.agent import credentials
+from runplane.agent.container import bwrap_as_user_works, driver_files
+from runplane.agent.gvisor import probe_runsc
 from runplane.agent.isolation import (
     DEFAULT_WORK_PARENT,
     HostPaths,
@@ -76,8 +79,12 @@ class SetupFlags(TypedDict, total=False):
 def setup_options(
     data_dir: Path, name: str | None, executor: str, flags: SetupFlags
 ) -> SetupOptions:
-    """The options ``flags`` (and the executor: "process" unless "sandbox") say."""
+    """The options ``flags`` (and the executor: "process" unless "sandbox" or
+    "container") say."""
     uid_range = flags.get("uid_range")
+    chosen: Executor = "process"
+    if executor in ("sandbox", "container"):
+        chosen = "sandbox" if executor == "sandbox" else "container"
     return SetupOptions(
         data_dir=data_dir,
         name=name,
@@ -87,7 +94,7 @@ def setup_options(
         shared_uid_ok=flags.get("shared_uid_ok", False),
         work_dir=flags.get("work_dir"),
         host_paths=tuple(Path(p) for p in flags.get("host_paths", ())),
-        executor="sandbox" if executor == "sandbox" else "process",
+        executor=chosen,
         best_effort_limits=flags.get("best_effort_limits", False),
         enforce_limits=flags.get("enforce_limits", True),
     )
@@ -198,6 +205,8 @@ def _rules(
             "--executor sandbox needs bubblewrap able to create namespaces here "
             "(apt-get install bubblewrap; in a container, allow user namespaces)"
         )
+    if options.executor == "container":
+        _check_container(enforcement.bwrap, user)
     setpriv = find_setpriv()
     wraps = enforcement.cgroups is not None or enforcement.bwrap is not None
     if user is not None and wraps and setpriv is None:
@@ -214,6 +223,11 @@ def _rules(
         hidden=tuple(dict.fromkeys((data_dir.absolute(), work_root, DEFAULT_WORK_PARENT))),
         setpriv=setpriv or "setpriv",
     )
+    if options.executor == "container":
+        rules.driver_files = driver_files()
+        rules.runsc, why = probe_runsc(data_dir.absolute() / "runsc")
+        if rules.runsc is None:
+            log.warning(f"isolation gvisor is not available here: {why}")
     cgroups = enforcement.cgroups
     log.info(
         "job limits",
@@ -228,6 +242,33 @@ def _rules(
         },
     )
     return rules
+
+
+#: What the container executor needs on PATH besides bubblewrap (the image store).
+CONTAINER_TOOLS = {"skopeo": "skopeo", "umoci": "umoci"}
+
+
+def _check_container(bwrap: str | None, user: JobUser | None) -> None:
+    """Refuse ``--executor container`` where images cannot be pulled or run."""
+    if bwrap is None:
+        raise RunAsError(
+            "--executor container needs bubblewrap able to create namespaces here "
+            "(apt-get install bubblewrap; in a container, allow user namespaces)"
+        )
+    missing = [tool for tool in CONTAINER_TOOLS if shutil.which(tool) is None]
+    if missing:
+        packages = " ".join(CONTAINER_TOOLS[t] for t in missing)
+        raise RunAsError(
+            f"--executor container needs {' and '.join(missing)} on PATH to pull and "
+            f"unpack images (apt-get install {packages})"
+        )
+    if user is not None and not bwrap_as_user_works(bwrap, user):
+        raise RunAsError(
+            f"--executor container starts bubblewrap as the job user ({user.name}) in a "
+            "user namespace of its own, which this node refuses; allow unprivileged user "
+            "namespaces (sysctl user.max_user_namespaces > 0, "
+            "kernel.unprivileged_userns_clone=1 where it exists)"
+        )
 
 
 def reported_capabilities(
