@@ -1,54 +1,18 @@
-"""The agent <-> server protocol over the WebSocket at ``/v1/nodes/connect``.
-
-Every message is one JSON text frame, an object with a ``type``. Both ends validate what
-they receive with these models (unknown fields refused) so a mismatch is a clear error, not
-a guess. Job messages carry the job's ``attempt``: the server refuses a report whose attempt
-is not the current one (fencing after a requeue).
-
-Flow::
-
-    agent                                   server
-    hello {protocol, credential|join_token, facts, running}  ->
-                                            <- welcome {node_id, credential?, heartbeat_sec}
-                                               (or close 4401/4426 with a reason)
-                                            <- resume {marks: [{job_id, attempt, n}]}
-    heartbeat {running}                     ->        every heartbeat_sec
-                                            <- run {job_id, attempt, spec}
-    job_phase {job_id, attempt, phase}      ->        pulling, running
-    job_logs {job_id, attempt, lines, n}    ->        batched
-    job_metric {job_id, attempt, step, values, n} ->
-    job_stream {job_id, attempt, stream, chunks} ->   lines of <streams dir>/<stream>
-                                            <- teleop {job_id, attempt, stream, seq, ts, frame}
-    teleop_ack {job_id, attempt, stream, seq, ok, error} ->   appended to <stream>.teleop
-    job_finished {job_id, attempt, outcome, exit_code, error, final_metrics, artifacts} ->
-                                            <- finished_ack {job_id, attempt}
-                                            <- cancel {job_id, attempt}
-    draining {deadline_sec}                 ->        the agent is stopping: no new work
-    job_released {job_id, attempt}          ->        stopped by the drain: requeue it
-                                            <- update {version, requested}
-    update_status {version, phase, error}   ->        installing, installed, failed
-
-The agent keeps ``job_finished`` messages until acknowledged and resends them after a
-reconnect (an outcome reached while disconnected is not lost). Log and metric reports
-are numbered per attempt (``n``) once the server has said ``resume``: the agent keeps the
-ones it sent for a while, and after a reconnect resends those after the server's mark (a
-server killed before storing them lost them); the server drops a number it already has.
-In ``hello`` it lists the jobs still running on it (the server cancels those it does not want).
-
-A stopping agent *drains*: ``draining`` says it takes no new work and lets its jobs run
-for ``deadline_sec`` more; one still running then is handed back with ``job_released``
-(requeued, attempts + 1). A frame of an unknown type is logged and ignored by both ends
-(servers before ``draining`` closed with 4400: "this server does not drain").
-
-Self-update (``docs/agent.md#self-update``): ``update`` offers a version (``requested``:
-an operator asked); the agent reports ``update_status`` as it installs. Fields added after
-the first release are sent only when set; new server messages are new types.
+"""The agent <-> server protocol over the WebSocket at ``/v1/nodes/connect``: every message
+is one JSON text frame, an object with a ``type``, validated by both ends with these models
+(unknown fields refused: a mismatch is a clear error, not a guess). The flow, the
+fencing of job reports by ``attempt``, resends after a reconnect (``job_finished`` kept
+until acknowledged; numbered reports after the server's ``resume`` marks), draining and
+self-update: docs/agent.md ("Protocol summary"). A frame of an unknown type is logged and
+ignored by both ends. Fields added after the first release are sent only when set (an
+older peer refuses unknown fields); new server messages are new types.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+import typing
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -81,6 +45,19 @@ def _only_when_set(data: Any, field: str) -> Any:
     return data
 
 
+class _Sparse(_Msg):
+    """A message whose fields named in ``_sparse`` are sent only when set."""
+
+    _sparse: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _without_unset(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        for field in self._sparse:
+            data = _only_when_set(data, field)
+        return data
+
+
 class Gpu(_Msg):
     model: str
     vendor: str = "nvidia"
@@ -91,7 +68,7 @@ class Gpu(_Msg):
     uuid: str = ""
 
 
-class Facts(_Msg):
+class Facts(_Sparse):
     name: str
     cpu_cores: int = Field(ge=1)
     ram_gb: int = Field(ge=0)
@@ -106,9 +83,7 @@ class Facts(_Msg):
     #: a container node's image cache; sent only by one (``--executor container``)
     images: ImageFacts | None = None
 
-    @model_serializer(mode="wrap")
-    def _without_unset_images(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return _only_when_set(handler(self), "images")
+    _sparse: ClassVar[tuple[str, ...]] = ("images",)
 
 
 class RunningJob(_Msg):
@@ -116,7 +91,7 @@ class RunningJob(_Msg):
     attempt: int = Field(ge=1)
 
 
-class Hello(_Msg):
+class Hello(_Sparse):
     type: Literal["hello"] = "hello"
     protocol: int
     agent_version: str
@@ -129,20 +104,16 @@ class Hello(_Msg):
     #: sent only when true (see the module doc)
     auto_update: bool = False
 
-    @model_serializer(mode="wrap")
-    def _without_default_auto_update(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return _only_when_set(handler(self), "auto_update")
+    _sparse: ClassVar[tuple[str, ...]] = ("auto_update",)
 
 
-class Heartbeat(_Msg):
+class Heartbeat(_Sparse):
     type: Literal["heartbeat"] = "heartbeat"
     running: list[RunningJob] = []
     #: the image cache as it is now; sent only when it changed since the last report
     images: ImageFacts | None = None
 
-    @model_serializer(mode="wrap")
-    def _without_unset_images(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return _only_when_set(handler(self), "images")
+    _sparse: ClassVar[tuple[str, ...]] = ("images",)
 
 
 class JobPhase(_Msg):
@@ -154,16 +125,14 @@ class JobPhase(_Msg):
     gpus: list[str] = []
 
 
-class _Numbered(_Msg):
+class _Numbered(_Sparse):
     """A report the agent numbers within its attempt (``n``, from 1) once the server said
     ``resume``, and keeps after sending to resend what a crashed server did not store. Sent
     only when set, so a server that predates it still reads the frame."""
 
     n: int | None = Field(None, ge=1)
 
-    @model_serializer(mode="wrap")
-    def _without_unset_n(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return _only_when_set(handler(self), "n")
+    _sparse: ClassVar[tuple[str, ...]] = ("n",)
 
 
 class JobLogs(_Numbered):
@@ -269,19 +238,12 @@ class UpdateStatus(_Msg):
     error: str | None = None
 
 
+# fmt: off
 AgentMsg = (
-    Hello
-    | Heartbeat
-    | JobPhase
-    | JobLogs
-    | JobMetric
-    | JobFinished
-    | Draining
-    | JobReleased
-    | JobStream
-    | TeleopAck
-    | UpdateStatus
+    Hello | Heartbeat | JobPhase | JobLogs | JobMetric | JobFinished | Draining | JobReleased
+    | JobStream | TeleopAck | UpdateStatus
 )
+# fmt: on
 AgentMessage = Annotated[AgentMsg, Field(discriminator="type")]
 
 
@@ -309,7 +271,7 @@ class Refused(_Msg):
 SERVER_REF = "{server}"
 
 
-class MountSpec(_Msg):
+class MountSpec(_Sparse):
     """A workspace or input, prepared by the agent while the job is ``pulling``.
 
     ``path`` is relative to the job's working directory (``""`` is the directory itself;
@@ -326,9 +288,7 @@ class MountSpec(_Msg):
     #: sent only when set, so agents from before the field still read run orders
     auth: str | None = Field(None, repr=False)
 
-    @model_serializer(mode="wrap")
-    def _without_unset_auth(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return _only_when_set(handler(self), "auth")
+    _sparse: ClassVar[tuple[str, ...]] = ("auth",)
 
 
 class OutputGlob(_Msg):
@@ -367,7 +327,7 @@ class RegistryAuth(_Msg):
     password: str = Field(repr=False)
 
 
-class ImageOrder(_Msg):
+class ImageOrder(_Sparse):
     """The image a job (or a pod service) runs in (``runplane/agent/images/``).
 
     ``ref`` is the resolved ``<name>@sha256:<hex>`` the job's view shows; ``source`` is the
@@ -381,9 +341,7 @@ class ImageOrder(_Msg):
     #: the credential to pull with; sent only when set
     auth: RegistryAuth | None = Field(None, repr=False)
 
-    @model_serializer(mode="wrap")
-    def _without_unset_fields(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return _only_when_set(_only_when_set(handler(self), "auth"), "insecure")
+    _sparse: ClassVar[tuple[str, ...]] = ("auth", "insecure")
 
 
 class ImageFacts(_Msg):
@@ -396,7 +354,7 @@ class ImageFacts(_Msg):
     limit_bytes: int = Field(0, ge=0)
 
 
-class PodServiceSpec(_Msg):
+class PodServiceSpec(_Sparse):
     """One service of a session's pod (``runplane/agent/pod.py``)."""
 
     name: str
@@ -407,12 +365,10 @@ class PodServiceSpec(_Msg):
     #: the service's own image (its ``image``, else its stack's); sent only when set
     image: ImageOrder | None = None
 
-    @model_serializer(mode="wrap")
-    def _without_unset_image(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return _only_when_set(handler(self), "image")
+    _sparse: ClassVar[tuple[str, ...]] = ("image",)
 
 
-class RunSpec(_Msg):
+class RunSpec(_Sparse):
     command: list[str]
     env: dict[str, str] = {}
     setup: str | None = None
@@ -437,14 +393,7 @@ class RunSpec(_Msg):
     #: A pod's services carry their own (``PodServiceSpec.image``)
     image: ImageOrder | None = None
 
-    @model_serializer(mode="wrap")
-    def _without_unset_fields(self, handler: SerializerFunctionWrapHandler) -> Any:
-        data = handler(self)
-        if isinstance(data, dict):
-            for key in ("isolation", "limits", "pod", "mask", "image"):
-                if data.get(key) is None:
-                    data.pop(key, None)
-        return data
+    _sparse: ClassVar[tuple[str, ...]] = ("isolation", "limits", "pod", "mask", "image")
 
 
 class Run(_Msg):
@@ -527,20 +476,7 @@ def decode_server(text: str | bytes) -> ServerMsg:
 
 #: The ``type`` of every message an agent may send (what ``decode_agent`` knows).
 AGENT_TYPES: frozenset[str] = frozenset(
-    m.model_fields["type"].default
-    for m in (
-        Hello,
-        Heartbeat,
-        JobPhase,
-        JobLogs,
-        JobMetric,
-        JobFinished,
-        Draining,
-        JobReleased,
-        JobStream,
-        TeleopAck,
-        UpdateStatus,
-    )
+    m.model_fields["type"].default for m in typing.get_args(AgentMsg)
 )
 
 
