@@ -152,9 +152,7 @@ async def test_unknown_images_and_registry_credentials(
         refused = await client.post("/v1/jobs", json={"stack": "shell", "image": private})
         assert refused.status_code == 422 and "unauthorized" in refused.text.lower(), refused.text
         assert "not-it" not in refused.text
-        gone = await client.delete(
-            f"/v1/registries/{wrong.json()['id']}", headers=ADMIN_H
-        )
+        gone = await client.delete(f"/v1/registries/{wrong.json()['id']}", headers=ADMIN_H)
         assert gone.status_code == 204, gone.text
         right = await client.post("/v1/registries?org=org_default", headers=ADMIN_H, json={
             "registry": oci_auth_registry.host, "username": "puller", "password": "s3cret-pull",
