@@ -40,6 +40,10 @@ class SettingsError(ValueError):
     """A setting has a value we cannot use; the message is one line meant for the operator."""
 
 
+#: node trust tiers (``placement.Tier`` labels), for ``RUNPLANE_CROSS_ORG_PREEMPTION_TIERS``
+TIERS = ("community", "partner", "trusted")
+
+
 def _comma_list(value: Any) -> list[str]:
     if value is None:
         return []
@@ -69,6 +73,16 @@ class Settings(BaseSettings):
     max_timeout_sec: int = Field(604800, ge=1)
     max_concurrent_org: int = Field(100, ge=0)
     max_concurrent_user: int = Field(0, ge=0)
+    #: whether a job that does not say is preemptible (the platform layer's
+    #: ``preemptible_default``; docs/placement.md "Preemption")
+    preemptible_default: bool = False
+    #: the longest grace a job may ask between SIGTERM and SIGKILL when preempted
+    max_preempt_grace_sec: int = Field(300, ge=1, le=86400)
+    #: the grace of a preempted job that does not ask for its own (within the cap)
+    preempt_grace_sec: int = Field(30, ge=1, le=86400)
+    #: node trust tiers on which a job may preempt jobs of another org (default: none,
+    #: preemption stays within an org)
+    cross_org_preemption_tiers: Annotated[tuple[str, ...], NoDecode] = ()
     max_upload_mb: int = Field(512, ge=1)
     session_idle_ttl_sec: int = Field(300, ge=1)
     disable: Annotated[frozenset[str], NoDecode] = frozenset()
@@ -172,6 +186,15 @@ class Settings(BaseSettings):
         if unknown:
             raise ValueError(f"unknown area {unknown[0]!r}; accepted: {', '.join(AREAS)}")
         return frozenset(areas)
+
+    @field_validator("cross_org_preemption_tiers", mode="before")
+    @classmethod
+    def _tiers(cls, value: Any) -> tuple[str, ...]:
+        tiers = tuple(_comma_list(value))
+        unknown = [t for t in tiers if t not in TIERS]
+        if unknown:
+            raise ValueError(f"unknown tier {unknown[0]!r}; accepted: {', '.join(TIERS)}")
+        return tiers
 
     @field_validator("egress_allow", mode="before")
     @classmethod

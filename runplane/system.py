@@ -33,7 +33,7 @@ from runplane.actors.admission import AdmissionActor, AdmissionMsg, follow_jobs
 from runplane.actors.channels import ChannelMsg, ChannelTargets, get_targets
 from runplane.actors.janitor import Janitor, JanitorMsg, SweepNow, Swept
 from runplane.actors.job_deps import JobDeps, StreamSetup
-from runplane.actors.job_messages import JOBS, Assign, LoseAttempt, WaitReason
+from runplane.actors.job_messages import JOBS, Assign, LoseAttempt, Preempt, WaitReason
 from runplane.actors.node import NodeDeps
 from runplane.actors.sampler import NodeSampler
 from runplane.actors.scheduler import Scheduler, SchedulerDeps, SchedulerMsg
@@ -140,7 +140,11 @@ class Root:
             ChildSpec(
                 "placement",
                 lambda: pl.PlacementActor(
-                    store=store, assign=self._assign, tell_reason=self._tell_reason
+                    store=store,
+                    assign=self._assign,
+                    tell_reason=self._tell_reason,
+                    preempt=self._preempt,
+                    cross_org_tiers=settings.cross_org_preemption_tiers,
                 ),
                 mailbox_capacity=4096,
             ),
@@ -172,6 +176,10 @@ class Root:
     async def _assign(self, job_id: str, node_id: str) -> pl.Handover:
         answer = await self.registry.ask(JOBS, job_id, Assign(node_id))
         return pl.Handover(answer.taken, answer.on_node)
+
+    async def _preempt(self, job_id: str, by: str, grace_sec: int) -> bool:
+        answer: bool = await self.registry.ask(JOBS, job_id, Preempt(by, grace_sec))
+        return answer
 
     async def _fleet_now(self) -> list[tuple[NodeShape, NodeLoad]]:
         return await self.placement.try_ask(pl.FleetNow())
@@ -222,6 +230,7 @@ class Root:
         )
         jobs.resolve_git = self.git.resolve_mounts
         jobs.resolve_image = self.images.resolve
+        jobs.preempt_grace_sec = self.settings.preempt_grace_sec
         self._pipelines = pipelines = Pipelines(self.store, jobs, registry)
         self._sessions = sessions = Sessions(
             self.store, jobs, registry, self._catalog, self.settings

@@ -58,3 +58,5 @@ featured  # variable in runplane/stacks/models.py
 WEBHOOK  # variable in runplane/webhooks/deliveries.py
 make_default_options_response  # Quart calls it for an automatic OPTIONS (runplane/http/app.py)
 jsonrpc  # RpcResponse's field in runplane/http/openapi/views/platform.py (read by clients)
+max_preempt_grace_sec  # policy axis and setting, read by name (runplane/policy/caps.py AXES)
+preemptible_default  # policy axis and setting, read by name (runplane/policy/caps.py AXES)

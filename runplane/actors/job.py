@@ -29,6 +29,7 @@ from runplane.actors.job_messages import (
     LoseAttempt,
     OpenStream,
     OrderUndelivered,
+    Preempt,
     SendTeleop,
     SetPriority,
     TeleopOrder,
@@ -55,6 +56,7 @@ from runplane.jobs.phase import (
     JobState,
     NodeLost,
     Phase,
+    Preempted,
     Pulling,
     RetryDue,
     Running,
@@ -92,6 +94,7 @@ class JobActor(Actor[JobMsg]):
             finished_at=row.finished_at,
             retries=row.retries,
             retry_at=row.retry_at,
+            preemptions=row.preemptions,
         )
         self.seq = row.event_seq
         self.log_lines = row.log_lines
@@ -106,6 +109,8 @@ class JobActor(Actor[JobMsg]):
         self._gpus: tuple[str, ...] | None = None  # reported with the phase being applied
         self.exit_code: int | None = row.exit_code
         self.signal: str | None = row.signal
+        #: (attempt, preemptor) while a preemption stops the attempt: its end requeues it
+        self.preempting: tuple[int, str] | None = None
         self.ring: Ring[JobEvent] = self._ring()
         self.streams = JobStreams(
             self.id,
@@ -175,6 +180,8 @@ class JobActor(Actor[JobMsg]):
                 return await self._apply(Undelivered(attempt, reason, counted)) is not None
             case Cancel():
                 return await self._cancel()
+            case Preempt(by, grace_sec):
+                return await self._preempt(by, grace_sec)
             case WaitReason(reason):
                 return await self._wait_reason(reason)
             case BackoffOver():
@@ -231,6 +238,11 @@ class JobActor(Actor[JobMsg]):
         report = msg.report
         if self._after_cancel():
             return await self._late_finish(report.final_metrics, report.exit_code, report.signal)
+        preempting = self.preempting
+        if preempting is not None and preempting[0] == msg.attempt:
+            self.preempting = None
+            if msg.outcome is not Phase.SUCCEEDED:  # one that made it first succeeded
+                return await self._apply(Preempted(msg.attempt, preempting[1])) is not None
         self.final_metrics.update(report.final_metrics)
         self._finish_artifacts = checked_artifacts(self.id, report.artifacts)
         self._finish_exit = (report.exit_code, report.signal)
@@ -333,6 +345,20 @@ class JobActor(Actor[JobMsg]):
                 node, self.deps.node.cancel_order(self.id, attempt)
             )
         return CancelOutcome(cancelled=True, killed_on_node=killed)
+
+    async def _preempt(self, by: str, grace_sec: int) -> bool:
+        """Stop the attempt for ``by`` (SIGTERM, SIGKILL after ``grace_sec``; the agent
+        writes the checkpoint hint first): its finish then requeues the job."""
+        node, attempt = self.state.node_id, self.state.attempt
+        if not self.state.phase.on_node or node is None or self.preempting is not None:
+            return False
+        self.preempting = (attempt, by)
+        events: list[StoredEvent] = []
+        self._system_line(events, f"preempted by {by}: SIGTERM, then SIGKILL after {grace_sec} s")
+        await self.deps.store.transaction(repo.save_state(self.id, self.state, events, self.seq))
+        self._publish(events)
+        order = p.Cancel(job_id=self.id, attempt=attempt, grace_sec=grace_sec, preempted_by=by)
+        return await self.deps.node.deliver(node, order)
 
     async def _apply(self, event: PhaseEvent) -> tuple[Effect, ...] | None:
         """Apply ``event`` to the phase machine: store the new state with its events (and

@@ -109,6 +109,16 @@ class Cancel(Asks["CancelOutcome"]):
 
 
 @dataclass(frozen=True, slots=True)
+class Preempt(Asks[bool]):
+    """Placement stops the job for waiting job ``by`` (docs/placement.md "Preemption"):
+    SIGTERM, SIGKILL after ``grace_sec``; once its process ended it goes back to the
+    queue. False: it is not on a node (nothing to stop)."""
+
+    by: str
+    grace_sec: int
+
+
+@dataclass(frozen=True, slots=True)
 class SetPriority(Asks[bool]):
     priority: int
 
@@ -177,6 +187,7 @@ JobMsg = (
     | LoseAttempt
     | OrderUndelivered
     | Cancel
+    | Preempt
     | SetPriority
     | WaitReason
     | BackoffOver

@@ -27,6 +27,7 @@ from runplane.nodes.grants import Grant
 from runplane.nodes.shape import shape_of
 from runplane.persistence import Store, now_ms
 from runplane.placement import DemandError, FleetIndex, JobDemand, NodeLoad, NodeShape
+from runplane.placement.preempt import Hold, Holds, Preemptibles, Preemption, Running, choose
 from runplane.placement.queue import JobQueue, Signature, plan_groups
 from runplane.runtime import Actor, Asks, clock
 
@@ -42,7 +43,7 @@ REASON_EVERY = 5.0
 #: While reasons wait to be told (held back by ``REASON_EVERY``, or not sent: a job actor
 #: still activating, a full mailbox), placement looks at them again this often (seconds).
 REASON_TICK = 0.25
-_PLACEMENT_COLUMNS = "id, priority, spec, phase, node_id, org_id, retry_at"
+_PLACEMENT_COLUMNS = "id, priority, spec, phase, node_id, org_id, retry_at, started_at"
 
 
 # messages -------------------------------------------------------------------------------
@@ -163,6 +164,8 @@ class PlacementStats:
     plan_seconds: float = 0.0
     queued: int = 0
     nodes: int = 0
+    #: running jobs told to stop for a waiting one (runplane_preemptions_total)
+    preemptions: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +210,16 @@ class PlacementActor(Actor[PlacementMsg]):
     #: job's decision, not the queue's.
     changed: bool = True
     last_plan: float = 0.0
+    #: tell a running job to stop for ``by`` within its grace (docs/placement.md
+    #: "Preemption"); None: preemption is off (unit tests of the planner alone)
+    preempt: Callable[[str, str, int], Awaitable[bool]] | None = None
+    #: node trust tiers on which a job may preempt another org's jobs
+    cross_org_tiers: tuple[str, ...] = ()
+    #: the placed preemptible jobs by node, and the preemptions in flight
+    running: Preemptibles = field(default_factory=Preemptibles)
+    holds: Holds = field(default_factory=Holds)
+    #: numbers placements (a victim set prefers the most recently started)
+    placements: int = 0
 
     async def on_start(self) -> None:
         """Rebuild from the store, as after a server restart: queued jobs form the queue,
@@ -224,7 +237,7 @@ class PlacementActor(Actor[PlacementMsg]):
             elif phase.on_node and row["node_id"]:
                 try:
                     demand = demand_of(job_id, row["priority"], spec, row["org_id"])
-                    self.placed[job_id] = (row["node_id"], demand)
+                    self._placed(job_id, row["node_id"], demand, row["started_at"] or 0)
                 except DemandError:
                     log.warning("job on a node has an unreadable spec", extra={"job_id": job_id})
         for node_id in await nodes_repo.connected_ids(self.store):
@@ -246,8 +259,15 @@ class PlacementActor(Actor[PlacementMsg]):
             self._plan()
         return answer
 
+    def _placed(self, job_id: str, node_id: str, demand: JobDemand, started: int = 0) -> None:
+        """``job_id`` holds ``demand`` on ``node_id`` (the fleet's load is the caller's)."""
+        self.placed[job_id] = (node_id, demand)
+        if demand.preemptible:
+            self.placements += 1
+            self.running.add(Running(demand, node_id, started or self.placements))
+
     def _enqueue(self, job: Enqueue) -> None:
-        if job.job_id in self.placed:  # an old Enqueue of a job placed meanwhile
+        if job.job_id in self.placed or job.job_id in self.holds:  # placed meanwhile
             return
         # its actor (re)activated: it is told its reason at the next plan
         self.told.pop(job.job_id, None)
@@ -299,6 +319,7 @@ class PlacementActor(Actor[PlacementMsg]):
             case Dequeue(job_id):
                 self.queue.pop(job_id)
                 self._forget_reason(job_id)
+                self._drop_hold(job_id)
             case _HeldOn(job_id, node_id):
                 demand = self.queue.pop(job_id)
                 self._forget_reason(job_id)
@@ -309,17 +330,12 @@ class PlacementActor(Actor[PlacementMsg]):
                     self.fleet.release(held[0], held[1])
                     demand = held[1]
                 if demand is not None:
-                    self.placed[job_id] = (node_id, demand)
+                    self._placed(job_id, node_id, demand)
                     if node_id in self.fleet:
                         self.fleet.reserve(node_id, demand)
                 self.dirty = self.changed = True
             case Release(job_id):
-                self.queue.pop(job_id)
-                self._forget_reason(job_id)
-                held = self.placed.pop(job_id, None)
-                if held is not None and held[0] in self.fleet:
-                    self.fleet.release(held[0], held[1])
-                    self.dirty = self.changed = True
+                self._release(job_id)
             case Reprioritize(job_id, priority):
                 demand = self.queue.get(job_id)
                 if demand is not None:
@@ -328,6 +344,11 @@ class PlacementActor(Actor[PlacementMsg]):
             case NodeUp(shape):
                 self._node_up(shape)
             case NodeDown(node_id):
+                for job_id in self.holds.on_node(node_id):  # waits again, elsewhere
+                    hold = self._drop_hold(job_id)
+                    if hold is not None:
+                        self.queue.add(hold.demand)
+                        self.fresh.add(job_id)
                 self.fleet.remove(node_id)
                 self.dirty = self.changed = True
             case GrantsChanged(grants):
@@ -351,6 +372,105 @@ class PlacementActor(Actor[PlacementMsg]):
             case _:
                 assert_never(msg)
         return None
+
+    def _release(self, job_id: str) -> None:
+        """``job_id`` left its node (or the queue): its reservation is given back, unless
+        it was a victim of a preemption in flight (then it stays counted for the waiting
+        job until the last victim is gone, and is handed over with it)."""
+        self.queue.pop(job_id)
+        self._forget_reason(job_id)
+        self._drop_hold(job_id)
+        self.running.remove(job_id)
+        held = self.placed.pop(job_id, None)
+        gone = self.holds.victim_gone(held[1]) if held is not None else None
+        if gone is not None:
+            hold, last = gone
+            if last:
+                self._preempted(hold.preemption, hold.demand, hold.freed)
+            return
+        if held is not None and held[0] in self.fleet:
+            self.fleet.release(held[0], held[1])
+            self.dirty = self.changed = True
+
+    def _drop_hold(self, job_id: str) -> Hold | None:
+        """Give up ``job_id``'s preemption in flight, if any: what its gone victims freed
+        is released (those still stopping release theirs as they go)."""
+        hold = self.holds.drop(job_id)
+        if hold is not None:
+            self._forget_reason(job_id)
+            node_id = hold.preemption.node_id
+            for victim in hold.freed:
+                if node_id in self.fleet:
+                    self.fleet.release(node_id, victim)
+            self.dirty = self.changed = True
+        return hold
+
+    def _preempted(self, preemption: Preemption, demand: JobDemand, freed: list[JobDemand]) -> None:
+        """The victims are gone: their reservations become the waiting job's, at once."""
+        node_id = preemption.node_id
+        if node_id not in self.fleet:  # pragma: no cover - a node down drops its holds
+            self.queue.add(demand)
+            self.dirty = self.changed = True
+            return
+        for victim in freed:
+            self.fleet.release(node_id, victim)
+        self._forget_reason(demand.job_id)
+        self.fleet.reserve(node_id, demand)
+        self._placed(demand.job_id, node_id, demand)
+        self.stats.assigned += 1
+        self.dirty = self.changed = True  # what the victims freed beyond its needs
+        self.context.start_soon(self._hand_over, demand.job_id, node_id)
+
+    def _preempt(self, result_waiting: Iterable[Signature]) -> None:
+        """After a plan: the head of each group that waits may stop lower-priority
+        preemptible jobs to take their place (``runplane/placement/preempt.py``). Skipped
+        outright when no such job runs (a queue without preemptible jobs pays nothing)."""
+        if self.preempt is None or not self.running:
+            return
+        lowest = self.running.lowest_priority()
+        for signature in list(result_waiting):
+            head = next(self.queue.group(signature), None)
+            demand = self.queue.get(head) if head is not None else None
+            if demand is None or lowest is None or demand.priority <= lowest:
+                continue
+            found = choose(
+                demand,
+                self.fleet,
+                self.running,
+                cross_org_tiers=self.cross_org_tiers,
+                busy=self.holds.victims(),
+            )
+            if found is not None:
+                self._start_hold(found, demand)
+
+    def _start_hold(self, preemption: Preemption, demand: JobDemand) -> None:
+        self.queue.pop(demand.job_id)
+        self.holds.start(preemption, demand)
+        self.stats.preemptions += len(preemption.victims)
+        self.reasons[demand.job_id] = preemption.reason()
+        self.told.pop(demand.job_id, None)  # told at once: one event per preemption
+        self._tell_reason(demand.job_id, clock.now())
+        log.info(
+            "preempting",
+            extra={
+                "job_id": demand.job_id,
+                "node_id": preemption.node_id,
+                "victims": list(preemption.victims),
+            },
+        )
+        assert self.preempt is not None
+        for victim in preemption.victims:
+            held = self.placed[victim][1]
+            self.context.start_soon(
+                self._stop_victim, victim, demand.job_id, held.preempt_grace_sec or 1
+            )
+
+    async def _stop_victim(self, victim: str, by: str, grace_sec: int) -> None:
+        assert self.preempt is not None
+        try:
+            await self.preempt(victim, by, grace_sec)
+        except Exception:
+            log.exception("preemption order failed", extra={"job_id": victim, "by": by})
 
     def _forget_reason(self, job_id: str) -> None:
         self.reasons.pop(job_id, None)
@@ -408,9 +528,10 @@ class PlacementActor(Actor[PlacementMsg]):
             assert demand is not None
             self._forget_reason(assignment.job_id)
             self.fleet.reserve(assignment.node_id, demand)
-            self.placed[assignment.job_id] = (assignment.node_id, demand)
+            self._placed(assignment.job_id, assignment.node_id, demand)
             self.stats.assigned += 1
             self.context.start_soon(self._hand_over, assignment.job_id, assignment.node_id)
+        self._preempt(result.waiting)  # a preemptor's reason is its preemption's
         for signature, unplaced in result.waiting.items():
             self._verdict(signature, unplaced.reason, fresh)
         for signature in [s for s in self.verdicts if not self.queue.group_size(s)]:

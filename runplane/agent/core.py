@@ -51,6 +51,26 @@ class Changed:
         await self._event.wait()
 
 
+class Stop:
+    """A cancel request (a ``trio.Event``'s face) and the grace before SIGKILL it asks
+    for (None: the agent's ``--grace``; a preemption's own, docs/placement.md)."""
+
+    __slots__ = ("_event", "grace")
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+        self.grace: float | None = None
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+    def set(self) -> None:
+        self._event.set()
+
+
 @dataclass(eq=False, slots=True)
 class Job:
     """One attempt running on this node."""
@@ -58,7 +78,7 @@ class Job:
     job_id: str
     attempt: int
     workdir: Path
-    cancel: trio.Event = field(default_factory=trio.Event)
+    cancel: Stop = field(default_factory=lambda: Stop())
     running_sent: bool = False
     finished: bool = False
     pids: set[int] = field(default_factory=set)

@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,6 +152,22 @@ ReportFn: TypeAlias = Callable[[Event], Awaitable[None]]
 Report: TypeAlias = ReportFn | trio.MemorySendChannel[Event]
 
 
+#: Where a preempted job finds why (written before its SIGTERM; docs/jobs.md "Preemption"):
+#: the file's name in its work directory, and the variable giving its path.
+PREEMPT_FILE = ".runplane-preempted"
+PREEMPT_ENV = "RUNPLANE_PREEMPT_FILE"
+
+
+def note_preempted(workdir: Path, by: str, grace_sec: float) -> None:
+    """Write the preemption hint into the job's work directory (best effort)."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    # its directory may not be there (yet, or any more): the SIGTERM still says it
+    with contextlib.suppress(OSError):
+        (workdir / PREEMPT_FILE).write_text(
+            f"preempted by {by} at {stamp}, grace {grace_sec:g} s\n"
+        )
+
+
 class CancelSignal(Protocol):
     """What :func:`run_job` needs of a cancel request; :class:`trio.Event` is one."""
 
@@ -176,6 +194,7 @@ def job_environment(spec: ExecSpec, agent_env: Mapping[str, str] | None = None) 
         "LANG": agent.get("LANG") or "C.UTF-8",
         "PYTHONUNBUFFERED": "1",
         "RUNPLANE_JOB_ID": spec.job_id,
+        PREEMPT_ENV: str(spec.workdir.absolute() / PREEMPT_FILE),
     }
     env.update(spec.env)
     if spec.streams_dir is not None:
@@ -197,6 +216,7 @@ def container_env(
         "HOME": CONTAINER_WORKDIR,
         "PYTHONUNBUFFERED": "1",
         "RUNPLANE_JOB_ID": spec.job_id,
+        PREEMPT_ENV: f"{CONTAINER_WORKDIR}/{PREEMPT_FILE}",
     }
     for item in rootfs.config.env:
         key, sep, value = item.partition("=")

@@ -392,7 +392,8 @@ class _Job:
             if proc.poll() is not None:
                 return  # it ended on its own first
             result.stopped = reason
-            result.sigkilled = await terminate(proc, pgid, self.grace)
+            grace = getattr(cancel, "grace", None) if reason == "cancelled" else None
+            result.sigkilled = await terminate(proc, pgid, self.grace if grace is None else grace)
 
         done = False
         try:

@@ -403,10 +403,14 @@ class Run(_Msg):
     spec: RunSpec
 
 
-class Cancel(_Msg):
+class Cancel(_Sparse):
     type: Literal["cancel"] = "cancel"
     job_id: str
     attempt: int
+    #: a preemption's (sent only then): its grace before SIGKILL, and the preemptor
+    grace_sec: int | None = Field(None, ge=0)
+    preempted_by: str | None = None
+    _sparse: ClassVar[tuple[str, ...]] = ("grace_sec", "preempted_by")
 
 
 class Teleop(_Msg):

@@ -27,7 +27,7 @@ from typing import Any
 import trio
 
 from runplane.agent.core import Core, Job
-from runplane.agent.execspec import pod_services
+from runplane.agent.execspec import note_preempted, pod_services
 from runplane.agent.executor import (
     Event,
     ExecSpec,
@@ -151,7 +151,11 @@ class JobRunner:
         if job is None:
             log.info("cancel ignored: attempt not running", extra=fields)
             return
-        log.info("cancelling job", extra=fields)
+        log.info("cancelling job", extra={**fields, "preempted_by": msg.preempted_by})
+        if msg.grace_sec is not None:
+            job.cancel.grace = float(msg.grace_sec)
+        if msg.preempted_by is not None:  # the checkpoint hint, before the SIGTERM
+            note_preempted(job.workdir, msg.preempted_by, msg.grace_sec or self.grace_sec)
         job.cancel.set()
 
     def on_teleop(self, msg: Teleop) -> None:

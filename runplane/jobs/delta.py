@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from runplane.jobs.events import StoredEvent, phase_event, system_line_event
-from runplane.jobs.phase import Effect, Finished, JobState, Phase
+from runplane.jobs.phase import Effect, Finished, JobState, Phase, Preempted
 from runplane.jobs.phase import Event as PhaseEvent
 from runplane.jobs.reports import attempt_note
 from runplane.jobs.rows import JobRow
@@ -63,6 +63,8 @@ def row_delta(
     """What the transition ``before`` -> ``after`` (by ``event``, with ``effects``) writes;
     ``now`` is the transition's clock reading."""
     delta = Delta(held.row, held.seq, dict(held.final_metrics))
+    if after.preemptions != before.preemptions:
+        delta.row = replace(delta.row, preemptions=after.preemptions)
     if after.attempt != before.attempt:  # reports are numbered per attempt
         delta.columns["report_n"] = 0
     if after.phase.terminal:
@@ -108,7 +110,10 @@ def _transition_events(
         if after.phase is Phase.ASSIGNED and after.node_id is not None:
             placed = (after.node_id, after.attempt)
         job_id, phase = delta.row.id, after.phase.value
-        delta.events.append(phase_event(job_id, delta.seq, phase, now, after.error, retry, placed))
+        by = event.by if isinstance(event, Preempted) else None
+        delta.events.append(
+            phase_event(job_id, delta.seq, phase, now, after.error, retry, placed, by)
+        )
     note = attempt_note(before, after, event)
     if note is not None:
         delta.line(note, now)

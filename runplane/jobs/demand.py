@@ -76,6 +76,8 @@ def demand_of(job_id: str, priority: int, spec: JobSpec, org_id: str | None = No
             weights_preset=spec.weights_preset,
             org_id=org_id,
             images=images_of(spec),
+            preemptible=bool(spec.preemptible),
+            preempt_grace_sec=spec.preempt_grace_sec or 0,
         )
     except DemandError as exc:
         raise DemandError(problems + list(exc.problems)) from None

@@ -45,6 +45,7 @@ def phase_event(
     error: str | None = None,
     retry: int = 0,
     placed: tuple[str, int] | None = None,
+    preempted_by: str | None = None,
 ) -> StoredEvent:
     """A phase change. Additions: ``retry`` numbers the retry a ``queued`` event starts,
     so a follower sees where each try of a job with a retry policy begins; ``placed``
@@ -57,6 +58,8 @@ def phase_event(
         fields["retry"] = retry
     if placed is not None:
         fields["node_id"], fields["attempt"] = placed
+    if preempted_by is not None:  # docs/placement.md "Preemption"
+        fields["reason"], fields["by"] = "preempted", preempted_by
     return encode(job_id, seq, "phase", ts, **fields)
 
 

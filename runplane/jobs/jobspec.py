@@ -278,6 +278,10 @@ class JobSpec(_Stored):
     isolation: Literal["none", "gvisor", "kata"] = "none"
     #: its retry policy (docs/jobs.md "Retries"; not hashed); absent without one
     retry: RetryBody | None = None
+    #: whether it may be preempted and its grace (seconds), fixed at admission
+    #: (docs/placement.md "Preemption"; not hashed); absent in rows from before
+    preemptible: bool | None = None
+    preempt_grace_sec: int | None = None
     #: a session's pod, its services in start order; absent for other jobs
     pod: list[PodService] | None = None
     #: its sealed secret-looking env values; absent when none
@@ -315,6 +319,12 @@ class JobSpec(_Stored):
         """A copy whose limits are its own updated with ``limits`` (admission's clamp)."""
         merged = {**self.limits.model_dump(exclude_unset=True), **limits}
         return self.model_copy(update={"limits": LimitsBody.model_validate(merged)})
+
+    def with_preemption(self, preemptible: bool, grace_sec: int) -> JobSpec:
+        """A copy with its preemption fixed (admission: the policy's default and cap)."""
+        if (self.preemptible, self.preempt_grace_sec) == (preemptible, grace_sec):
+            return self
+        return self.model_copy(update={"preemptible": preemptible, "preempt_grace_sec": grace_sec})
 
     def containers(self) -> list[ContainerImage]:
         """The images it runs in: its own and its pod services' (empty: a host job)."""

@@ -8,6 +8,11 @@
       |          |                          (failed after MAX_ATTEMPTS losses)
       +----------+  run order not delivered (the node went away between the plan and the
                     order): back to queued, attempts unchanged: the loss is the node's
+    on a node -> queued (preempted)         stopped for a waiting job of higher priority
+                                           (docs/placement.md "Preemption"): preemptions
+                                           + 1, neither a failure nor an infra requeue
+                                           (attempts unchanged; the next assignment's
+                                           attempt number still grows: fencing)
     running -> queued (retry)              the try failed or timed out and the job's retry
                                            policy allows another: retries + 1, it waits
                                            out a backoff (``retry_at``) outside placement's
@@ -73,6 +78,7 @@ class JobState:
     finished_at: int | None = None
     retries: int = 0  # user-level retries so far (the job's retry policy)
     retry_at: int | None = None  # waiting out a retry's backoff until then (unix ms)
+    preemptions: int = 0  # times stopped for a job of higher priority and requeued
 
 
 # events ---------------------------------------------------------------------------------
@@ -132,8 +138,24 @@ class CancelRequested:
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class Preempted:
+    """The node stopped ``attempt`` because job ``by`` preempted it: back to the queue."""
+
+    attempt: int
+    by: str
+
+
 Event = (
-    Assigned | Pulling | Running | Finished | NodeLost | Undelivered | RetryDue | CancelRequested
+    Assigned
+    | Pulling
+    | Running
+    | Finished
+    | NodeLost
+    | Undelivered
+    | RetryDue
+    | CancelRequested
+    | Preempted
 )
 
 
@@ -191,6 +213,17 @@ def transition(state: JobState, event: Event, now_ms: int) -> tuple[JobState, tu
             phase is Phase.QUEUED and state.retry_at is not None and retries == state.retries
         ):
             return replace(state, retry_at=None), (Effect.ENQUEUE,)
+        case Preempted(attempt, by) if phase.on_node:
+            _check_attempt(state, attempt)
+            nxt = replace(
+                state,
+                phase=Phase.QUEUED,
+                node_id=None,
+                started_at=None,
+                error=f"preempted by {by}",
+                preemptions=state.preemptions + 1,
+            )
+            return nxt, (Effect.RELEASE, Effect.ENQUEUE)
         case Undelivered(attempt, reason, counted) if phase is Phase.ASSIGNED:
             _check_attempt(state, attempt)
             lost = (Effect.COUNT_LOST,) if counted else ()
@@ -198,7 +231,7 @@ def transition(state: JobState, event: Event, now_ms: int) -> tuple[JobState, tu
                 replace(state, phase=Phase.QUEUED, node_id=None, started_at=None, error=reason),
                 (Effect.RELEASE, *lost, Effect.ENQUEUE),
             )
-    if isinstance(event, Pulling | Running | Finished | NodeLost | Undelivered):
+    if isinstance(event, Pulling | Running | Finished | NodeLost | Undelivered | Preempted):
         _check_attempt(state, event.attempt)
     raise InvalidTransition(state, event)
 

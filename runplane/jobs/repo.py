@@ -32,7 +32,8 @@ JOB_COLUMNS = (
     "spec, node_id, attempt, attempts, error, wait_reason, final_metrics, artifacts, "
     "event_seq, log_lines, log_dropped, created_at, started_at, finished_at, updated_at, run, "
     "rerun_of, exit_code, signal, gpus, streams, pipeline_run_id, stage, session_id, "
-    "retries, retry_at, tries, stage_retry, array_id, array_index, purged_at, report_n"
+    "retries, retry_at, tries, stage_retry, array_id, array_index, purged_at, report_n, "
+    "preemptions"
 )
 
 
@@ -417,6 +418,7 @@ def save_state(
         "updated_at = ?",
         "retries = ?",
         "retry_at = ?",
+        "preemptions = ?",
     ]
     params: list[Any] = [
         state.phase.value,
@@ -430,6 +432,7 @@ def save_state(
         now_ms(),
         state.retries,
         state.retry_at,
+        state.preemptions,
     ]
     for column, value in extra.items():
         sets.append(f"{column} = ?")

@@ -9,7 +9,15 @@ import re
 from typing import Any
 
 from runplane.jobs.phase import Event as PhaseEvent
-from runplane.jobs.phase import Finished, JobState, NodeLost, Phase, RetryDue, Undelivered
+from runplane.jobs.phase import (
+    Finished,
+    JobState,
+    NodeLost,
+    Phase,
+    Preempted,
+    RetryDue,
+    Undelivered,
+)
 
 log = logging.getLogger("runplane.jobs")
 
@@ -76,6 +84,11 @@ def attempt_note(before: JobState, after: JobState, event: PhaseEvent) -> str | 
         return (
             f"try {after.retries} {event.outcome.value}{why}; retry {after.retries} "
             f"(try {after.retries + 1}) after a {(event.retry_in_ms or 0) / 1000:g} s backoff"
+        )
+    if isinstance(event, Preempted):
+        return (
+            f"attempt {before.attempt} preempted by {event.by} (preemptions so far: "
+            f"{after.preemptions}); back in the queue"
         )
     if isinstance(event, RetryDue):
         return f"retry {after.retries}: try {after.retries + 1} goes back in the queue"

@@ -89,6 +89,8 @@ class JobRow:
     #: the number of the last agent report of the current attempt stored (the agent
     #: resends from the next one after a server crash; a lower one is a duplicate)
     report_n: int = 0
+    #: times a job of higher priority stopped it to take its place (docs/placement.md)
+    preemptions: int = 0
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> JobRow:
@@ -137,4 +139,5 @@ class JobRow:
             array_index=row.get("array_index"),
             purged_at=row.get("purged_at"),
             report_n=row.get("report_n") or 0,
+            preemptions=row.get("preemptions") or 0,
         )

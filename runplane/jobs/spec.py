@@ -67,6 +67,11 @@ class SubmitJobBody(_Strict):
     mode: Literal["run", "session"] = "run"
     project: Annotated[str, StringConstraints(max_length=128)] = ""
     retry: RetryBody | None = None
+    #: whether a job of higher priority may stop it to take its place (None: the policy's
+    #: ``preemptible_default``), and the seconds it then has between SIGTERM and SIGKILL
+    #: (None: RUNPLANE_PREEMPT_GRACE_SEC); docs/placement.md "Preemption"
+    preemptible: bool | None = None
+    preempt_grace_sec: int | None = Field(None, ge=1, le=86400)
 
     @field_validator("image")
     @classmethod
@@ -191,21 +196,31 @@ def raise_issues(found: list[Issue]) -> None:
 
 def body_hash(body: SubmitJobBody) -> str:
     """Fingerprint of what was asked (whitespace and key order do not matter; the retry
-    policy is left out: it does not change what a try runs, nor its default seed; so is an
-    ``image`` not given, so that the bodies of before images had it hash as they did)."""
+    policy and the preemption fields are left out: they do not change what a try runs,
+    nor its default seed; so is an ``image`` not given, so that the bodies of before
+    images had it hash as they did)."""
+    left_out = {"retry", *PREEMPTION_FIELDS}
     asked = body.model_dump(
-        mode="json", exclude={"retry", "image"} if body.image is None else {"retry"}
+        mode="json", exclude=left_out | ({"image"} if body.image is None else set())
     )
     return hashlib.sha256(canonical_json(asked).encode()).hexdigest()
 
 
+#: The submit body's preemption fields (docs/placement.md "Preemption"): not hashed.
+PREEMPTION_FIELDS = ("preemptible", "preempt_grace_sec")
+
+
 def request_hash(body: SubmitJobBody) -> str:
     """Fingerprint of the whole request, retry policy included (an Idempotency-Key replay
-    with another policy is another request); without a policy it is ``body_hash``."""
+    with another policy is another request); without a policy (nor preemption fields) it
+    is ``body_hash``."""
     fingerprint = body_hash(body)
-    if body.retry is None:
+    preemption = body.model_dump(mode="json", include=set(PREEMPTION_FIELDS), exclude_none=True)
+    if body.retry is None and not preemption:
         return fingerprint
-    policy = canonical_json(body.retry.model_dump(mode="json"))
+    policy = canonical_json(body.retry.model_dump(mode="json")) if body.retry else "null"
+    if preemption:  # a replay asking another preemption is another request
+        policy += "/" + canonical_json(preemption)
     return hashlib.sha256(f"{fingerprint}/{policy}".encode()).hexdigest()
 
 
@@ -258,6 +273,13 @@ def build(
             "isolation": body.isolation,
             # not hashed: how often to try does not change what a try runs
             **({"retry": body.retry.model_dump()} if body.retry is not None else {}),
+            # not hashed either; fixed by admission (``preemption``) when unset
+            **({"preemptible": body.preemptible} if body.preemptible is not None else {}),
+            **(
+                {"preempt_grace_sec": body.preempt_grace_sec}
+                if body.preempt_grace_sec is not None
+                else {}
+            ),
         }
     )
 

@@ -47,6 +47,10 @@ def spec_view(spec: JobSpec) -> dict[str, Any]:
         "outputs": [{"artifact": o.artifact, "glob": o.glob} for o in spec.outputs],
         # addition: the retry policy (docs/jobs.md "Retries"), null without one
         "retry": spec.retry.model_dump(mode="json") if spec.retry is not None else None,
+        # addition (docs/placement.md "Preemption"): whether it may be preempted, and
+        # its grace between SIGTERM and SIGKILL then (null when it may not)
+        "preemptible": bool(spec.preemptible),
+        "preempt_grace_sec": spec.preempt_grace_sec if spec.preemptible else None,
         "resources": {
             "cpu_cores": limits.cpu_cores or 0,
             "ram_gb": limits.ram_gb or 0,
@@ -127,6 +131,9 @@ def job_view(row: JobRow, *, wait_reason: str | None = None) -> dict[str, Any]:
             for name, s in sorted((row.streams or {}).items())
         ],
         **_retries_view(row),
+        # addition (docs/placement.md "Preemption"): times it was stopped for a job of
+        # higher priority and requeued (neither a failure nor one of ``attempts``)
+        "preemptions": row.preemptions,
     }
     if row.phase is Phase.QUEUED and (reason := wait_reason or row.wait_reason):
         view["wait_reason"] = reason

@@ -393,6 +393,11 @@ class JobDemand:
     org_id: str | None = None
     #: the images it runs in (its own and its pod services'; empty: a host job)
     images: tuple[ImageDemand, ...] = ()
+    #: a running job of lower priority than a waiting one may be stopped for it
+    #: (``preempt.py``), given ``preempt_grace_sec`` between SIGTERM and SIGKILL; neither
+    #: is part of a signature (no filter reads them)
+    preemptible: bool = False
+    preempt_grace_sec: int = 0
     # Derived.
     cpu: float = field(init=False, compare=False)
     ram: float = field(init=False, compare=False)

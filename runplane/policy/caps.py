@@ -21,7 +21,12 @@ from runplane.timefmt import iso_ms
 
 RESOURCE_AXES = ("max_cpu", "max_ram", "max_gpu", "max_timeout_sec")
 CONCURRENCY_AXES = ("max_concurrent_org", "max_concurrent_user")
-AXES = RESOURCE_AXES + CONCURRENCY_AXES
+#: preemption (docs/placement.md "Preemption"): the grace cap is a ceiling like the
+#: resource axes; ``preemptible_default`` is a preference, not a ceiling: the highest layer
+#: that sets it decides, whatever the platform's (an org may opt its jobs in)
+PREEMPTION_AXES = ("max_preempt_grace_sec", "preemptible_default")
+PREFERENCE_AXES = ("preemptible_default",)
+AXES = RESOURCE_AXES + CONCURRENCY_AXES + PREEMPTION_AXES
 INT32_MAX = 2**31 - 1
 #: Most projects or users one policy document may refine.
 MAX_ENTRIES = 1000
@@ -40,6 +45,8 @@ class PolicyCaps(BaseModel):
     max_timeout_sec: int | None = Field(None, ge=1, le=INT32_MAX)
     max_concurrent_org: int | None = Field(None, ge=0, le=INT32_MAX)
     max_concurrent_user: int | None = Field(None, ge=0, le=INT32_MAX)
+    max_preempt_grace_sec: int | None = Field(None, ge=1, le=86400)
+    preemptible_default: bool | None = None
 
     def sparse(self) -> dict[str, int]:
         return {k: v for k, v in self.model_dump().items() if v is not None}
@@ -147,7 +154,9 @@ class EffectivePolicy:
 
 def platform_caps(settings: Any) -> dict[str, int]:
     """The platform layer: every axis, from the ``RUNPLANE_MAX_*`` settings."""
-    return {axis: int(getattr(settings, axis)) for axis in AXES}
+    return {
+        axis: (bool if axis in PREFERENCE_AXES else int)(getattr(settings, axis)) for axis in AXES
+    }
 
 
 def effective(
@@ -161,6 +170,8 @@ def effective(
 
 
 def _within(axis: str, value: int, ceiling: int) -> int:
+    if axis in PREFERENCE_AXES:  # not a ceiling: the layers decide
+        return value
     if axis in CONCURRENCY_AXES:  # 0 = no cap
         if ceiling == 0:
             return value

@@ -46,7 +46,7 @@ from runplane.jobs.spec import (
 )
 from runplane.persistence import Store
 from runplane.placement import DemandError, JobDemand
-from runplane.policy import LIMIT_KEYS
+from runplane.policy import LIMIT_KEYS, Caps
 from runplane.policy.refusal import AdmissionRefused
 from runplane.problems import FieldProblem, Problem, not_found
 from runplane.runtime import ActorRef, AskTimeout, Hub, MailboxFull, Registry
@@ -86,7 +86,7 @@ def _demand_key(resolved: ResolvedJob, org_id: str | None) -> tuple[Any, ...]:
         # a demand reads the images too (placement's capability, arch and cache weight)
         include={
             *("limits", "requires", "weights", "weights_preset", "isolation"),
-            *("container", "pod"),
+            *("container", "pod", "preemptible", "preempt_grace_sec"),
         },
     )
     return (resolved.priority, org_id, canonical_json(asks))
@@ -174,6 +174,8 @@ class Jobs:
         #: /metrics (runplane/services/telemetry.py)
         self.submit_seconds = Histogram()
         self.submits: dict[str, int] = {"created": 0, "refused": 0, "invalid": 0}
+        #: RUNPLANE_PREEMPT_GRACE_SEC: a preemptible job's grace when it asks for none
+        self.preempt_grace_sec = 30
 
     def register(self, deps: JobDeps) -> None:
         async def activate(job_id: str) -> JobActor:
@@ -289,6 +291,7 @@ class Jobs:
             limits=decision.clamp.limits,
             known_hash=known_hash,
         )
+        resolved = replace(resolved, spec=self._preemption(resolved.spec, decision.caps))
         demand = _check_placeable(resolved, new.id, new.org_id, known)
         admitted = replace(
             new,
@@ -298,6 +301,20 @@ class Jobs:
             notes=decision.clamp.notes,
         )
         return admitted, demand
+
+    def _preemption(self, spec: JobSpec, caps: Caps) -> JobSpec:
+        """``spec`` with its preemption fixed by the policy (docs/placement.md
+        "Preemption"): unset, it is the layers' ``preemptible_default``; a preemptible
+        job's grace is its own or RUNPLANE_PREEMPT_GRACE_SEC, within
+        ``max_preempt_grace_sec``. A job that is not preemptible keeps its spec as it was
+        (no key added: its stored spec is what it was before preemption existed)."""
+        preemptible = spec.preemptible
+        if preemptible is None:
+            preemptible = bool(caps["preemptible_default"])
+        if not preemptible:
+            return spec
+        grace = min(spec.preempt_grace_sec or self.preempt_grace_sec, caps["max_preempt_grace_sec"])
+        return spec.with_preemption(True, grace)
 
     async def dry_run(self, body: SubmitJobBody, who: Submitter) -> DryRun:
         """Plan, clamp and check ``body`` as a submit would, without reserving or enqueuing.

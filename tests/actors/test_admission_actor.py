@@ -42,6 +42,8 @@ PLATFORM = {
     "max_timeout_sec": 604800,
     "max_concurrent_org": 100,
     "max_concurrent_user": 0,  # no per-user cap
+    "max_preempt_grace_sec": 300,
+    "preemptible_default": False,
 }
 TERMINAL_PHASES = sorted(p.value for p in TERMINAL)
 

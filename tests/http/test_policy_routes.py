@@ -27,6 +27,8 @@ async def test_get_policy_without_a_doc_is_the_platform_layer(client: Any) -> No
         "max_timeout_sec": 604800,
         "max_concurrent_org": 100,
         "max_concurrent_user": 0,
+        "max_preempt_grace_sec": 300,
+        "preemptible_default": False,
     }
     assert view["policy"] == {
         "org_id": "org_default",
@@ -67,6 +69,8 @@ async def test_put_policy_sets_layers_with_provenance_per_axis(client: Any) -> N
         "max_timeout_sec": "platform",
         "max_concurrent_org": "org",
         "max_concurrent_user": "platform",
+        "max_preempt_grace_sec": "platform",
+        "preemptible_default": "platform",
     }
     assert preview["effective_caps"]["max_gpu"] == 2
     assert "effective_manifest" not in preview and "stack" not in preview

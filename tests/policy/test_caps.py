@@ -32,6 +32,8 @@ PLATFORM = {
     "max_timeout_sec": 604800,
     "max_concurrent_org": 100,
     "max_concurrent_user": 20,
+    "max_preempt_grace_sec": 300,
+    "preemptible_default": False,
 }
 #: a value below the platform's per refinement layer, distinct per layer
 BELOW = {"org": 2, "project": 4, "user": 8}
@@ -54,7 +56,12 @@ def doc_setting(axis: str, layer: str, value: int) -> PolicyDoc:
 
 
 def test_platform_caps_reads_every_axis_from_settings() -> None:
-    settings = SimpleNamespace(**{axis: str(value) for axis, value in PLATFORM.items()})
+    settings = SimpleNamespace(
+        **{
+            axis: value if isinstance(value, bool) else str(value)
+            for axis, value in PLATFORM.items()
+        }
+    )
     assert platform_caps(settings) == PLATFORM
 
 
@@ -240,7 +247,7 @@ def test_body_rejects_negative_values(axis: str, where: str) -> None:
         PolicyDocBody.model_validate(body)
 
 
-@pytest.mark.parametrize("axis", AXES)
+@pytest.mark.parametrize("axis", RESOURCE_AXES + CONCURRENCY_AXES)
 def test_body_bounds(axis: str) -> None:
     with pytest.raises(ValidationError):
         PolicyDocBody.model_validate({"org": {axis: INT32_MAX + 1}})
@@ -252,6 +259,27 @@ def test_body_bounds(axis: str) -> None:
             PolicyDocBody.model_validate({"org": {axis: 0}})
     else:  # 0 GPUs is a cap; 0 concurrency is no cap
         assert PolicyDocBody.model_validate({"org": {axis: 0}}).org.sparse() == {axis: 0}
+
+
+def test_preemption_axes() -> None:
+    """The grace cap is a ceiling within the platform's; ``preemptible_default`` is a
+    preference: an org may opt its jobs in although the platform's default is off."""
+    for bad in (0, 86401):
+        with pytest.raises(ValidationError):
+            PolicyDocBody.model_validate({"org": {"max_preempt_grace_sec": bad}})
+    with pytest.raises(ValidationError):
+        PolicyDocBody.model_validate({"org": {"preemptible_default": 7}})
+    body = PolicyDocBody.model_validate(
+        {"org": {"preemptible_default": True, "max_preempt_grace_sec": 900}}
+    )
+    doc = PolicyDoc.from_body("o", body, 1)
+    caps = ceilings(effective(PLATFORM, doc), PLATFORM)
+    assert caps["preemptible_default"] is True and caps.provenance["preemptible_default"] == "org"
+    assert caps["max_preempt_grace_sec"] == 300  # the platform's ceiling
+    assert caps.provenance["max_preempt_grace_sec"] == "platform"
+    assert above_platform(doc, PLATFORM) == [
+        "max_preempt_grace_sec 900 in the org layer is past the platform ceiling 300; 300 applies"
+    ]
 
 
 @pytest.mark.parametrize("where", ["projects", "users"])

@@ -28,6 +28,9 @@ class JobViewSpec(View):
     resources: dict[str, Any] = {}
     #: the retry policy (docs/jobs.md "Retries"), null without one
     retry: dict[str, Any] | None = None
+    #: whether it may be preempted, and its grace then (docs/placement.md "Preemption")
+    preemptible: bool = False
+    preempt_grace_sec: int | None = None
 
 
 class StreamCount(View):
@@ -71,6 +74,8 @@ class Job(View):
     retries: int | None = None
     tries: list[dict[str, Any]] = []
     retry_at: str | None = None
+    #: times it was preempted and requeued (docs/placement.md "Preemption")
+    preemptions: int | None = None
     array_id: str | None = None
     array_index: int | None = None
     expired_at: str | None = None
