@@ -165,6 +165,11 @@ def _placement(s: Snapshot) -> Iterator[Metric]:
     yield CounterMetricFamily(
         PREFIX + "placement_assignments", "Jobs assigned to nodes.", s.placement.assigned
     )
+    yield CounterMetricFamily(
+        PREFIX + "preemptions",
+        "Running jobs told to stop for a waiting job of higher priority.",
+        s.placement.preemptions,
+    )
 
 
 def _fleet(s: Snapshot) -> Iterator[Metric]:
