@@ -286,6 +286,7 @@ def test_job_environment_puts_the_spec_env_on_a_minimal_base(tmp_path: Path) -> 
         "LANG": "C.UTF-8",
         "PYTHONUNBUFFERED": "1",
         "RUNPLANE_JOB_ID": "job_1",
+        "RUNPLANE_PREEMPT_FILE": str(s.workdir / ".runplane-preempted"),
         "RUNPLANE_SEED": "7",
     }
     assert job_environment(spec(tmp_path, ["true"]), {})["PATH"] == execspec.DEFAULT_PATH
