@@ -288,6 +288,18 @@ def test_submit_passes_the_command_after_the_double_dash_on_whole(
     assert job["stack"] == "shell" and job["spec"]["command"] == ["echo", "--gpus", "--", "x"]
 
 
+def test_submit_asks_for_preemption(
+    server: Server, runplane: Callable[..., tuple[int, str, str]]
+) -> None:
+    args = ("submit", "shell", "--url", server.base, "-o", "json")
+    code, out, err = runplane(*args, "--preemptible", "--preempt-grace-sec", "7", "--", "true")
+    assert code == 0, err
+    spec = json.loads(out)["spec"]
+    assert (spec["preemptible"], spec["preempt_grace_sec"]) == (True, 7)
+    code, out, err = runplane(*args, "--", "true")  # the policy's default: off
+    assert code == 0 and json.loads(out)["spec"]["preemptible"] is False, err
+
+
 def test_an_unknown_option_is_a_usage_error_before_any_request(
     runplane: Callable[..., tuple[int, str, str]],
 ) -> None:

@@ -179,6 +179,12 @@ def cli(ctx: click.Context, url: str | None, token: str | None, output: str | No
 @click.option("--project", help="project name")
 @click.option("--priority", type=int, help="priority (default 100)")
 @click.option(
+    "--preemptible/--not-preemptible",
+    default=None,
+    help="whether a job of higher priority may stop it (default: the policy's)",
+)
+@click.option("--preempt-grace-sec", type=int, help="seconds from SIGTERM to SIGKILL if preempted")
+@click.option(
     "--sweep",
     "sweeps",
     multiple=True,
@@ -208,6 +214,8 @@ def submit(
     outputs: tuple[str, ...],
     project: str | None,
     priority: int | None,
+    preemptible: bool | None,
+    preempt_grace_sec: int | None,
     sweeps: tuple[str, ...],
     follow: bool,
     output_format: str,
@@ -236,8 +244,8 @@ def submit(
         ]
     if project:
         body["project"] = project
-    if priority is not None:
-        body["priority"] = priority
+    body["priority"], body["preemptible"] = priority, preemptible
+    body["preempt_grace_sec"] = preempt_grace_sec
     body = {k: v for k, v in body.items() if v is not None}
     if sweeps:
         _submit_sweep(ctx, body, sweeps, follow, output_format)

@@ -206,7 +206,8 @@ function logsPanel(jobId, { categories = null } = {}) {
     const data = JSON.parse(event.data);
     const where = data.node_id ? `attempt ${data.attempt} on node ${data.node_id}` : "";
     const retry = data.retry ? `retry ${data.retry}` : "";
-    timeline.append(el("li", {}, phaseBadge(data.phase), " ", where || retry || data.reason || data.error || ""));
+    const preempted = data.by ? `preempted by ${data.by}` : ""; // docs/placement.md "Preemption"
+    timeline.append(el("li", {}, phaseBadge(data.phase), " ", where || retry || preempted || data.reason || data.error || ""));
     const current = document.getElementById("phase");
     if (current) current.replaceChildren(phaseBadge(data.phase));
     if (TERMINAL.includes(data.phase)) source.close(); // the stream ends there
@@ -329,7 +330,7 @@ async function runPage(jobId) {
     el("dt", {}, "phase"), el("dd", { id: "phase", "aria-live": "polite" }, phaseBadge(job.phase)),
     el("dt", {}, "stack"), el("dd", {}, job.stack),
     el("dt", {}, "node"), el("dd", {}, job.node_id || "—"),
-    el("dt", {}, "attempt"), el("dd", {}, `${job.attempt} (requeues ${job.attempts}, retries ${job.retries ?? 0})`),
+    el("dt", {}, "attempt"), el("dd", {}, `${job.attempt} (requeues ${job.attempts}, retries ${job.retries ?? 0}, preemptions ${job.preemptions ?? 0})`),
     el("dt", {}, "error"), el("dd", {}, job.error || "—"));
   const header = [el("h1", {}, job.job_id), facts];
   if (share) {
