@@ -43,6 +43,9 @@ REASON_EVERY = 5.0
 #: While reasons wait to be told (held back by ``REASON_EVERY``, or not sent: a job actor
 #: still activating, a full mailbox), placement looks at them again this often (seconds).
 REASON_TICK = 0.25
+#: At most this many waiting groups (the first in queue order) look for a preemption after
+#: one plan: each look visits every node running preemptible jobs.
+PREEMPT_GROUPS = 8
 _PLACEMENT_COLUMNS = "id, priority, spec, phase, node_id, org_id, retry_at, started_at"
 
 
@@ -218,7 +221,8 @@ class PlacementActor(Actor[PlacementMsg]):
     #: the placed preemptible jobs by node, and the preemptions in flight
     running: Preemptibles = field(default_factory=Preemptibles)
     holds: Holds = field(default_factory=Holds)
-    #: numbers placements (a victim set prefers the most recently started)
+    #: the last preemptible placement's time (unix ms, made strictly increasing): a victim
+    #: set prefers the most recently started
     placements: int = 0
 
     async def on_start(self) -> None:
@@ -263,7 +267,8 @@ class PlacementActor(Actor[PlacementMsg]):
         """``job_id`` holds ``demand`` on ``node_id`` (the fleet's load is the caller's)."""
         self.placed[job_id] = (node_id, demand)
         if demand.preemptible:
-            self.placements += 1
+            # when it started (unix ms; rebuilt: its row's), strictly increasing as placed
+            self.placements = max(self.placements + 1, started or now_ms())
             self.running.add(Running(demand, node_id, started or self.placements))
 
     def _enqueue(self, job: Enqueue) -> None:
@@ -428,11 +433,15 @@ class PlacementActor(Actor[PlacementMsg]):
         if self.preempt is None or not self.running:
             return
         lowest = self.running.lowest_priority()
-        for signature in list(result_waiting):
+        looks = 0
+        for signature in list(result_waiting):  # in queue order: highest priority first
             head = next(self.queue.group(signature), None)
             demand = self.queue.get(head) if head is not None else None
             if demand is None or lowest is None or demand.priority <= lowest:
                 continue
+            looks += 1
+            if looks > PREEMPT_GROUPS:
+                break
             found = choose(
                 demand,
                 self.fleet,

@@ -307,10 +307,11 @@ class Jobs:
         "Preemption"): unset, it is the layers' ``preemptible_default``; a preemptible
         job's grace is its own or RUNPLANE_PREEMPT_GRACE_SEC, within
         ``max_preempt_grace_sec``. A job that is not preemptible keeps its spec as it was
-        (no key added: its stored spec is what it was before preemption existed)."""
+        (no key added: its stored spec is what it was before preemption existed). An
+        interactive session is preemptible only when it asks: the default is for runs."""
         preemptible = spec.preemptible
         if preemptible is None:
-            preemptible = bool(caps["preemptible_default"])
+            preemptible = spec.mode == "run" and bool(caps["preemptible_default"])
         if not preemptible:
             return spec
         grace = min(spec.preempt_grace_sec or self.preempt_grace_sec, caps["max_preempt_grace_sec"])

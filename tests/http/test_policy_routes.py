@@ -235,6 +235,28 @@ async def test_quota_429_and_preflight_agree(client: Any) -> None:
     await ok_json(await client.post("/v1/jobs", json=SHELL), 202)
 
 
+async def test_the_policy_fixes_a_jobs_preemption_at_submit(client: Any) -> None:
+    """docs/placement.md "Preemption": unset, a job is the policy's ``preemptible_default``
+    (off on the platform); its grace is its own or RUNPLANE_PREEMPT_GRACE_SEC, within
+    ``max_preempt_grace_sec``; one that is not preemptible keeps no preemption keys."""
+
+    async def spec_of(body: dict[str, Any]) -> dict[str, Any]:
+        job = await ok_json(await client.post("/v1/jobs", json={**SHELL, **body}), 202)
+        await client.post(f"/v1/jobs/{job['job_id']}/cancel")
+        return dict(job["spec"])
+
+    off = await spec_of({})
+    assert (off["preemptible"], off["preempt_grace_sec"]) == (False, None)
+    asked = await spec_of({"preemptible": True})
+    assert (asked["preemptible"], asked["preempt_grace_sec"]) == (True, 30)
+    doc = {"org": {"preemptible_default": True, "max_preempt_grace_sec": 20}}
+    await ok_json(await put_policy(client, doc), 200)
+    opted = await spec_of({"preempt_grace_sec": 90})
+    assert (opted["preemptible"], opted["preempt_grace_sec"]) == (True, 20)  # the cap
+    refused = await spec_of({"preemptible": False})
+    assert refused["preemptible"] is False
+
+
 async def test_per_user_quota_counts_each_user_alone(client: Any) -> None:
     await ok_json(await put_policy(client, {"org": {"max_concurrent_user": 1}}), 200)
     alice = await mint(client, subject="alice", org_id="org_default", role="member")
