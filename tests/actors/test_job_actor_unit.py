@@ -18,6 +18,7 @@ from runplane.actors.job_messages import (
     Assign,
     Cancel,
     LoseAttempt,
+    Preempt,
 )
 from runplane.agent import protocol as p
 from runplane.jobs import repo
@@ -141,6 +142,32 @@ async def test_a_lost_node_requeues_and_the_next_node_runs_it(store: Store) -> N
     lost = heard.after[2]
     assert lost.before.node_id == "node_a" and lost.error == "node stopped heartbeating"
     assert not lost.ends and lost.changed
+
+
+async def test_a_preempted_attempt_is_stopped_with_its_grace_and_requeued(store: Store) -> None:
+    fakes = Fakes()
+    row = await insert(store, "job_unit_pre")
+    actor, heard = built(fakes, store, row)
+    assert await actor.handle(Preempt("job_high", 3)) is False  # queued: nothing to stop
+    assert (await actor.handle(Assign("node_a"))).taken
+    assert await actor.handle(phase_report(row.id, 1, "running"))
+    assert await actor.handle(Preempt("job_high", 3)) is True
+    stop = p.Cancel(job_id=row.id, attempt=1, grace_sec=3, preempted_by="job_high")
+    assert fakes.node.orders()[-1] == stop
+    assert await actor.handle(Preempt("job_other", 3)) is False  # one at a time
+    # the process ended on its SIGTERM: back in the queue, not a failure nor a requeue
+    assert await actor.handle(finished(row.id, 1, "cancelled")) is True
+    after = await repo.get_row(store, row.id, None)
+    assert after is not None
+    assert (after.phase, after.attempts, after.preemptions) == (Phase.QUEUED, 0, 1)
+    assert fakes.placement.told == [("release", row.id), ("enqueue", row.id)]
+    assert heard.phases() == ["assigned", "running", "queued"]
+    # the next attempt runs it; one that succeeds before a preemption lands stays succeeded
+    assert (await actor.handle(Assign("node_a"))).taken
+    assert await actor.handle(phase_report(row.id, 2, "running"))
+    assert await actor.handle(Preempt("job_high", 3)) is True
+    assert await actor.handle(finished(row.id, 2)) is True
+    assert await phase_of(store, row.id) is Phase.SUCCEEDED
 
 
 async def test_an_in_tx_part_that_raises_rolls_the_transition_back(store: Store) -> None:
