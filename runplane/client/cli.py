@@ -366,6 +366,7 @@ def get(ctx: click.Context, job_id: str, output: str) -> None:
         "node_id",
         "attempt",
         "retries",
+        "preemptions",
         "exit_code",
         "error",
         "created_at",
