@@ -74,7 +74,14 @@ def _retries_view(row: JobRow) -> dict[str, Any]:
         for t in row.tries
     ]
     retry_at = iso_ms_or_none(row.retry_at) if row.phase is Phase.QUEUED else None
-    return {"retries": row.retries, "tries": tries, "retry_at": retry_at}
+    # and (docs/placement.md "Preemption") the times it was stopped for a job of higher
+    # priority and requeued: neither a failure nor one of ``attempts``
+    return {
+        "retries": row.retries,
+        "tries": tries,
+        "retry_at": retry_at,
+        "preemptions": row.preemptions,
+    }
 
 
 def job_view(row: JobRow, *, wait_reason: str | None = None) -> dict[str, Any]:
@@ -131,9 +138,6 @@ def job_view(row: JobRow, *, wait_reason: str | None = None) -> dict[str, Any]:
             for name, s in sorted((row.streams or {}).items())
         ],
         **_retries_view(row),
-        # addition (docs/placement.md "Preemption"): times it was stopped for a job of
-        # higher priority and requeued (neither a failure nor one of ``attempts``)
-        "preemptions": row.preemptions,
     }
     if row.phase is Phase.QUEUED and (reason := wait_reason or row.wait_reason):
         view["wait_reason"] = reason
