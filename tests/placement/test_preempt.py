@@ -129,6 +129,16 @@ def test_static_misfits_are_not_preempted_for() -> None:
     assert choose(job("huge", 200, cpu_cores=64), fleet, running) is None
 
 
+def test_past_the_exact_search_the_greedy_one_still_takes_few_and_low() -> None:
+    placed = [(victim(f"v{i:02}", 10 + i % 4), i) for i in range(16)]  # 16 cores taken
+    shape = node("n1", cpu_cores=16, max_concurrency=20)
+    fleet, running = fleet_of({"n1": placed}, {"n1": shape})
+    found = choose(job("high", 200, cpu_cores=3), fleet, running)
+    assert found is not None and len(found.victims) == 3  # 3 cores: 3 jobs, no more
+    # the lowest priority (10: v00, v04, v08, v12), the most recent of them first
+    assert found.victims == ("v12", "v08", "v04")
+
+
 def test_holds_keep_what_victims_free_until_the_last_is_gone() -> None:
     holds = Holds()
     a, b, high = victim("a"), victim("b"), job("high", 200)
