@@ -25,6 +25,10 @@ def test_defaults_make_serve_work_alone() -> None:
     assert s.egress_allow == ()
     assert s.stacks_dir is None
     assert s.local_agent is True
+    assert (s.preemptible_default, s.preempt_grace_sec, s.max_preempt_grace_sec) == (False, 30, 300)
+    assert s.cross_org_preemption_tiers == ()
+    opened = load_settings({"RUNPLANE_CROSS_ORG_PREEMPTION_TIERS": "community, partner"})
+    assert opened.cross_org_preemption_tiers == ("community", "partner")
 
 
 def test_every_setting_is_read(tmp_path: Path) -> None:
@@ -119,6 +123,11 @@ def test_every_setting_is_read(tmp_path: Path) -> None:
         (
             {"RUNPLANE_HA_LEASE_SEC": "0.5"},
             "RUNPLANE_HA_LEASE_SEC='0.5' is not valid: accepted: a number greater than or equal to 1",
+        ),
+        (
+            {"RUNPLANE_CROSS_ORG_PREEMPTION_TIERS": "community,gold"},
+            "RUNPLANE_CROSS_ORG_PREEMPTION_TIERS='community,gold' is not valid: unknown tier "
+            "'gold'; accepted: community, partner, trusted",
         ),
         (
             {"RUNPLANE_STACKS_DIR": "/no/such/dir"},
