@@ -27,7 +27,9 @@ from runplane.nodes.grants import Grant
 from runplane.nodes.shape import shape_of
 from runplane.persistence import Store, now_ms
 from runplane.placement import DemandError, FleetIndex, JobDemand, NodeLoad, NodeShape
+from runplane.placement.fairshare import FairShare, ShareRow
 from runplane.placement.queue import JobQueue, Signature, plan_groups
+from runplane.policy import repo as policy_repo
 from runplane.runtime import Actor, Asks, clock
 
 log = logging.getLogger("runplane.placement")
@@ -121,6 +123,22 @@ class StatsNow(Asks["PlacementStats"]):
 
 
 @dataclass(frozen=True, slots=True)
+class Shares(Asks[list[ShareRow]]):
+    """Each org's fair-share standing now (``GET /v1/analytics/share``, /metrics); with
+    ``org_id``, that org's alone."""
+
+    org_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SetWeight:
+    """An org's fair-share weight changed (its policy document; None: the default)."""
+
+    org_id: str
+    weight: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class Queued(Asks[dict[str, JobDemand]]):
     """The queue as it is now (job id -> demand): for tests and operators."""
 
@@ -150,6 +168,8 @@ PlacementMsg = (
     | Loads
     | FleetNow
     | StatsNow
+    | Shares
+    | SetWeight
     | Queued
     | _HeldOn
     | _TellReasons
@@ -207,6 +227,10 @@ class PlacementActor(Actor[PlacementMsg]):
     #: job's decision, not the queue's.
     changed: bool = True
     last_plan: float = 0.0
+    #: the orgs' usage and weights (fair share between orgs: runplane/placement/fairshare.py)
+    fair: FairShare = field(default_factory=FairShare)
+    #: read the weights from the policy documents on start (False: policy disabled)
+    weights_from_store: bool = True
 
     async def on_start(self) -> None:
         """Rebuild from the store, as after a server restart: queued jobs form the queue,
@@ -214,6 +238,13 @@ class PlacementActor(Actor[PlacementMsg]):
         the fleet with that load. Messages sent meanwhile wait in the mailbox (which
         outlives a crash) and apply on top: each is idempotent against this state."""
         self._set_grants(tuple(await node_grants.live(self.store, now_ms())))
+        if self.weights_from_store:
+            docs = await policy_repo.load_all(self.store)
+            self.fair.weights = {
+                org: doc.fair_share_weight
+                for org, doc in docs.items()
+                if doc.fair_share_weight is not None
+            }
         rows = await jobs_repo.live_columns(self.store, _PLACEMENT_COLUMNS)
         for row in rows:
             job_id, phase, spec = row["id"], Phase(row["phase"]), JobSpec.load(row["spec"])
@@ -225,6 +256,7 @@ class PlacementActor(Actor[PlacementMsg]):
                 try:
                     demand = demand_of(job_id, row["priority"], spec, row["org_id"])
                     self.placed[job_id] = (row["node_id"], demand)
+                    self.fair.assign(demand, clock.now())
                 except DemandError:
                     log.warning("job on a node has an unreadable spec", extra={"job_id": job_id})
         for node_id in await nodes_repo.connected_ids(self.store):
@@ -290,6 +322,7 @@ class PlacementActor(Actor[PlacementMsg]):
             if node_id == shape.id:
                 load = load.plus(demand.cpu, demand.ram, demand.gpus, 1, demand.org_id)
         self.fleet.upsert(shape, load)
+        self.fair.set_node(shape.id, shape.cpu_cores, shape.ram_gb, shape.gpu_count, clock.now())
         self.dirty = self.changed = True
 
     def _handle(self, msg: PlacementMsg) -> object:
@@ -307,9 +340,12 @@ class PlacementActor(Actor[PlacementMsg]):
                     return None
                 if held is not None and held[0] in self.fleet:
                     self.fleet.release(held[0], held[1])
+                if held is not None:
                     demand = held[1]
+                    self.fair.release(demand, clock.now())
                 if demand is not None:
                     self.placed[job_id] = (node_id, demand)
+                    self.fair.assign(demand, clock.now())
                     if node_id in self.fleet:
                         self.fleet.reserve(node_id, demand)
                 self.dirty = self.changed = True
@@ -317,6 +353,8 @@ class PlacementActor(Actor[PlacementMsg]):
                 self.queue.pop(job_id)
                 self._forget_reason(job_id)
                 held = self.placed.pop(job_id, None)
+                if held is not None:
+                    self.fair.release(held[1], clock.now())
                 if held is not None and held[0] in self.fleet:
                     self.fleet.release(held[0], held[1])
                     self.dirty = self.changed = True
@@ -329,6 +367,7 @@ class PlacementActor(Actor[PlacementMsg]):
                 self._node_up(shape)
             case NodeDown(node_id):
                 self.fleet.remove(node_id)
+                self.fair.drop_node(node_id, clock.now())
                 self.dirty = self.changed = True
             case GrantsChanged(grants):
                 self._set_grants(grants)
@@ -341,6 +380,14 @@ class PlacementActor(Actor[PlacementMsg]):
                 return list(self.fleet)
             case StatsNow():
                 return replace(self.stats, queued=len(self.queue), nodes=len(self.fleet))
+            case Shares(org_id):
+                return self.fair.rows(clock.now(), self.queue.orgs(), org_id)
+            case SetWeight(org_id, weight):
+                if weight is None:
+                    self.fair.weights.pop(org_id, None)
+                else:
+                    self.fair.weights[org_id] = weight
+                self.dirty = self.changed = True
             case Queued():
                 return self.queue.as_dict()
             case _TellReasons():
@@ -400,7 +447,9 @@ class PlacementActor(Actor[PlacementMsg]):
                 self._verdict(signature, NO_NODES, fresh)
             return
         started = clock.now()
-        result = plan_groups(todo, self.fleet)
+        # fair share between orgs only when several wait (one: the plain queue order)
+        shares = self.fair.standing(started) if todo.org_count() > 1 else None
+        result = plan_groups(todo, self.fleet, shares=shares)
         self.stats.plans += 1
         self.stats.plan_seconds += clock.now() - started
         for assignment in result.assignments:
@@ -409,6 +458,7 @@ class PlacementActor(Actor[PlacementMsg]):
             self._forget_reason(assignment.job_id)
             self.fleet.reserve(assignment.node_id, demand)
             self.placed[assignment.job_id] = (assignment.node_id, demand)
+            self.fair.assign(demand, started)
             self.stats.assigned += 1
             self.context.start_soon(self._hand_over, assignment.job_id, assignment.node_id)
         for signature, unplaced in result.waiting.items():
