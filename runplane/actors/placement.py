@@ -322,7 +322,7 @@ class PlacementActor(Actor[PlacementMsg]):
             if node_id == shape.id:
                 load = load.plus(demand.cpu, demand.ram, demand.gpus, 1, demand.org_id)
         self.fleet.upsert(shape, load)
-        self.fair.set_node(shape.id, shape.cpu_cores, shape.ram_gb, shape.gpu_count, clock.now())
+        self.fair.set_node(shape.id, shape.cpu_cores, shape.ram_gb, shape.gpu_count)
         self.dirty = self.changed = True
 
     def _handle(self, msg: PlacementMsg) -> object:
@@ -367,7 +367,7 @@ class PlacementActor(Actor[PlacementMsg]):
                 self._node_up(shape)
             case NodeDown(node_id):
                 self.fleet.remove(node_id)
-                self.fair.drop_node(node_id, clock.now())
+                self.fair.drop_node(node_id)
                 self.dirty = self.changed = True
             case GrantsChanged(grants):
                 self._set_grants(grants)

@@ -106,8 +106,10 @@ class FairShare:
         for org in idle:
             del self.orgs[org]
 
-    def set_node(self, node_id: str, cpu: float, ram: float, gpus: int, now: float) -> None:
-        self.advance(now)
+    def set_node(self, node_id: str, cpu: float, ram: float, gpus: int) -> None:
+        """A node joined or changed: the capacity shares are computed against from now (the
+        history since the last change is integrated at the next one, against the new
+        capacity: nodes come and go rarely against assignments and releases)."""
         vector = (cpu, ram, float(gpus))
         old = self.nodes.get(node_id)
         if old != vector:
@@ -116,8 +118,7 @@ class FairShare:
                 self.capacity if old is None else _plus(self.capacity, old, -1.0), vector
             )
 
-    def drop_node(self, node_id: str, now: float) -> None:
-        self.advance(now)
+    def drop_node(self, node_id: str) -> None:
         old = self.nodes.pop(node_id, None)
         if old is not None:
             self.capacity = _plus(self.capacity, old, -1.0) if self.nodes else (0.0, 0.0, 0.0)

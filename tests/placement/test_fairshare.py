@@ -51,7 +51,7 @@ def test_dominant_share_is_the_largest_resource_share() -> None:
 
 def test_usage_decays_with_the_half_life() -> None:
     fair = FairShare(half_life=100.0)
-    fair.set_node("n1", 16, 64, 0, now=0.0)
+    fair.set_node("n1", 16, 64, 0)
     big = job("a1", "org_a", cpu=8)  # half the CPUs
     fair.assign(big, now=0.0)
     tau = 100.0 / math.log(2)
@@ -78,7 +78,7 @@ def test_the_key_is_usage_over_weight_with_the_start_charge() -> None:
 
 def test_rows_show_weights_capacity_shares_and_waiting_jobs() -> None:
     fair = FairShare(weights={"org_b": 3.0})
-    fair.set_node("n1", 16, 64, 4, now=0.0)
+    fair.set_node("n1", 16, 64, 4)
     fair.assign(job("a1", "org_a", gpus=2), now=0.0)
     rows = {r.org_id: r for r in fair.rows(0.0, {"org_b": 5, None: 1})}
     assert set(rows) == {"org_a", "org_b"}
@@ -92,11 +92,11 @@ def test_rows_show_weights_capacity_shares_and_waiting_jobs() -> None:
 
 def test_a_node_s_capacity_is_counted_once_and_dropped() -> None:
     fair = FairShare()
-    fair.set_node("n1", 16, 64, 4, now=0.0)
-    fair.set_node("n1", 16, 64, 4, now=1.0)  # a re-register
-    fair.set_node("n2", 8, 32, 0, now=1.0)
+    fair.set_node("n1", 16, 64, 4)
+    fair.set_node("n1", 16, 64, 4)  # a re-register
+    fair.set_node("n2", 8, 32, 0)
     assert fair.capacity == (24.0, 96.0, 4.0)
-    fair.drop_node("n1", now=2.0)
+    fair.drop_node("n1")
     assert fair.capacity == (8.0, 32.0, 0.0)
 
 
