@@ -333,31 +333,9 @@ class PlacementActor(Actor[PlacementMsg]):
                 self.queue.pop(job_id)
                 self._forget_reason(job_id)
             case _HeldOn(job_id, node_id):
-                demand = self.queue.pop(job_id)
-                self._forget_reason(job_id)
-                held = self.placed.get(job_id)
-                if held is not None and held[0] == node_id:
-                    return None
-                if held is not None and held[0] in self.fleet:
-                    self.fleet.release(held[0], held[1])
-                if held is not None:
-                    demand = held[1]
-                    self.fair.release(demand, clock.now())
-                if demand is not None:
-                    self.placed[job_id] = (node_id, demand)
-                    self.fair.assign(demand, clock.now())
-                    if node_id in self.fleet:
-                        self.fleet.reserve(node_id, demand)
-                self.dirty = self.changed = True
+                self._held_on(job_id, node_id)
             case Release(job_id):
-                self.queue.pop(job_id)
-                self._forget_reason(job_id)
-                held = self.placed.pop(job_id, None)
-                if held is not None:
-                    self.fair.release(held[1], clock.now())
-                if held is not None and held[0] in self.fleet:
-                    self.fleet.release(held[0], held[1])
-                    self.dirty = self.changed = True
+                self._release(job_id)
             case Reprioritize(job_id, priority):
                 demand = self.queue.get(job_id)
                 if demand is not None:
@@ -398,6 +376,36 @@ class PlacementActor(Actor[PlacementMsg]):
             case _:
                 assert_never(msg)
         return None
+
+    def _held_on(self, job_id: str, node_id: str) -> None:
+        """The job refused an assignment because it holds ``node_id``: count it there."""
+        demand = self.queue.pop(job_id)
+        self._forget_reason(job_id)
+        held = self.placed.get(job_id)
+        if held is not None and held[0] == node_id:
+            return
+        if held is not None and held[0] in self.fleet:
+            self.fleet.release(held[0], held[1])
+            demand = held[1]
+        if demand is not None:
+            now = clock.now()
+            if held is not None:  # its usage moves with it
+                self.fair.release(held[1], now)
+            self.placed[job_id] = (node_id, demand)
+            self.fair.assign(demand, now)
+            if node_id in self.fleet:
+                self.fleet.reserve(node_id, demand)
+        self.dirty = self.changed = True
+
+    def _release(self, job_id: str) -> None:
+        self.queue.pop(job_id)
+        self._forget_reason(job_id)
+        held = self.placed.pop(job_id, None)
+        if held is not None:
+            self.fair.release(held[1], clock.now())
+        if held is not None and held[0] in self.fleet:
+            self.fleet.release(held[0], held[1])
+            self.dirty = self.changed = True
 
     def _forget_reason(self, job_id: str) -> None:
         self.reasons.pop(job_id, None)
