@@ -94,6 +94,8 @@ class Settings(BaseSettings):
     retention_days: int = Field(30, ge=0, le=36500)
     #: seconds between the retention janitor's sweeps
     retention_sweep_sec: float = Field(300.0, ge=1.0, le=86400.0)
+    #: half-life (seconds) of an org's usage history in fair share (docs/placement.md)
+    fair_share_half_life_sec: float = Field(600.0, ge=1.0, le=30 * 86400.0)
     #: chunks each realtime stream's replay ring keeps (docs/streams.md)
     stream_ring: int = Field(1024, ge=16, le=1_000_000)
     #: the in-process agent's executor (``runplane agent --executor``)

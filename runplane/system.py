@@ -46,6 +46,7 @@ from runplane.nodes import repo as nodes_repo
 from runplane.nodes.metrics import SAMPLE_SEC
 from runplane.persistence import Store, now_ms
 from runplane.placement import NodeLoad, NodeShape
+from runplane.placement.fairshare import FairShare
 from runplane.policy import platform_caps
 from runplane.runtime import ActorRef, ChildSpec, Hub, Registry, Supervisor
 from runplane.sealing import Sealer
@@ -60,6 +61,7 @@ from runplane.services.pipelines import Pipelines
 from runplane.services.records import JobRecords
 from runplane.services.schedules import Schedules
 from runplane.services.sessions import Sessions
+from runplane.services.shares import FairShares
 from runplane.services.streams import Streams
 from runplane.services.webhooks import Webhooks
 from runplane.settings import Settings
@@ -124,6 +126,8 @@ class Root:
         #: (runplane/services/records.py, accounts.py): routes never reach the store
         self.records = JobRecords(store)
         self.accounts = Accounts(store, settings, self.sealer)
+        #: fair share between orgs (runplane/services/shares.py): asks placement
+        self.shares = FairShares(lambda: self.placement, settings.fair_share_half_life_sec)
 
     def _children(self, node_sample_sec: float) -> list[ChildSpec[Any]]:
         """The root's children (the scheduler is started last, by ``run``)."""
@@ -145,6 +149,8 @@ class Root:
                     tell_reason=self._tell_reason,
                     preempt=self._preempt,
                     cross_org_tiers=settings.cross_org_preemption_tiers,
+                    fair=FairShare(half_life=settings.fair_share_half_life_sec),
+                    weights_from_store=settings.area_enabled("policy"),
                 ),
                 mailbox_capacity=4096,
             ),

@@ -28,6 +28,7 @@ http_status  # variable in runplane/http/openapi/views/
 lease_ends_in_ms  # variable in runplane/http/openapi/views/
 max_slots  # variable in runplane/http/openapi/views/
 joined_at  # variable in runplane/http/openapi/views/
+weighted_usage  # variable in runplane/http/openapi/views/
 log_truncated  # variable in runplane/http/openapi/views/
 ended_at  # variable in runplane/http/openapi/views/
 effective_caps  # variable in runplane/http/openapi/views/

@@ -27,8 +27,10 @@ from runplane.nodes.grants import Grant
 from runplane.nodes.shape import shape_of
 from runplane.persistence import Store, now_ms
 from runplane.placement import DemandError, FleetIndex, JobDemand, NodeLoad, NodeShape
+from runplane.placement.fairshare import FairShare, ShareRow
 from runplane.placement.preempt import Hold, Holds, Preemptibles, Preemption, Running, choose
 from runplane.placement.queue import JobQueue, Signature, plan_groups
+from runplane.policy import repo as policy_repo
 from runplane.runtime import Actor, Asks, clock
 
 log = logging.getLogger("runplane.placement")
@@ -125,6 +127,22 @@ class StatsNow(Asks["PlacementStats"]):
 
 
 @dataclass(frozen=True, slots=True)
+class Shares(Asks[list[ShareRow]]):
+    """Each org's fair-share standing now (``GET /v1/analytics/share``, /metrics); with
+    ``org_id``, that org's alone."""
+
+    org_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SetWeight:
+    """An org's fair-share weight changed (its policy document; None: the default)."""
+
+    org_id: str
+    weight: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class Queued(Asks[dict[str, JobDemand]]):
     """The queue as it is now (job id -> demand): for tests and operators."""
 
@@ -154,6 +172,8 @@ PlacementMsg = (
     | Loads
     | FleetNow
     | StatsNow
+    | Shares
+    | SetWeight
     | Queued
     | _HeldOn
     | _TellReasons
@@ -224,6 +244,10 @@ class PlacementActor(Actor[PlacementMsg]):
     #: the last preemptible placement's time (unix ms, made strictly increasing): a victim
     #: set prefers the most recently started
     placements: int = 0
+    #: the orgs' usage and weights (fair share between orgs: runplane/placement/fairshare.py)
+    fair: FairShare = field(default_factory=FairShare)
+    #: read the weights from the policy documents on start (False: policy disabled)
+    weights_from_store: bool = True
 
     async def on_start(self) -> None:
         """Rebuild from the store, as after a server restart: queued jobs form the queue,
@@ -231,6 +255,13 @@ class PlacementActor(Actor[PlacementMsg]):
         the fleet with that load. Messages sent meanwhile wait in the mailbox (which
         outlives a crash) and apply on top: each is idempotent against this state."""
         self._set_grants(tuple(await node_grants.live(self.store, now_ms())))
+        if self.weights_from_store:
+            docs = await policy_repo.load_all(self.store)
+            self.fair.weights = {
+                org: doc.fair_share_weight
+                for org, doc in docs.items()
+                if doc.fair_share_weight is not None
+            }
         rows = await jobs_repo.live_columns(self.store, _PLACEMENT_COLUMNS)
         for row in rows:
             job_id, phase, spec = row["id"], Phase(row["phase"]), JobSpec.load(row["spec"])
@@ -266,6 +297,7 @@ class PlacementActor(Actor[PlacementMsg]):
     def _placed(self, job_id: str, node_id: str, demand: JobDemand, started: int = 0) -> None:
         """``job_id`` holds ``demand`` on ``node_id`` (the fleet's load is the caller's)."""
         self.placed[job_id] = (node_id, demand)
+        self.fair.assign(demand, clock.now())
         if demand.preemptible:
             # when it started (unix ms; rebuilt: its row's), strictly increasing as placed
             self.placements = max(self.placements + 1, started or now_ms())
@@ -315,6 +347,7 @@ class PlacementActor(Actor[PlacementMsg]):
             if node_id == shape.id:
                 load = load.plus(demand.cpu, demand.ram, demand.gpus, 1, demand.org_id)
         self.fleet.upsert(shape, load)
+        self.fair.set_node(shape.id, shape.cpu_cores, shape.ram_gb, shape.gpu_count)
         self.dirty = self.changed = True
 
     def _handle(self, msg: PlacementMsg) -> object:
@@ -326,19 +359,7 @@ class PlacementActor(Actor[PlacementMsg]):
                 self._forget_reason(job_id)
                 self._drop_hold(job_id)
             case _HeldOn(job_id, node_id):
-                demand = self.queue.pop(job_id)
-                self._forget_reason(job_id)
-                held = self.placed.get(job_id)
-                if held is not None and held[0] == node_id:
-                    return None
-                if held is not None and held[0] in self.fleet:
-                    self.fleet.release(held[0], held[1])
-                    demand = held[1]
-                if demand is not None:
-                    self._placed(job_id, node_id, demand)
-                    if node_id in self.fleet:
-                        self.fleet.reserve(node_id, demand)
-                self.dirty = self.changed = True
+                self._held_on(job_id, node_id)
             case Release(job_id):
                 self._release(job_id)
             case Reprioritize(job_id, priority):
@@ -355,6 +376,7 @@ class PlacementActor(Actor[PlacementMsg]):
                         self.queue.add(hold.demand)
                         self.fresh.add(job_id)
                 self.fleet.remove(node_id)
+                self.fair.drop_node(node_id)
                 self.dirty = self.changed = True
             case GrantsChanged(grants):
                 self._set_grants(grants)
@@ -367,6 +389,14 @@ class PlacementActor(Actor[PlacementMsg]):
                 return list(self.fleet)
             case StatsNow():
                 return replace(self.stats, queued=len(self.queue), nodes=len(self.fleet))
+            case Shares(org_id):
+                return self.fair.rows(clock.now(), self.queue.orgs(), org_id)
+            case SetWeight(org_id, weight):
+                if weight is None:
+                    self.fair.weights.pop(org_id, None)
+                else:
+                    self.fair.weights[org_id] = weight
+                self.dirty = self.changed = True
             case Queued():
                 return self.queue.as_dict()
             case _TellReasons():
@@ -378,6 +408,24 @@ class PlacementActor(Actor[PlacementMsg]):
                 assert_never(msg)
         return None
 
+    def _held_on(self, job_id: str, node_id: str) -> None:
+        """The job refused an assignment because it holds ``node_id``: count it there."""
+        demand = self.queue.pop(job_id)
+        self._forget_reason(job_id)
+        held = self.placed.get(job_id)
+        if held is not None and held[0] == node_id:
+            return
+        if held is not None and held[0] in self.fleet:
+            self.fleet.release(held[0], held[1])
+            demand = held[1]
+        if demand is not None:
+            if held is not None:  # its usage moves with it
+                self.fair.release(held[1], clock.now())
+            self._placed(job_id, node_id, demand)
+            if node_id in self.fleet:
+                self.fleet.reserve(node_id, demand)
+        self.dirty = self.changed = True
+
     def _release(self, job_id: str) -> None:
         """``job_id`` left its node (or the queue): its reservation is given back, unless
         it was a victim of a preemption in flight (then it stays counted for the waiting
@@ -387,6 +435,8 @@ class PlacementActor(Actor[PlacementMsg]):
         self._drop_hold(job_id)
         self.running.remove(job_id)
         held = self.placed.pop(job_id, None)
+        if held is not None:
+            self.fair.release(held[1], clock.now())
         gone = self.holds.victim_gone(held[1]) if held is not None else None
         if gone is not None:
             hold, last = gone
@@ -529,7 +579,9 @@ class PlacementActor(Actor[PlacementMsg]):
                 self._verdict(signature, NO_NODES, fresh)
             return
         started = clock.now()
-        result = plan_groups(todo, self.fleet)
+        # fair share between orgs only when several wait (one: the plain queue order)
+        shares = self.fair.standing(started) if todo.org_count() > 1 else None
+        result = plan_groups(todo, self.fleet, shares=shares)
         self.stats.plans += 1
         self.stats.plan_seconds += clock.now() - started
         for assignment in result.assignments:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from .explain import EMPTY_FLEET, Placement, Unplaced, unplaced
+from .fairshare import Org, Standing
 from .filters import FILTERS, first_rejection
 from .index import DEFAULT_PER_STREAM, STREAM_BUDGET, FleetIndex
 from .model import JobDemand, NodeLoad, NodeShape
@@ -95,19 +96,47 @@ def place(job: JobDemand, fleet: FleetIndex, *, explain: bool = True) -> Placeme
     return fleet.unplaced(job, explain=explain)
 
 
-def plan(queue: Iterable[JobDemand], fleet: FleetIndex, *, explain: bool = True) -> Plan:
+def fair_order(jobs: Iterable[JobDemand], shares: Standing) -> Iterator[JobDemand]:
+    """Jobs in fair-share order: each org's jobs in :func:`queue_order`; the next job is
+    the head of the org with the lowest ``shares.key`` (ties: the earlier head). The
+    caller charges ``shares`` (``take``) for each job it assigns before asking for the
+    next, so orgs take turns as the plan goes."""
+    per_org: dict[Org, list[JobDemand]] = {}
+    for job in queue_order(jobs):
+        per_org.setdefault(job.org_id, []).append(job)
+    at = dict.fromkeys(per_org, 0)
+    while per_org:
+        org = min(per_org, key=lambda o: (shares.key(o), per_org[o][at[o]].sort_key))
+        yield per_org[org][at[org]]
+        at[org] += 1
+        if at[org] == len(per_org[org]):
+            del per_org[org]
+
+
+def plan(
+    queue: Iterable[JobDemand],
+    fleet: FleetIndex,
+    *,
+    explain: bool = True,
+    shares: Standing | None = None,
+) -> Plan:
     """Place a queue in :func:`queue_order`, each assignment's reservation counted against
     the jobs after it (in a :class:`Trial`: ``fleet`` is as it was when it returns).
 
     Greedy with backfill: a job that does not fit waits and later, smaller jobs may still
     be placed. Loads only grow during a plan, so once a job fails, every later job with
     the same :attr:`JobDemand.fit_signature` fails too: it reuses the first one's outcome
-    without a search.
+    without a search. With ``shares`` and jobs of more than one org, the order is
+    :func:`fair_order` (``shares`` charged for each assignment).
     """
     result = Plan()
     failed: dict[tuple[object, ...], Unplaced] = {}
+    jobs = list(queue)
+    order: Iterable[JobDemand] = queue_order(jobs)
+    if shares is not None and len({j.org_id for j in jobs}) > 1:
+        order = fair_order(jobs, shares)
     with Trial(fleet) as work:
-        for job in queue_order(queue):
+        for job in order:
             known = failed.get(job.fit_signature)
             if known is not None:
                 result.waiting[job.job_id] = known
@@ -118,6 +147,8 @@ def plan(queue: Iterable[JobDemand], fleet: FleetIndex, *, explain: bool = True)
                 result.waiting[job.job_id] = outcome
                 continue
             result.loads[outcome.node_id] = work.reserve(outcome.node_id, job)
+            if shares is not None:
+                shares.take(job.org_id, job)
             result.assignments.append(
                 Assignment(job.job_id, outcome.node_id, outcome.score, job.cpu, job.ram, job.gpus)
             )

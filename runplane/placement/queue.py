@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from sortedcontainers import SortedList
 
 from .explain import Unplaced
+from .fairshare import Org, Standing
 from .index import FleetIndex
 from .model import CreatedAt, JobDemand
 from .plan import Assignment, Trial, place
@@ -30,11 +31,13 @@ class JobQueue:
     """Waiting jobs by id, and by fit signature in queue order (higher priority first,
     then oldest, then id)."""
 
-    __slots__ = ("_groups", "_jobs")
+    __slots__ = ("_groups", "_jobs", "_orgs")
 
     def __init__(self, jobs: Iterable[JobDemand] = ()) -> None:
         self._jobs: dict[str, JobDemand] = {}
         self._groups: dict[Signature, SortedList[SortKey]] = {}
+        #: waiting jobs per org (fair share applies when more than one org waits)
+        self._orgs: dict[str | None, int] = {}
         for job in jobs:
             self.add(job)
 
@@ -64,6 +67,7 @@ class JobQueue:
         if group is None:
             group = self._groups[job.fit_signature] = SortedList()
         group.add(job.sort_key)
+        self._orgs[job.org_id] = self._orgs.get(job.org_id, 0) + 1
 
     def pop(self, job_id: str) -> JobDemand | None:
         job = self._jobs.pop(job_id, None)
@@ -72,7 +76,19 @@ class JobQueue:
             group.remove(job.sort_key)
             if not len(group):
                 del self._groups[job.fit_signature]
+            left = self._orgs[job.org_id] - 1
+            if left:
+                self._orgs[job.org_id] = left
+            else:
+                del self._orgs[job.org_id]
         return job
+
+    def orgs(self) -> dict[str | None, int]:
+        """Waiting jobs per org (a copy)."""
+        return dict(self._orgs)
+
+    def org_count(self) -> int:
+        return len(self._orgs)
 
     def signatures(self) -> Iterable[Signature]:
         return self._groups.keys()
@@ -96,10 +112,22 @@ class GroupPlan:
     waiting: dict[Signature, Unplaced] = field(default_factory=dict)
 
 
-def plan_groups(queue: JobQueue, fleet: FleetIndex, *, explain: bool = True) -> GroupPlan:
+def plan_groups(
+    queue: JobQueue,
+    fleet: FleetIndex,
+    *,
+    explain: bool = True,
+    shares: Standing | None = None,
+) -> GroupPlan:
     """Place ``queue`` in queue order, each assignment's reservation counted against the
     jobs after it (in a :class:`~runplane.placement.plan.Trial`: ``fleet`` is as it was
-    when it returns), greedy with backfill, as :func:`runplane.placement.plan.plan` does."""
+    when it returns), greedy with backfill, as :func:`runplane.placement.plan.plan` does.
+
+    With ``shares`` and jobs of more than one org waiting, orgs take turns by fair share
+    (:func:`runplane.placement.fairshare`; ``shares`` is charged for what is assigned);
+    otherwise it is the plain queue order, at no extra cost."""
+    if shares is not None and queue.org_count() > 1:
+        return _plan_fair(queue, fleet, shares, explain)
     result = GroupPlan()
     heads: list[tuple[SortKey, Signature]] = []
     walkers: dict[Signature, Iterator[SortKey]] = {}
@@ -125,4 +153,46 @@ def plan_groups(queue: JobQueue, fleet: FleetIndex, *, explain: bool = True) -> 
             following = next(walkers[signature], None)
             if following is not None:
                 heapq.heappush(heads, (following, signature))
+    return result
+
+
+def _plan_fair(queue: JobQueue, fleet: FleetIndex, shares: Standing, explain: bool) -> GroupPlan:
+    """:func:`plan_groups` between orgs: a heap of each org's group heads, and a heap of
+    orgs by (fair-share key, head): the org first in it tries its head; an assignment
+    charges the org and puts it back with its new key."""
+    result = GroupPlan()
+    heads: dict[Org, list[tuple[SortKey, Signature]]] = {}
+    walkers: dict[Signature, Iterator[SortKey]] = {}
+    for signature, group in queue._groups.items():
+        walker = iter(group)
+        first = next(walker)
+        walkers[signature] = walker
+        heads.setdefault(queue._jobs[first[2]].org_id, []).append((first, signature))
+    turns: list[tuple[float, SortKey, Org]] = []
+    for org, org_heads in heads.items():
+        heapq.heapify(org_heads)
+        turns.append((shares.key(org), org_heads[0][0], org))
+    heapq.heapify(turns)
+    with Trial(fleet) as work:
+        while turns:
+            _, _, org = heapq.heappop(turns)
+            org_heads = heads[org]
+            key, signature = heapq.heappop(org_heads)
+            job = queue._jobs[key[2]]
+            outcome = place(job, fleet, explain=explain)
+            if isinstance(outcome, Unplaced):
+                result.waiting[signature] = outcome
+            else:
+                work.reserve(outcome.node_id, job)
+                shares.take(org, job)
+                result.assignments.append(
+                    Assignment(
+                        job.job_id, outcome.node_id, outcome.score, job.cpu, job.ram, job.gpus
+                    )
+                )
+                following = next(walkers[signature], None)
+                if following is not None:
+                    heapq.heappush(org_heads, (following, signature))
+            if org_heads:
+                heapq.heappush(turns, (shares.key(org), org_heads[0][0], org))
     return result

@@ -32,6 +32,8 @@ INT32_MAX = 2**31 - 1
 MAX_ENTRIES = 1000
 #: The longest retention a policy document may set (100 years; 0 keeps forever).
 MAX_RETENTION_DAYS = 36500
+#: The largest fair-share weight an org may have.
+MAX_FAIR_SHARE_WEIGHT = 10000
 
 
 class PolicyCaps(BaseModel):
@@ -69,6 +71,9 @@ class PolicyDocBody(BaseModel):
     #: this org (0: forever); unset: the deployment's RUNPLANE_RETENTION_DAYS (an addition,
     #: docs/operations.md "Retention")
     retention_days: int | None = Field(None, ge=0, le=MAX_RETENTION_DAYS)
+    #: the org's weight in fair share between orgs (unset: 1); only the admin token may
+    #: change it (docs/placement.md "Fair share")
+    fair_share_weight: float | None = Field(None, gt=0, le=MAX_FAIR_SHARE_WEIGHT)
     updated_at: str | None = None
 
 
@@ -83,6 +88,8 @@ class PolicyDoc:
     updated_at: int | None = None
     #: the org's retention override (None: the deployment's)
     retention_days: int | None = None
+    #: the org's fair-share weight (None: 1)
+    fair_share_weight: float | None = None
 
     @classmethod
     def from_body(cls, org_id: str, body: PolicyDocBody, now: int) -> PolicyDoc:
@@ -97,6 +104,7 @@ class PolicyDoc:
             users=sparse(body.users),
             updated_at=now,
             retention_days=body.retention_days,
+            fair_share_weight=body.fair_share_weight,
         )
 
     @classmethod
@@ -108,16 +116,23 @@ class PolicyDoc:
             users={k: dict(v) for k, v in (data.get("users") or {}).items()},
             updated_at=updated_at,
             retention_days=data.get("retention_days"),
+            fair_share_weight=data.get("fair_share_weight"),
         )
 
     @property
     def empty(self) -> bool:
-        return not (self.org or self.projects or self.users) and self.retention_days is None
+        return (
+            not (self.org or self.projects or self.users)
+            and self.retention_days is None
+            and self.fair_share_weight is None
+        )
 
     def stored(self) -> dict[str, Any]:
         out: dict[str, Any] = {"org": self.org, "projects": self.projects, "users": self.users}
         if self.retention_days is not None:
             out["retention_days"] = self.retention_days
+        if self.fair_share_weight is not None:
+            out["fair_share_weight"] = self.fair_share_weight
         return out
 
     def view(self) -> dict[str, Any]:
@@ -127,6 +142,7 @@ class PolicyDoc:
             "projects": {k: dict(v) for k, v in self.projects.items()},
             "users": {k: dict(v) for k, v in self.users.items()},
             "retention_days": self.retention_days,
+            "fair_share_weight": self.fair_share_weight,
             "updated_at": iso_ms(self.updated_at) if self.updated_at else None,
         }
 

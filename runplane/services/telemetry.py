@@ -32,6 +32,7 @@ from runplane.histogram import Histogram
 from runplane.jobs.phase import Phase
 from runplane.persistence import Store
 from runplane.placement import NodeLoad, NodeShape
+from runplane.placement.fairshare import ShareRow
 from runplane.runtime import ActorError, ActorRef, Hub
 from runplane.services.jobs import Jobs
 from runplane.services.streams import Streams
@@ -68,6 +69,8 @@ class Snapshot:
     nodes: dict[str, int]
     capacity: dict[str, tuple[float, float]]  # resource -> (capacity, committed)
     placement: pl.PlacementStats | None
+    #: each org's fair-share standing (empty when placement did not answer)
+    shares: list[ShareRow]
     submits: dict[str, int]
     submit_seconds: Histogram
     commit_seconds: Histogram | None
@@ -102,6 +105,9 @@ async def gather(root: Root) -> Snapshot:
     stats: pl.PlacementStats | None = None
     with suppress(ActorError):
         stats = await root.placement.try_ask(pl.StatsNow())
+    shares: list[ShareRow] = []
+    with suppress(ActorError):
+        shares = await root.placement.try_ask(pl.Shares())
     for shape, load in fleet:
         for key, cap, used in (
             ("cpu_cores", shape.cpu_cores, load.used_cpu),
@@ -118,6 +124,7 @@ async def gather(root: Root) -> Snapshot:
         nodes=nodes,
         capacity=capacity,
         placement=stats,
+        shares=shares,
         submits=dict(jobs_service.submits),
         submit_seconds=jobs_service.submit_seconds.copy(),
         commit_seconds=store_stats.commit_seconds,
@@ -172,6 +179,29 @@ def _placement(s: Snapshot) -> Iterator[Metric]:
     )
 
 
+def _shares(s: Snapshot) -> Iterator[Metric]:
+    """Fair share between orgs (docs/placement.md "Fair share"), without org labels (per
+    org: ``GET /v1/analytics/share``): how many orgs run and wait, the largest dominant
+    share, and the spread of weighted usage among the orgs that wait."""
+    orgs = GaugeMetricFamily(
+        PREFIX + "fair_share_orgs", "Orgs with jobs running or waiting.", labels=["state"]
+    )
+    orgs.add_metric(["running"], sum(1 for r in s.shares if r.running_jobs))
+    orgs.add_metric(["waiting"], sum(1 for r in s.shares if r.waiting_jobs))
+    yield orgs
+    yield GaugeMetricFamily(
+        PREFIX + "fair_share_max_share",
+        "The largest dominant-resource share an org holds now (0-1).",
+        max((r.share for r in s.shares), default=0.0),
+    )
+    waiting = [r.key for r in s.shares if r.waiting_jobs]
+    yield GaugeMetricFamily(
+        PREFIX + "fair_share_spread",
+        "Largest minus smallest weighted usage among the orgs with waiting jobs.",
+        max(waiting) - min(waiting) if len(waiting) > 1 else 0.0,
+    )
+
+
 def _fleet(s: Snapshot) -> Iterator[Metric]:
     capacity = GaugeMetricFamily(
         PREFIX + "fleet_capacity", "Capacity of the nodes in the fleet.", labels=["resource"]
@@ -209,6 +239,7 @@ def families(s: Snapshot) -> Iterator[Metric]:
     )
     yield _histogram("job_submit_seconds", "Seconds a job submit took.", s.submit_seconds)
     yield from _placement(s)
+    yield from _shares(s)
     yield _labelled(GaugeMetricFamily, "nodes", "Nodes by status.", "status", s.nodes)
     yield from _fleet(s)
     yield GaugeMetricFamily(

@@ -49,6 +49,10 @@ async def test_the_figures_follow_a_submit_and_the_queue(client: Any) -> None:
     assert after[("runplane_job_submit_seconds_count", ())] == 2
     assert after[("runplane_job_submit_seconds_bucket", (("le", "+Inf"),))] == 2
     assert after[("runplane_placement_queue_depth", ())] == 1  # no node to run it
+    # fair share: one org waits, none runs (per org: GET /v1/analytics/share)
+    assert after[("runplane_fair_share_orgs", (("state", "waiting"),))] == 1
+    assert after[("runplane_fair_share_orgs", (("state", "running"),))] == 0
+    assert after[("runplane_fair_share_spread", ())] == 0
     assert (
         after[("runplane_store_commit_seconds_count", ())]
         > before[("runplane_store_commit_seconds_count", ())]

@@ -36,6 +36,7 @@ async def test_get_policy_without_a_doc_is_the_platform_layer(client: Any) -> No
         "projects": {},
         "users": {},
         "retention_days": None,
+        "fair_share_weight": None,
         "updated_at": None,
     }
     assert set(view["effective"]["provenance"].values()) == {"platform"}

@@ -382,6 +382,16 @@ def _analytics_narrowed(ctx: Ctx, body: Any) -> None:
     assert (submitted == 0) == (ctx.persona == "wrong_org"), (ctx.persona, submitted)
 
 
+def _shares_narrowed(ctx: Ctx, body: Any) -> None:
+    orgs = {row["org_id"] for row in body["orgs"]}
+    if ctx.persona == "wrong_org":
+        assert orgs == {ctx.world.org_b}, orgs
+    elif ctx.persona != "admin":
+        assert orgs == {ctx.world.org_a}, orgs
+    else:  # org A has jobs waiting or running (job_a, the pipeline's, the session's)
+        assert ctx.world.org_a in orgs, orgs
+
+
 def _sessions_narrowed(ctx: Ctx, listed: Any) -> None:
     orgs = {row["org_id"] for row in listed}
     if ctx.persona == "wrong_org":
@@ -539,6 +549,9 @@ CASES: dict[tuple[str, str], Case] = {
     ("GET", "/v1/me/entitlements"): Case("read", path("/v1/me/entitlements")),
     ("GET", "/v1/analytics/jobs"): Case(
         "read", path("/v1/analytics/jobs"), check=_analytics_narrowed
+    ),
+    ("GET", "/v1/analytics/share"): Case(
+        "read", path("/v1/analytics/share"), check=_shares_narrowed
     ),
     ("GET", "/v1/pipelines"): Case("read", path("/v1/pipelines"), check=_pipelines_narrowed),
     ("GET", "/v1/pipelines/<run_id>"): Case("read", path(PIPELINE), org_bound=True),

@@ -25,6 +25,7 @@ from runplane.placement import (
     reference_plan,
     reference_stream_takes,
 )
+from runplane.placement.fairshare import Standing
 from runplane.placement.index import STREAM_BUDGET
 from runplane.placement.queue import JobQueue, plan_groups
 
@@ -414,3 +415,65 @@ def test_the_grouped_queue_plans_as_the_flat_plan(
         assert outcome.reason == want.waiting[job_id].reason
     # the queue is left as it was (the planner's caller pops what it assigns)
     assert len(grouped) == len(queue)
+
+
+@st.composite
+def standings(draw: st.DrawFn) -> Standing:
+    """Some orgs' history and weight over a fleet capacity (fair share)."""
+    shares = Standing(draw(st.sampled_from([(64.0, 256.0, 8.0), (16.0, 64.0, 0.0)])))
+    for org in draw(st.sets(st.sampled_from([None, "org_a", "org_b", "org_c"]))):
+        shares.set(
+            org,
+            history=draw(st.sampled_from([0.0, 0.5, 3.0, 40.0])),
+            used=draw(st.sampled_from([(0.0, 0.0, 0.0), (4.0, 8.0, 1.0), (16.0, 2.0, 0.0)])),
+            weight=draw(st.sampled_from([1.0, 1.0, 2.0, 0.5])),
+        )
+    return shares
+
+
+@FEWER
+@given(
+    fleet=st.lists(nodes(), max_size=25),
+    queue=st.lists(st.integers(0, 10**6), max_size=16).flatmap(
+        lambda ids: st.tuples(*[jobs(job_id=f"j{i}") for i in range(len(ids))])
+    ),
+    shares=standings(),
+)
+def test_fair_share_grouped_plans_as_the_flat_plan(
+    fleet: list[tuple[NodeShape, NodeLoad]], queue: tuple[JobDemand, ...], shares: Standing
+) -> None:
+    """With fair share between orgs, ``plan_groups`` and ``plan`` still decide alike."""
+    indexed = FleetIndex(unique(fleet).values())
+    grouped = JobQueue(queue)
+    got = plan_groups(grouped, indexed, shares=shares.copy())
+    want = plan(queue, indexed, shares=shares.copy())
+    assert got.assignments == want.assignments
+    assigned = {a.job_id for a in got.assignments}
+    waiting = {j.job_id: got.waiting[j.fit_signature] for j in queue if j.job_id not in assigned}
+    assert waiting.keys() == want.waiting.keys()
+    for job_id, outcome in waiting.items():
+        assert outcome.reason == want.waiting[job_id].reason
+
+
+@FEWER
+@given(
+    fleet=st.lists(nodes(), max_size=25),
+    queue=st.lists(st.integers(0, 10**6), max_size=16).flatmap(
+        lambda ids: st.tuples(*[jobs(job_id=f"j{i}") for i in range(len(ids))])
+    ),
+    org=st.sampled_from([None, "org_a"]),
+    shares=standings(),
+)
+def test_with_one_org_fair_share_changes_nothing(
+    fleet: list[tuple[NodeShape, NodeLoad]],
+    queue: tuple[JobDemand, ...],
+    org: str | None,
+    shares: Standing,
+) -> None:
+    """Jobs of one org: the plan with shares is today's plan, whatever the standings."""
+    one_org = [replace(j, org_id=org) for j in queue]
+    indexed = FleetIndex(unique(fleet).values())
+    today = plan_groups(JobQueue(one_org), indexed)
+    assert plan_groups(JobQueue(one_org), indexed, shares=shares).assignments == today.assignments
+    assert plan(one_org, indexed, shares=shares).assignments == today.assignments
+    assert plan(one_org, indexed).assignments == today.assignments

@@ -1,5 +1,6 @@
-"""Job analytics (``runplane/jobs/analytics.py``): tenant-filtered (the caller's org; the
-admin token and an open deploy's anonymous caller see every org)."""
+"""Job analytics (``runplane/jobs/analytics.py``) and fair share between orgs
+(``runplane/services/shares.py``): tenant-filtered (the caller's org; the admin token and
+an open deploy's anonymous caller see every org)."""
 
 from __future__ import annotations
 
@@ -44,3 +45,14 @@ async def jobs() -> dict[str, Any]:
     return await services().root.records.analytics(
         current_caller().read_org, window, buckets, asked.strip()
     )
+
+
+@blueprint.get("/share")
+@doc(
+    "Fair share between orgs: each org's usage, weight and queue",
+    v.FairShareView,
+    # tenant-filtered: an org's member sees its own row; the admin token every org's
+    rule=READ,
+)
+async def share() -> dict[str, Any]:
+    return await services().root.shares.view(current_caller().read_org)

@@ -119,8 +119,10 @@ async def put_policy() -> dict[str, Any]:
             "drop org_id or use ?org= (admin token only)",
             [FieldProblem("org_id", "invalid", f"must be {org_id!r} or absent")],
         )
+    body = await _weight_kept(org_id, body)
     doc = PolicyDoc.from_body(org_id, body, time.time_ns() // 1_000_000)
     await adm.put_policy(services().root.admission, doc)
+    await services().root.shares.weight_changed(org_id, doc.fair_share_weight)
     await audit.record("policy:update", "policy", org_id, org_id=org_id, after=doc.stored())
     platform = _platform()
     return {
@@ -129,6 +131,24 @@ async def put_policy() -> dict[str, Any]:
         "effective": effective(platform, doc).view(),
         "notes": above_platform(doc, platform),
     }
+
+
+async def _weight_kept(org_id: str, body: PolicyDocBody) -> PolicyDocBody:
+    """Only the admin token sets ``fair_share_weight`` (an org must not raise its own
+    share): another caller's document keeps the stored weight when it leaves it out (or
+    sends it back as read); a different weight is 403 ``forbidden``."""
+    if current_principal().superuser:
+        return body
+    stored = (await _doc(org_id)).fair_share_weight
+    if body.fair_share_weight is None or body.fair_share_weight == stored:
+        return body.model_copy(update={"fair_share_weight": stored})
+    raise Problem(
+        403,
+        "forbidden",
+        "only the admin token may change fair_share_weight; leave it out to keep "
+        f"{stored if stored is not None else 'the default 1'}",
+        [FieldProblem("fair_share_weight", "forbidden", "set by the operator")],
+    )
 
 
 class PreviewBody(Body):

@@ -252,6 +252,34 @@ class JobAnalytics(View):
     summary: dict[str, int]
 
 
+class ShareRunning(View):
+    jobs: int
+    cpu_cores: float
+    ram_gb: float
+    gpus: int
+
+
+class OrgShare(View):
+    """One org's fair-share standing (docs/placement.md "Fair share")."""
+
+    org_id: str
+    weight: float
+    #: its dominant-resource share now (0-1)
+    share: float
+    dominant_resource: str
+    #: decayed usage history plus the current share's start charge (share-seconds)
+    usage: float
+    #: usage over weight: the org with the lowest goes next
+    weighted_usage: float
+    running: ShareRunning
+    waiting_jobs: int
+
+
+class FairShareView(View):
+    half_life_sec: float
+    orgs: list[OrgShare]
+
+
 class ChannelTargets(RootModel[dict[str, str]]):
     """Each channel's target agent version (``stable``, ...)."""
 
