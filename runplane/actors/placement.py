@@ -48,6 +48,10 @@ REASON_TICK = 0.25
 #: At most this many waiting groups (the first in queue order) look for a preemption after
 #: one plan: each look visits every node running preemptible jobs.
 PREEMPT_GROUPS = 8
+#: seconds past its victims' longest grace a preemption may take before placement gives
+#: it up (an agent that never stops its job, one too old to know the preemption's cancel):
+#: the waiting job waits again, and may preempt again
+HOLD_EXTRA_SEC = 30.0
 _PLACEMENT_COLUMNS = "id, priority, spec, phase, node_id, org_id, retry_at, started_at"
 
 
@@ -148,6 +152,14 @@ class Queued(Asks[dict[str, JobDemand]]):
 
 
 @dataclass(frozen=True, slots=True)
+class _HoldExpired:
+    """A preemption's time is up (sent to self): give ``hold`` up if still in flight."""
+
+    job_id: str
+    hold: Hold
+
+
+@dataclass(frozen=True, slots=True)
 class _TellReasons:
     """Time to look at the reasons not told yet (sent to self)."""
 
@@ -176,6 +188,7 @@ PlacementMsg = (
     | SetWeight
     | Queued
     | _HeldOn
+    | _HoldExpired
     | _TellReasons
 )
 
@@ -399,6 +412,8 @@ class PlacementActor(Actor[PlacementMsg]):
                 self.dirty = self.changed = True
             case Queued():
                 return self.queue.as_dict()
+            case _HoldExpired(job_id, hold):
+                self._hold_expired(job_id, hold)
             case _TellReasons():
                 self.tell_scheduled = False
                 now = clock.now()
@@ -504,7 +519,7 @@ class PlacementActor(Actor[PlacementMsg]):
 
     def _start_hold(self, preemption: Preemption, demand: JobDemand) -> None:
         self.queue.pop(demand.job_id)
-        self.holds.start(preemption, demand)
+        hold = self.holds.start(preemption, demand)
         self.stats.preemptions += len(preemption.victims)
         self.reasons[demand.job_id] = preemption.reason()
         self.told.pop(demand.job_id, None)  # told at once: one event per preemption
@@ -518,11 +533,27 @@ class PlacementActor(Actor[PlacementMsg]):
             },
         )
         assert self.preempt is not None
+        longest = 1
         for victim in preemption.victims:
-            held = self.placed[victim][1]
-            self.context.start_soon(
-                self._stop_victim, victim, demand.job_id, held.preempt_grace_sec or 1
-            )
+            grace = self.placed[victim][1].preempt_grace_sec or 1
+            longest = max(longest, grace)
+            self.context.start_soon(self._stop_victim, victim, demand.job_id, grace)
+        self.context.tell_after(longest + HOLD_EXTRA_SEC, _HoldExpired(demand.job_id, hold))
+
+    def _hold_expired(self, job_id: str, hold: Hold) -> None:
+        """Give up a preemption whose victims did not all stop in time: the waiting job is
+        queued again (what the gone victims freed is released), and may preempt again."""
+        if self.holds.get(job_id) is not hold:
+            return  # over (its victims are gone), or given up already
+        log.warning(
+            "preemption given up: victims still running",
+            extra={"job_id": job_id, "node_id": hold.preemption.node_id,
+                   "victims": sorted(hold.pending)},
+        )  # fmt: skip
+        self._drop_hold(job_id)
+        self.queue.add(hold.demand)
+        self.fresh.add(job_id)
+        self.dirty = self.changed = True
 
     async def _stop_victim(self, victim: str, by: str, grace_sec: int) -> None:
         assert self.preempt is not None

@@ -228,6 +228,10 @@ class Holds:
     def victims(self) -> Iterable[str]:
         return self._by_victim.keys()
 
+    def get(self, job_id: str) -> Hold | None:
+        """The preemption in flight of preemptor ``job_id``, if any."""
+        return self._by_job.get(job_id)
+
     def start(self, preemption: Preemption, demand: JobDemand) -> Hold:
         hold = Hold(preemption, demand, set(preemption.victims))
         self._by_job[preemption.job_id] = hold

@@ -171,6 +171,27 @@ async def test_the_holds_node_going_down_queues_the_preemptor_again(
     assert placement.calls.assigned[-1] == ("high", "n2")
 
 
+async def test_a_preemption_whose_victim_never_stops_is_given_up_and_tried_again(
+    placement: Placement, autojump_clock: Any
+) -> None:
+    """An agent that never stops its job (one too old to know the preemption's cancel):
+    after the victim's grace and HOLD_EXTRA_SEC the waiting job waits again, unheld, and
+    asks again; nothing was freed, so nothing of the node is handed out meanwhile."""
+    await fill(placement)
+    await placement.tell(high())
+    assert placement.calls.preempted == [("low_b", "high", 3)]
+    await trio.sleep(3 + pl.HOLD_EXTRA_SEC - 1)
+    assert "high" not in await placement.ref.ask(pl.Queued())  # still holding
+    await trio.sleep(2)
+    await placement.tell(pl.Loads())  # a message: the actor plans again
+    # given up, then a new plan preempted again (the same victim: still the latest)
+    assert placement.calls.preempted == [("low_b", "high", 3), ("low_b", "high", 3)]
+    assert (await placement.ref.ask(pl.Loads()))["n1"].active_jobs == 2
+    assert [j for j, _ in placement.calls.assigned] == ["low_a", "low_b"]
+    await placement.tell(pl.Release("low_b"))  # it stops at last: the job takes its place
+    assert placement.calls.assigned[-1] == ("high", "n1")
+
+
 # -- the phase machine --------------------------------------------------------------------
 
 
