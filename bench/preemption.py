@@ -101,8 +101,10 @@ def repetition(client: httpx.Client, n_slots: int) -> str:
     high = submit(client, HIGH)
     wait_until(client, high, ("running", *TERMINAL), 60)
     # the preempted victim waits in the queue (the high job keeps its slot): cancelled
-    # there, the others on SIGTERM, the high job once armed (see wait_armed)
-    for job_id in victims:
+    # there first (else it takes the next freed slot and is cancelled while starting),
+    # then the others on SIGTERM, the high job once armed (see wait_armed)
+    phases = {j: client.get(f"/v1/jobs/{j}").json()["phase"] for j in victims}
+    for job_id in sorted(victims, key=lambda j: phases[j] != "queued"):
         client.post(f"/v1/jobs/{job_id}/cancel")
     wait_armed(client, high, 60)
     client.post(f"/v1/jobs/{high}/cancel")
