@@ -5,7 +5,7 @@
 
 Scenarios: submit, lean_submit, batch_submit, scale, lifecycle, placement, fanout, agents, store,
 local_lifecycle, admission, teleop_rtt, stream_fanout, pipeline, sessions, analytics,
-webhooks, retries, schedules, ha, containers.
+webhooks, retries, schedules, ha, containers, preemption.
 Each runs in its own process, starts its own server on loopback with a fresh data dir,
 and prints ONE JSON object; ``all`` prints them as they finish, then a last ``summary``
 line with the headline figures. ``--quick`` keeps all of them under 9 minutes on the
@@ -44,6 +44,7 @@ SCENARIOS: dict[str, str] = {
     "schedules": "bench.schedules",
     "ha": "bench.ha",
     "containers": "bench.containers",
+    "preemption": "bench.preemption",
 }
 #: seconds one scenario may take before ``all`` gives up on it
 LIMIT_QUICK, LIMIT_FULL = 180, 1200
@@ -54,7 +55,12 @@ HEADLINES: dict[str, tuple[str, ...]] = {
     "batch_submit": ("jobs_per_s", "latency_ms", "server_cpu_us_per_job", "sweep_1000"),
     "scale": ("ratios", "rss_per_queued_job_bytes", "retention", "targets"),
     "lifecycle": ("completed_per_s", "submit_to_running_ms", "paced_submit_to_running_ms"),
-    "placement": ("decision_p50_us", "growth_100_to_10000"),
+    "placement": (
+        "decision_p50_us",
+        "growth_100_to_10000",
+        "preempt_decision_us",
+        "preempt_decisions_per_s",
+    ),
     "fanout": ("delivered_lines_per_s", "latency_ms", "every_line_in_order"),
     "teleop_rtt": ("rtt", "lost", "in_order", "rate_achieved_hz"),
     "stream_fanout": ("delivered_per_s", "latency_ms", "every_chunk_in_order", "p99_ratio_stalled"),
@@ -72,6 +78,7 @@ HEADLINES: dict[str, tuple[str, ...]] = {
     "schedules": ("firing_delay_ms", "fired_twice"),
     "ha": ("takeover_ms", "lost", "doubled", "targets"),
     "containers": ("targets", "pull"),
+    "preemption": ("latency_ms", "targets"),
     "sessions": (
         "beyond_pod_start_ms",
         "launch_to_ready_ms",

@@ -16,6 +16,11 @@ feasible node would (and how close its score is).
 owned by none) with 500 cross-org grants, and every job of a random org (the ``owner``
 filter and the per-org class signatures at work).
 
+``preempt_10000`` (and ``preempt_1000``; ``--preempt-waiting 0`` leaves them out): the
+fleet full of running preemptible low-priority jobs, and the cost of
+``runplane.placement.preempt.choose`` per waiting high-priority job, alone and through the
+placement actor's plan (``bench/placement_preempt.py``).
+
 Prints ONE JSON object. Well under a minute at the defaults.
 """
 
@@ -319,6 +324,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--decisions", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--per-stream", type=int, default=DEFAULT_PER_STREAM)
+    parser.add_argument("--preempt-waiting", type=int, default=40)
     args = parser.parse_args(argv)
     started = time.perf_counter()
     sizes = {str(n): bench_size(n, args.decisions, args.seed, args.per_stream) for n in SIZES}
@@ -342,8 +348,13 @@ def main(argv: list[str] | None = None) -> None:
         "owned_10000": bench_size(
             SIZES[-1], args.decisions, args.seed, args.per_stream, owned=True
         ),
-        "elapsed_s": round(time.perf_counter() - started, 1),
     }
+    if args.preempt_waiting:
+        from bench.placement_preempt import bench_preempt
+
+        for n in SIZES[1:]:
+            result[f"preempt_{n}"] = bench_preempt(n, args.preempt_waiting, args.seed)
+    result["elapsed_s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(result))
 
 

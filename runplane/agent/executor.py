@@ -204,7 +204,10 @@ class _Job:
         else:
             what = "cancelled"
         if result.sigkilled:
-            return f"{what}; killed with SIGKILL after {_seconds(self.grace)} grace"
+            # a cancel may carry its own grace (a preemption's), as the watchdog used it
+            asked = getattr(self.cancel, "grace", None) if result.stopped == "cancelled" else None
+            grace = self.grace if asked is None else asked
+            return f"{what}; killed with SIGKILL after {_seconds(grace)} grace"
         return what
 
     # -- the run

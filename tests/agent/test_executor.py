@@ -14,6 +14,7 @@ import pytest
 import trio
 
 from runplane.agent import execspec, executor, output, procgroup, requirements
+from runplane.agent.core import Stop
 from runplane.agent.executor import (
     MAX_BATCH_LINES,
     MAX_LINE_BYTES,
@@ -636,6 +637,34 @@ async def test_sigterm_is_ignored_then_sigkill_after_grace(tmp_path: Path) -> No
         assert finished.outcome == "cancelled"
         assert finished.error == "cancelled; killed with SIGKILL after 0.5 s grace"
         assert 0.5 <= stopped_after < 3
+        assert await wait_gone(pids) == []
+    finally:
+        kill_quietly(pids)
+
+
+async def test_a_cancel_with_its_own_grace_names_that_grace(tmp_path: Path) -> None:
+    """A preemption's cancel carries its grace (``Stop.grace``): the job is SIGKILLed after
+    that one, not the agent's, and its error says so."""
+    script = "trap '' TERM; echo ready; while :; do sleep 0.05; done"
+    rec = Recorder()
+    cancel = Stop()
+    cancel.grace = 0.3
+    result: list[Finished] = []
+
+    async def job() -> None:
+        result.append(
+            await run_job(spec(tmp_path, ["sh", "-c", script], grace_sec=30), rec, cancel)
+        )
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(job)
+        await rec.wait_for(lambda t: t == "ready")
+        cancel.set()
+    pids = [e.pid for e in rec.of(Started)]  # type: ignore[union-attr]
+    try:
+        (finished,) = result
+        assert finished.outcome == "cancelled"
+        assert finished.error == "cancelled; killed with SIGKILL after 0.3 s grace"
         assert await wait_gone(pids) == []
     finally:
         kill_quietly(pids)
