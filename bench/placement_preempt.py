@@ -124,6 +124,9 @@ class _Context:
     def start_soon(self, fn: Any, *args: object) -> None:
         pass
 
+    def tell_after(self, delay: float, msg: object) -> None:
+        pass
+
 
 async def _actor_path(
     jobs: list[JobDemand], fleet: FleetIndex, running: Preemptibles

@@ -8,10 +8,11 @@ preempted for another job. On each node holding such jobs, :func:`choose` looks 
 smallest set of them whose reservations, taken off the node's load, let ``J`` pass every
 filter; between sets and nodes it prefers fewest jobs, then the lowest priorities (the
 highest victim priority first, then the next), then the most recently started (as Nomad
-and Kubernetes do), then the lowest node id. A node with up to :data:`EXACT_UP_TO`
-candidates is searched exhaustively; past that (rare: one node running that many
-preemptible lower jobs) the candidates are dropped greedily in preference order and the
-set is then pruned of jobs it does not need.
+and Kubernetes do), then the lowest node id. One victim is found by a walk of the
+preemptible jobs in that order (exact); several, on the first :data:`MULTI_NODES` nodes
+that could take the job, where a node with up to :data:`EXACT_UP_TO` candidates is
+searched exhaustively and one with more greedily (dropped in preference order, then pruned
+of jobs the set does not need).
 
 :class:`Holds` keeps the preemptions in flight: the victims' reservations stay counted on
 the node until the last of them is gone, then they are released and the waiting job's
@@ -20,9 +21,11 @@ reservation is made at once, so no other job takes what was freed for it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
+
+from sortedcontainers import SortedList
 
 from .filters import first_rejection
 from .index import FleetIndex
@@ -63,13 +66,15 @@ class Preemption:
 
 
 class Preemptibles:
-    """The running preemptible jobs, by node (what :func:`choose` searches)."""
+    """The running preemptible jobs, by node and in preference order (lowest priority,
+    then most recently started, then node and job id): what :func:`choose` searches."""
 
-    __slots__ = ("_by_node", "_node_of")
+    __slots__ = ("_by_node", "_node_of", "_order")
 
     def __init__(self) -> None:
         self._by_node: dict[str, dict[str, Running]] = {}
-        self._node_of: dict[str, str] = {}
+        self._node_of: dict[str, Running] = {}
+        self._order: SortedList[tuple[int, int, str, str]] = SortedList()
 
     def __bool__(self) -> bool:
         return bool(self._node_of)
@@ -80,25 +85,38 @@ class Preemptibles:
     def add(self, running: Running) -> None:
         self.remove(running.job_id)
         self._by_node.setdefault(running.node_id, {})[running.job_id] = running
-        self._node_of[running.job_id] = running.node_id
+        self._node_of[running.job_id] = running
+        self._order.add(_order_key(running))
 
     def remove(self, job_id: str) -> None:
-        node_id = self._node_of.pop(job_id, None)
-        if node_id is None:
+        running = self._node_of.pop(job_id, None)
+        if running is None:
             return
-        jobs = self._by_node[node_id]
+        jobs = self._by_node[running.node_id]
         del jobs[job_id]
         if not jobs:
-            del self._by_node[node_id]
+            del self._by_node[running.node_id]
+        self._order.remove(_order_key(running))
 
     def lowest_priority(self) -> int | None:
         """The lowest priority among them (a job at or below it cannot preempt any)."""
-        jobs = (r for on_node in self._by_node.values() for r in on_node.values())
-        return min((r.demand.priority for r in jobs), default=None)
+        return self._order[0][0] if self._order else None
+
+    def in_order(self) -> Iterator[Running]:
+        """Every one of them, the preferred victim first."""
+        for key in self._order:
+            yield self._node_of[key[3]]
 
     def nodes(self) -> Iterator[tuple[str, Iterable[Running]]]:
         for node_id, jobs in self._by_node.items():
             yield node_id, jobs.values()
+
+    def on_node(self, node_id: str) -> Iterable[Running]:
+        return self._by_node.get(node_id, {}).values()
+
+
+def _order_key(running: Running) -> tuple[int, int, str, str]:
+    return (running.demand.priority, -running.started, running.node_id, running.job_id)
 
 
 def may_preempt(
@@ -175,27 +193,103 @@ def choose(
 ) -> Preemption | None:
     """Where ``job`` runs if some running jobs are stopped for it, and which (None: no
     node frees enough with jobs it may preempt). ``busy``: jobs already being preempted
-    (one preemption in flight per victim)."""
-    taken, tiers = set(busy), tuple(cross_org_tiers)
+    (one preemption in flight per victim).
+
+    One victim is enough for most jobs: the running jobs are walked in preference order
+    and the first whose going lets ``job`` fit is the answer (exact: no set is smaller, and
+    none of one job is preferred). Otherwise each node that could fit it once all its
+    candidates went (a cheap count first, then the filters) is searched exactly, at most
+    :data:`MULTI_NODES` of them, taken in the order of their preferred candidate."""
+    search = _Search(job, fleet, set(busy), tuple(cross_org_tiers))
+    one = search.one_victim(running)
+    if one is not None:
+        return search.preemption(one[0], one[1])
     best: tuple[SetKey, str, tuple[Running, ...]] | None = None
-    for node_id, jobs in running.nodes():
-        if node_id not in fleet:
-            continue
-        node = fleet.node(node_id)
-        candidates = [
-            r for r in jobs if r.job_id not in taken and may_preempt(job, r.demand, node, tiers)
-        ]
-        found = victims_on(job, node, fleet.load(node_id), candidates)
-        if found is None:
-            continue
-        key = set_key(found)
-        if best is None or (key, node_id) < (best[0], best[1]):
-            best = (key, node_id, found)
-    if best is None:
+    for node_id in search.multi_nodes(running):
+        found = victims_on(job, fleet.node(node_id), fleet.load(node_id), search.seen[node_id])
+        if found is not None and (best is None or (set_key(found), node_id) < best[:2]):
+            best = (set_key(found), node_id, found)
+    return None if best is None else search.preemption(best[1], best[2])
+
+
+#: Most nodes :func:`choose` searches for a set of several victims (the first that could
+#: fit, by their preferred candidate): bounds a decision on a large full fleet.
+MULTI_NODES = 32
+
+
+class _Search:
+    """One :func:`choose`: which nodes could ever take the job (per node, once), and the
+    candidates seen on each."""
+
+    def __init__(
+        self, job: JobDemand, fleet: FleetIndex, busy: set[str], tiers: tuple[str, ...]
+    ) -> None:
+        self.job, self.fleet, self.busy, self.tiers = job, fleet, busy, tiers
+        self.static: dict[str, bool] = {}
+        self.seen: dict[str, list[Running]] = {}
+
+    def candidate(self, victim: Running) -> NodeShape | None:
+        """``victim``'s node when ``job`` may stop it there (the policy: the fit is
+        :meth:`takes`'s)."""
+        node_id = victim.node_id
+        if victim.job_id in self.busy or node_id not in self.fleet:
+            return None
+        node = self.fleet.node(node_id)
+        return node if may_preempt(self.job, victim.demand, node, self.tiers) else None
+
+    def takes(self, node: NodeShape, victims: Sequence[Running]) -> bool:
+        """Whether ``job`` fits on ``node`` once ``victims`` are gone: the arithmetic
+        first, then whether the node could ever take it (once per node), then every
+        filter."""
+        load = self.fleet.load(node.id)
+        if not _room(node, load, self.job, victims):
+            return False
+        ok = self.static.get(node.id)
+        if ok is None:
+            ok = self.static[node.id] = first_rejection(node, NodeLoad(), self.job) is None
+        return ok and _fits(node, load, self.job, victims)
+
+    def one_victim(self, running: Preemptibles) -> tuple[str, tuple[Running]] | None:
+        for victim in running.in_order():
+            if victim.demand.priority >= self.job.priority:
+                return None  # the rest are no lower than the job
+            node = self.candidate(victim)
+            if node is None:
+                continue
+            self.seen.setdefault(victim.node_id, []).append(victim)
+            if self.takes(node, (victim,)):
+                return victim.node_id, (victim,)
         return None
-    victims = best[2]
-    grace = max(v.demand.preempt_grace_sec for v in victims)
-    return Preemption(job.job_id, best[1], tuple(v.job_id for v in victims), grace)
+
+    def multi_nodes(self, running: Preemptibles) -> list[str]:
+        """The nodes to search for several victims (after :meth:`one_victim` saw every
+        candidate): those that take the job once all their candidates are gone, first by
+        their preferred candidate."""
+        chosen: list[str] = []
+        for node_id, candidates in self.seen.items():  # in the order their first was seen
+            if self.takes(self.fleet.node(node_id), candidates):
+                chosen.append(node_id)
+                if len(chosen) == MULTI_NODES:
+                    break
+        return chosen
+
+    def preemption(self, node_id: str, victims: tuple[Running, ...]) -> Preemption:
+        grace = max(v.demand.preempt_grace_sec for v in victims)
+        return Preemption(self.job.job_id, node_id, tuple(v.job_id for v in victims), grace)
+
+
+def _room(node: NodeShape, load: NodeLoad, job: JobDemand, victims: Iterable[Running]) -> bool:
+    """A necessary condition of :func:`_fits`, in plain arithmetic: the CPU, RAM and GPUs
+    the victims free cover what the job lacks (the filters decide the rest)."""
+    cpu, ram, gpus = load.used_cpu, load.used_ram, load.used_gpu
+    for victim in victims:
+        d = victim.demand
+        cpu, ram, gpus = cpu - d.cpu, ram - d.ram, gpus - d.gpus
+    return (
+        node.cpu_cores - cpu >= job.cpu
+        and node.ram_gb - ram >= job.ram
+        and (job.gpus == 0 or len(node.gpus) - gpus >= job.gpus)
+    )
 
 
 @dataclass(slots=True)
