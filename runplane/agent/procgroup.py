@@ -20,6 +20,8 @@ DRAIN_IDLE_SEC = 1.0
 DRAIN_CAP_SEC = 10.0
 #: How often :func:`terminate` looks whether the group is gone within the grace period.
 POLL_SEC = 0.05
+#: the first look after a SIGTERM (doubled after each look, up to POLL_SEC)
+FIRST_POLL_SEC = 0.002
 
 
 def signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -102,10 +104,12 @@ async def terminate(proc: trio.Process, pgid: int, grace: float) -> bool:
     """SIGTERM the group, SIGKILL what is left after ``grace`` seconds; True if needed."""
     signal_group(pgid, signal.SIGTERM)
     end = trio.current_time() + grace
+    pause = FIRST_POLL_SEC  # most jobs end at once on SIGTERM: look soon, then less often
     while trio.current_time() < end:
         if proc.returncode is not None and not await group_alive(pgid):
             return False
-        await trio.sleep(min(POLL_SEC, max(0.0, end - trio.current_time())))
+        await trio.sleep(min(pause, max(0.0, end - trio.current_time())))
+        pause = min(POLL_SEC, pause * 2)
     if proc.returncode is not None and not await group_alive(pgid):
         return False
     signal_group(pgid, signal.SIGKILL)
