@@ -71,3 +71,67 @@ def gang_reason(job: JobDemand, fit: int, others: Unplaced, any_other: bool) -> 
     fits = "1 node fits now" if fit == 1 else f"{fit} nodes fit now"
     head = f"gang of {job.nodes} ranks: {fits}"
     return f"{head} ({others.reason})" if any_other else head
+
+
+#: The ports a gang's rank 0 may be told to listen on (``RUNPLANE_MASTER_PORT``): the
+#: lowest not used by another gang whose rank 0 runs on the same node.
+MASTER_PORTS = range(29500, 30000)
+
+
+@dataclass(frozen=True, slots=True)
+class Seat:
+    """A placed gang: its rank nodes (rank 0 first) and rank 0's master port."""
+
+    nodes: tuple[str, ...]
+    master_port: int
+
+
+class Seats:
+    """The placed gangs (the placement actor's): each one's nodes and master port."""
+
+    __slots__ = ("_by_job", "_ports")
+
+    def __init__(self) -> None:
+        self._by_job: dict[str, Seat] = {}
+        self._ports: dict[str, set[int]] = {}  # rank 0's node -> master ports in use
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._by_job
+
+    def __len__(self) -> int:
+        return len(self._by_job)
+
+    def get(self, job_id: str) -> Seat | None:
+        return self._by_job.get(job_id)
+
+    def seat(self, job_id: str, nodes: tuple[str, ...], port: int | None = None) -> Seat:
+        """Record a placed gang; its master port is ``port`` (a rebuild: the stored one)
+        or the lowest free on rank 0's node (the range's first when all are taken:
+        rank 0's agent then fails the attempt, saying the port is not free)."""
+        used = self._ports.setdefault(nodes[0], set())
+        if port is None:
+            port = next((p for p in MASTER_PORTS if p not in used), MASTER_PORTS[0])
+        used.add(port)
+        seat = self._by_job[job_id] = Seat(nodes, port)
+        return seat
+
+    def drop(self, job_id: str) -> Seat | None:
+        seat = self._by_job.pop(job_id, None)
+        if seat is not None:
+            used = self._ports.get(seat.nodes[0])
+            if used is not None:
+                used.discard(seat.master_port)
+                if not used:
+                    del self._ports[seat.nodes[0]]
+        return seat
+
+    def others_on(self, node_id: str) -> set[str]:
+        """The gangs with a rank other than rank 0 on ``node_id``."""
+        return {j for j, s in self._by_job.items() if node_id in s.nodes[1:]}
+
+
+def release_ranks(fleet: FleetIndex, seat: Seat, job: JobDemand) -> None:
+    """Give back what a gang's ranks other than rank 0 hold (on nodes still there)."""
+    for node_id in seat.nodes[1:]:
+        if node_id in fleet:
+            fleet.release(node_id, job)
