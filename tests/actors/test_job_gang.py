@@ -21,6 +21,7 @@ from runplane.jobs import repo
 from runplane.jobs.phase import Phase
 from runplane.jobs.rows import JobRow
 from runplane.jobs.view import job_view
+from runplane.nodes import repo as nodes_repo
 from runplane.persistence import Store
 from runplane.runtime import Hub
 
@@ -157,3 +158,14 @@ async def test_a_cancel_stops_every_rank(store: Store) -> None:
     assert [node for node, _ in fakes.node.delivered[before:]] == ["node_a", "node_b", "node_c"]
     assert (await row_of(store, job)).phase is Phase.CANCELLED
 
+
+async def test_the_nodes_of_every_rank_expect_the_attempt(store: Store) -> None:
+    """After a server restart each rank's node knows the gang's attempt runs there (its
+    loss then requeues the gang), found by the ``ranks`` column."""
+    _, actor = await placed(store, "job_gang5")
+    assert await actor.handle(report("node_c", "job_gang5", "running"))
+    assert await nodes_repo.expected_attempts(store, "node_c") == {"job_gang5": 1}
+    assert await nodes_repo.expected_attempts(store, "node_a") == {"job_gang5": 1}
+    assert await nodes_repo.expected_attempts(store, "node_") == {}  # no wildcard
+    live = await nodes_repo.nodes_with_live_jobs(store)
+    assert {"node_a", "node_b", "node_c"} <= set(live)
