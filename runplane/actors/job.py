@@ -104,6 +104,8 @@ class JobActor(Actor[JobMsg]):
         self.log_dropped = row.log_dropped
         #: the last numbered agent report of this attempt taken (stored with what it wrote)
         self.report_n = row.report_n
+        #: a gang's: the last numbered report of each (attempt, rank) taken
+        self.rank_reports: dict[tuple[int, int], int] = {}
         self.final_metrics = dict(row.final_metrics)  # grows with metrics: not the row's
         #: the wait reason last stored (a queued job's), so a repeat stores nothing
         self.wait_reason = row.wait_reason if row.phase is Phase.QUEUED else None
@@ -224,17 +226,19 @@ class JobActor(Actor[JobMsg]):
             return False
         if self.state.phase.terminal and not self._after_cancel():
             return False
-        if not self._stored(msg.report.n):
+        rank, n = self._ranked(msg.node_id, msg.attempt, msg.report.n)
+        if not self._stored(n):
             # after a cancel: the process's last words
-            await self._logs(msg.report.lines, msg.report.n, self._log_rank(msg.node_id))
+            await self._logs(msg.report.lines, n, rank)
         return True
 
     async def _on_agent_metric(self, msg: AgentMetric) -> bool:
         if not self._from_current_node(msg.node_id, msg.attempt) or self.state.phase.terminal:
             return False
         report = msg.report
-        if not self._stored(report.n):
-            await self._metric(report.step, report.values, report.n, self._log_rank(msg.node_id))
+        rank, n = self._ranked(msg.node_id, msg.attempt, report.n)
+        if not self._stored(n):
+            await self._metric(report.step, report.values, n, rank)
         return True
 
     async def _on_agent_finished(self, msg: AgentFinished) -> bool:
@@ -295,9 +299,20 @@ class JobActor(Actor[JobMsg]):
         """The rank whose node sent a report (0: a plain job's node)."""
         return self.state.rank_of(node_id) or 0
 
-    def _log_rank(self, node_id: str) -> int | None:
-        """What a gang's log entries and metrics carry: the reporting rank (None: plain)."""
-        return self.state.rank_of(node_id)
+    def _ranked(self, node_id: str, attempt: int, n: int | None) -> tuple[int | None, int | None]:
+        """A report's rank (what a gang's log entries and metrics carry; None: a plain
+        job) and its number as ``_stored`` reads it. Each rank's agent numbers its own
+        reports: a gang's are told apart here, per rank (in memory: a server restart
+        forgets them, and a rank's resent reports may then be stored again), so -1 for a
+        rank's repeat, None for its new report."""
+        rank = self.state.rank_of(node_id)
+        if rank is None or n is None:
+            return rank, n
+        last = self.rank_reports.get((attempt, rank), 0)
+        if n <= last:
+            return rank, -1
+        self.rank_reports[(attempt, rank)] = n
+        return rank, None
 
     def _from_current_node(self, node_id: str, attempt: int) -> bool:
         """Fencing by (attempt, node): a gang's report comes from one of its rank nodes."""

@@ -89,13 +89,21 @@ async def test_each_rank_gets_its_order_and_the_gang_runs_once_every_rank_runs(
     ]
 
     # log entries and metrics carry the rank of the node that sent them
-    lines = p.JobLogs(job_id=job, attempt=1, lines=[("stdout", "hello from 2")])
+    # each rank's agent numbers its own reports: rank 0's n=1 is not rank 2's repeat
+    lines = p.JobLogs(job_id=job, attempt=1, lines=[("stdout", "hello from 0")], n=1)
+    assert await actor.handle(AgentLogs("node_a", lines))
+    lines = p.JobLogs(job_id=job, attempt=1, lines=[("stdout", "hello from 2")], n=1)
     assert await actor.handle(AgentLogs("node_c", lines))
+    assert await actor.handle(AgentLogs("node_c", lines))  # resent: stored once
     metric = p.JobMetric(job_id=job, attempt=1, values={"loss": 0.5})
     assert await actor.handle(AgentMetric("node_b", metric))
     events = await repo.events_after(store, job, 0, kinds=("log", "metric"))
-    data = [json.loads(e.data) for e in events]
-    assert {"line": "hello from 2", "rank": 2}.items() <= data[-2].items()
+    data = [d for e in events if (d := json.loads(e.data)).get("stream") != "system"]
+    assert [(d.get("line"), d["rank"]) for d in data] == [
+        ("hello from 0", 0),
+        ("hello from 2", 2),
+        (None, 1),
+    ]
     assert data[-1]["rank"] == 1 and data[-1]["values"] == {"loss": 0.5}
 
     # the gang succeeds once every rank did

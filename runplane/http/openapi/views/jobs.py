@@ -126,11 +126,15 @@ class LogLine(View):
     line: str
     #: a session pod's service (docs/sessions.md)
     service: str | None = None
+    #: a gang's rank that wrote it (docs/jobs.md "Multi-node jobs")
+    rank: int | None = None
 
 
 class MetricPoint(View):
     step: int | None = None
     values: dict[str, Number]
+    #: a gang's rank that reported it
+    rank: int | None = None
 
 
 class JobLogs(View):
