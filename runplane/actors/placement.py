@@ -28,7 +28,7 @@ from runplane.nodes.shape import shape_of
 from runplane.persistence import Store, now_ms
 from runplane.placement import DemandError, FleetIndex, JobDemand, NodeLoad, NodeShape
 from runplane.placement.fairshare import FairShare, ShareRow
-from runplane.placement.gang import Seats, release_ranks
+from runplane.placement.gang import Seat, Seats, release_ranks
 from runplane.placement.preempt import Hold, Holds, Preemptibles, Preemption, Running, choose
 from runplane.placement.queue import JobQueue, Signature, plan_groups
 from runplane.policy import repo as policy_repo
@@ -413,9 +413,7 @@ class PlacementActor(Actor[PlacementMsg]):
             case FleetNow():
                 return list(self.fleet)
             case StatsNow():
-                stats = replace(self.stats, queued=len(self.queue), nodes=len(self.fleet))
-                stats.gangs_waiting = sum(1 for d in self.queue.values() if d.nodes > 1)
-                return stats
+                return self._stats()
             case Shares(org_id):
                 return self.fair.rows(clock.now(), self.queue.orgs(), org_id)
             case SetWeight(org_id, weight):
@@ -436,6 +434,11 @@ class PlacementActor(Actor[PlacementMsg]):
             case _:
                 assert_never(msg)
         return None
+
+    def _stats(self) -> PlacementStats:
+        stats = replace(self.stats, queued=len(self.queue), nodes=len(self.fleet))
+        stats.gangs_waiting = sum(1 for d in self.queue.values() if d.nodes > 1)
+        return stats
 
     def _held_on(self, job_id: str, node_id: str) -> None:
         """The job refused an assignment because it holds ``node_id``: count it there."""
@@ -661,7 +664,7 @@ class PlacementActor(Actor[PlacementMsg]):
             self.fleet.reserve(node_id, demand)
         seat = self.seats.seat(demand.job_id, nodes)
         self.stats.gangs_placed += 1
-        self.context.start_soon(self._hand_over, demand.job_id, nodes[0], seat.master_port)
+        self.context.start_soon(self._hand_over, demand.job_id, nodes[0], seat)
 
     def _verdict(self, signature: Signature, reason: str, fresh: set[str]) -> None:
         """The group of jobs with ``signature`` waits for ``reason``: a changed reason is
@@ -680,11 +683,10 @@ class PlacementActor(Actor[PlacementMsg]):
             self.reasons[job_id] = reason
             self._tell_reason(job_id, self.last_plan)
 
-    async def _hand_over(self, job_id: str, node_id: str, master_port: int = 0) -> None:
-        seat = self.seats.get(job_id) if master_port else None
+    async def _hand_over(self, job_id: str, node_id: str, seat: Seat | None = None) -> None:
         try:
-            if seat is not None and self.assign_gang is not None:
-                answer = await self.assign_gang(job_id, seat.nodes, master_port)
+            if seat is not None and self.assign_gang is not None:  # every rank's node
+                answer = await self.assign_gang(job_id, seat.nodes, seat.master_port)
             else:
                 answer = await self.assign(job_id, node_id)
         except Exception:

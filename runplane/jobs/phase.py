@@ -260,18 +260,8 @@ def transition(state: JobState, event: Event, now_ms: int) -> tuple[JobState, tu
         case Undelivered(attempt, reason, counted) if phase is Phase.ASSIGNED:
             _check_attempt(state, attempt)
             lost = (Effect.COUNT_LOST,) if counted else ()
-            return (
-                replace(
-                    state,
-                    phase=Phase.QUEUED,
-                    node_id=None,
-                    started_at=None,
-                    error=reason,
-                    ranks=(),
-                    master_port=None,
-                ),
-                (*_stop_ranks(state), Effect.RELEASE, *lost, Effect.ENQUEUE),
-            )
+            back = _back_in_queue(state, reason)
+            return back, (*_stop_ranks(state), Effect.RELEASE, *lost, Effect.ENQUEUE)
     if isinstance(event, Pulling | Running | Finished | NodeLost | Undelivered | Preempted):
         _check_attempt(state, event.attempt)
     raise InvalidTransition(state, event)
@@ -333,18 +323,21 @@ def _lost(state: JobState, reason: str, now_ms: int) -> tuple[JobState, tuple[Ef
             ),
             (*_stop_ranks(state), Effect.RELEASE, Effect.COUNT_LOST),
         )
-    return (
-        replace(
-            state,
-            phase=Phase.QUEUED,
-            attempts=attempts,
-            node_id=None,
-            started_at=None,
-            error=reason,  # the queued job says why it waits again
-            ranks=(),
-            master_port=None,
-        ),
-        (*_stop_ranks(state), Effect.RELEASE, Effect.COUNT_LOST, Effect.ENQUEUE),
+    # the queued job says why it waits again
+    back = replace(_back_in_queue(state, reason), attempts=attempts)
+    return back, (*_stop_ranks(state), Effect.RELEASE, Effect.COUNT_LOST, Effect.ENQUEUE)
+
+
+def _back_in_queue(state: JobState, reason: str) -> JobState:
+    """Queued again (the attempt's node, or a gang's ranks, given up), saying why."""
+    return replace(
+        state,
+        phase=Phase.QUEUED,
+        node_id=None,
+        started_at=None,
+        error=reason,
+        ranks=(),
+        master_port=None,
     )
 
 
