@@ -19,6 +19,11 @@
                                            queue, then ``RetryDue`` puts it back in
     any non-terminal -> cancelled           cancel
 
+A gang (``ranks``: docs/jobs.md "Multi-node jobs") is one attempt over its ranks' nodes:
+``pulling`` once any rank pulls, ``running`` once every rank runs, ``succeeded`` once
+every rank did; a rank ending otherwise ends it (``rank k failed: ...``); losing a node,
+an order not taken or an early end tells the other ranks to stop (``CANCEL_RANKS``).
+
 Agent reports carry the attempt they belong to; a report for another attempt is refused
 (``StaleAttempt``): fencing, so a late report from a lost node cannot touch the new attempt.
 An event that makes no sense in the current phase is refused (``InvalidTransition``), never
