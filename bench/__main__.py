@@ -44,6 +44,7 @@ SCENARIOS: dict[str, str] = {
     "schedules": "bench.schedules",
     "ha": "bench.ha",
     "containers": "bench.containers",
+    "placement_gangs": "bench.placement_gangs",
 }
 #: seconds one scenario may take before ``all`` gives up on it
 LIMIT_QUICK, LIMIT_FULL = 180, 1200
