@@ -106,6 +106,8 @@ class JobActor(Actor[JobMsg]):
         self.report_n = row.report_n
         #: a gang's: the last numbered report of each (attempt, rank) taken
         self.rank_reports: dict[tuple[int, int], int] = {}
+        #: a gang's: the artifacts rank 0 uploaded (the only rank that collects outputs)
+        self.rank0_artifacts: list[dict[str, Any]] | None = None
         self.final_metrics = dict(row.final_metrics)  # grows with metrics: not the row's
         #: the wait reason last stored (a queued job's), so a repeat stores nothing
         self.wait_reason = row.wait_reason if row.phase is Phase.QUEUED else None
@@ -256,6 +258,10 @@ class JobActor(Actor[JobMsg]):
         self._finish_artifacts = checked_artifacts(self.id, report.artifacts)
         self._finish_exit = (report.exit_code, report.signal)
         outcome, rank = msg.outcome, self._rank(msg.node_id)
+        if self.state.ranks:  # a gang keeps rank 0's outputs, whichever rank ends it
+            if rank == 0:
+                self.rank0_artifacts = self._finish_artifacts
+            self._finish_artifacts = self.rank0_artifacts
         retry = self._retry_in_ms(outcome)
         finished = Finished(msg.attempt, outcome, report.error, retry, rank)
         try:

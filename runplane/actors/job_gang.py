@@ -29,11 +29,13 @@ def rank_env(state: JobState, rank: int, master_addr: str) -> dict[str, str]:
 
 def rank_order(base: p.Run, state: JobState, rank: int, master_addr: str) -> p.Run:
     """``base`` (the job's run order) for one rank; rank 0's also names the master port
-    its agent checks it can listen on before it starts the process."""
+    its agent checks it can listen on before it starts the process, and only rank 0
+    collects the job's outputs (the ranks would write the same artifacts)."""
     spec = base.spec.model_copy(
         update={
             "env": {**base.spec.env, **rank_env(state, rank, master_addr)},
             "master_port": state.master_port if rank == 0 else None,
+            "outputs": base.spec.outputs if rank == 0 else [],
         }
     )
     return base.model_copy(update={"spec": spec})

@@ -262,7 +262,10 @@ def transition(state: JobState, event: Event, now_ms: int) -> tuple[JobState, tu
                 preemptions=state.preemptions + 1,
             )
             return nxt, (Effect.RELEASE, Effect.ENQUEUE)
-        case Undelivered(attempt, reason, counted) if phase is Phase.ASSIGNED:
+        # a gang's: one rank's order not taken while others already pull or run
+        case Undelivered(attempt, reason, counted) if phase is Phase.ASSIGNED or (
+            state.ranks and phase.on_node
+        ):
             _check_attempt(state, attempt)
             lost = (Effect.COUNT_LOST,) if counted else ()
             back = _back_in_queue(state, reason)

@@ -15,6 +15,7 @@ from runplane.actors.job_messages import (
     Assign,
     Cancel,
     LoseAttempt,
+    OrderUndelivered,
 )
 from runplane.agent import protocol as p
 from runplane.jobs import repo
@@ -177,3 +178,22 @@ async def test_the_nodes_of_every_rank_expect_the_attempt(store: Store) -> None:
     assert await nodes_repo.expected_attempts(store, "node_") == {}  # no wildcard
     live = await nodes_repo.nodes_with_live_jobs(store)
     assert {"node_a", "node_b", "node_c"} <= set(live)
+
+
+async def test_only_rank_0_collects_outputs(store: Store) -> None:
+    fakes = Fakes()
+    row = await insert(store, "job_gang6", outputs=[{"artifact": "model", "glob": "*.pt"}])
+    actor = JobActor(fakes.deps(store, Hub()), row)
+    assert (await actor.handle(GANG)).taken
+    runs = [o for o in fakes.node.orders() if isinstance(o, p.Run)]
+    assert [[g.glob for g in o.spec.outputs] for o in runs] == [["*.pt"], [], []]
+
+
+async def test_a_rank_declining_its_order_sends_the_gang_back_uncounted(store: Store) -> None:
+    fakes, actor = await placed(store, "job_gang7")
+    assert await actor.handle(report("node_a", "job_gang7", "pulling"))
+    declined = OrderUndelivered(1, "node declined it: no GPU free", counted=False)
+    assert await actor.handle(declined)
+    row = await row_of(store, "job_gang7")
+    assert row.phase is Phase.QUEUED and row.attempts == 0 and row.ranks == ()
+    assert fakes.placement.told == [("release", "job_gang7"), ("enqueue", "job_gang7")]
