@@ -694,7 +694,7 @@ class PlacementActor(Actor[PlacementMsg]):
             answer = Handover(taken=False)
         if answer.taken:
             return
-        if answer.on_node is not None:  # it holds another node: count that one instead
+        if answer.on_node is not None and seat is None:  # it holds another node: count it
             await self.context.ref.tell(_HeldOn(job_id, answer.on_node))
         else:
             await self.context.ref.tell(Release(job_id))
