@@ -45,6 +45,7 @@ SCENARIOS: dict[str, str] = {
     "ha": "bench.ha",
     "containers": "bench.containers",
     "preemption": "bench.preemption",
+    "placement_gangs": "bench.placement_gangs",
 }
 #: seconds one scenario may take before ``all`` gives up on it
 LIMIT_QUICK, LIMIT_FULL = 180, 1200

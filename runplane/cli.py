@@ -335,6 +335,13 @@ DIR = click.Path(path_type=Path)
     "one a job is using",
 )
 @click.option(
+    "--advertise-address",
+    metavar="HOST",
+    help="how other nodes reach this one: a multi-node job's RUNPLANE_MASTER_ADDR when "
+    "its rank 0 runs here (default: the address the server sees this agent connect "
+    "from); see docs/jobs.md",
+)
+@click.option(
     "--best-effort-limits",
     is_flag=True,
     help="also run jobs whose limits this node cannot enforce (each such job's log says "

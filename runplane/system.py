@@ -146,6 +146,7 @@ class Root:
                 lambda: pl.PlacementActor(
                     store=store,
                     assign=self._assign,
+                    assign_gang=self._assign_gang,
                     tell_reason=self._tell_reason,
                     preempt=self._preempt,
                     cross_org_tiers=settings.cross_org_preemption_tiers,
@@ -181,6 +182,12 @@ class Root:
 
     async def _assign(self, job_id: str, node_id: str) -> pl.Handover:
         answer = await self.registry.ask(JOBS, job_id, Assign(node_id))
+        return pl.Handover(answer.taken, answer.on_node)
+
+    async def _assign_gang(
+        self, job_id: str, nodes: tuple[str, ...], master_port: int
+    ) -> pl.Handover:
+        answer = await self.registry.ask(JOBS, job_id, Assign(nodes[0], nodes, master_port))
         return pl.Handover(answer.taken, answer.on_node)
 
     async def _preempt(self, job_id: str, by: str, grace_sec: int) -> bool:

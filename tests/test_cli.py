@@ -300,6 +300,18 @@ def test_submit_asks_for_preemption(
     assert code == 0 and json.loads(out)["spec"]["preemptible"] is False, err
 
 
+def test_submit_asks_for_a_gang(
+    server: Server, runplane: Callable[..., tuple[int, str, str]]
+) -> None:
+    args = ("submit", "shell", "--url", server.base, "-o", "json")
+    code, out, err = runplane(*args, "--nodes", "3", "--", "true")
+    assert code == 0, err
+    job = json.loads(out)
+    assert job["nodes"] == 3 and job["ranks"] == []  # queued: no ranks placed yet
+    code, out, err = runplane(*args, "--nodes", "65", "--", "true")
+    assert code == 2 and "65" in err
+
+
 def test_an_unknown_option_is_a_usage_error_before_any_request(
     runplane: Callable[..., tuple[int, str, str]],
 ) -> None:

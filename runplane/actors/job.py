@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any, assert_never
 
 from runplane.actors.job_deps import JobDeps
+from runplane.actors.job_gang import run_ranks, stop_ranks
 from runplane.actors.job_messages import (
     AgentFinished,
     AgentLogs,
@@ -95,12 +96,18 @@ class JobActor(Actor[JobMsg]):
             retries=row.retries,
             retry_at=row.retry_at,
             preemptions=row.preemptions,
+            ranks=row.ranks,
+            master_port=row.master_port,
         )
         self.seq = row.event_seq
         self.log_lines = row.log_lines
         self.log_dropped = row.log_dropped
         #: the last numbered agent report of this attempt taken (stored with what it wrote)
         self.report_n = row.report_n
+        #: a gang's: the last numbered report of each (attempt, rank) taken
+        self.rank_reports: dict[tuple[int, int], int] = {}
+        #: a gang's: the artifacts rank 0 uploaded (the only rank that collects outputs)
+        self.rank0_artifacts: list[dict[str, Any]] | None = None
         self.final_metrics = dict(row.final_metrics)  # grows with metrics: not the row's
         #: the wait reason last stored (a queued job's), so a repeat stores nothing
         self.wait_reason = row.wait_reason if row.phase is Phase.QUEUED else None
@@ -198,7 +205,7 @@ class JobActor(Actor[JobMsg]):
     # -- one method per message ----------------------------------------------------------
 
     async def _on_assign(self, msg: Assign) -> AssignAnswer:
-        if await self._apply(Assigned(msg.node_id)) is None:
+        if await self._apply(Assigned(msg.node_id, msg.ranks, msg.master_port)) is None:
             on_node = self.state.node_id if self.state.phase.on_node else None
             return AssignAnswer(taken=False, on_node=on_node)
         return AssignAnswer(taken=True)
@@ -206,8 +213,10 @@ class JobActor(Actor[JobMsg]):
     async def _on_agent_phase(self, msg: AgentPhase) -> bool:
         if not self._from_current_node(msg.node_id, msg.attempt):
             return False
-        attempt = msg.attempt
-        event: PhaseEvent = Pulling(attempt) if msg.phase is Phase.PULLING else Running(attempt)
+        attempt, rank = msg.attempt, self._rank(msg.node_id)
+        event: PhaseEvent = (
+            Pulling(attempt, rank) if msg.phase is Phase.PULLING else Running(attempt, rank)
+        )
         self._gpus = msg.gpus or None
         try:
             return await self._apply(event) is not None
@@ -219,17 +228,19 @@ class JobActor(Actor[JobMsg]):
             return False
         if self.state.phase.terminal and not self._after_cancel():
             return False
-        if not self._stored(msg.report.n):
+        rank, n = self._ranked(msg.node_id, msg.attempt, msg.report.n)
+        if not self._stored(n):
             # after a cancel: the process's last words
-            await self._logs(msg.report.lines, msg.report.n)
+            await self._logs(msg.report.lines, n, rank)
         return True
 
     async def _on_agent_metric(self, msg: AgentMetric) -> bool:
         if not self._from_current_node(msg.node_id, msg.attempt) or self.state.phase.terminal:
             return False
         report = msg.report
-        if not self._stored(report.n):
-            await self._metric(report.step, report.values, report.n)
+        rank, n = self._ranked(msg.node_id, msg.attempt, report.n)
+        if not self._stored(n):
+            await self._metric(report.step, report.values, n, rank)
         return True
 
     async def _on_agent_finished(self, msg: AgentFinished) -> bool:
@@ -246,8 +257,13 @@ class JobActor(Actor[JobMsg]):
         self.final_metrics.update(report.final_metrics)
         self._finish_artifacts = checked_artifacts(self.id, report.artifacts)
         self._finish_exit = (report.exit_code, report.signal)
-        outcome = msg.outcome
-        finished = Finished(msg.attempt, outcome, report.error, self._retry_in_ms(outcome))
+        outcome, rank = msg.outcome, self._rank(msg.node_id)
+        if self.state.ranks:  # a gang keeps rank 0's outputs, whichever rank ends it
+            if rank == 0:
+                self.rank0_artifacts = self._finish_artifacts
+            self._finish_artifacts = self.rank0_artifacts
+        retry = self._retry_in_ms(outcome)
+        finished = Finished(msg.attempt, outcome, report.error, retry, rank)
         try:
             return await self._apply(finished) is not None
         finally:
@@ -285,8 +301,29 @@ class JobActor(Actor[JobMsg]):
         left = max(0, (self.state.retry_at or 0) - now_ms()) / 1000
         self.context.tell_after(left, BackoffOver(self.state.retries))
 
+    def _rank(self, node_id: str) -> int:
+        """The rank whose node sent a report (0: a plain job's node)."""
+        return self.state.rank_of(node_id) or 0
+
+    def _ranked(self, node_id: str, attempt: int, n: int | None) -> tuple[int | None, int | None]:
+        """A report's rank (what a gang's log entries and metrics carry; None: a plain
+        job) and its number as ``_stored`` reads it. Each rank's agent numbers its own
+        reports: a gang's are told apart here, per rank (in memory: a server restart
+        forgets them, and a rank's resent reports may then be stored again), so -1 for a
+        rank's repeat, None for its new report."""
+        rank = self.state.rank_of(node_id)
+        if rank is None or n is None:
+            return rank, n
+        last = self.rank_reports.get((attempt, rank), 0)
+        if n <= last:
+            return rank, -1
+        self.rank_reports[(attempt, rank)] = n
+        return rank, None
+
     def _from_current_node(self, node_id: str, attempt: int) -> bool:
-        if node_id != self.state.node_id or attempt != self.state.attempt:
+        """Fencing by (attempt, node): a gang's report comes from one of its rank nodes."""
+        on = node_id == self.state.node_id or self.state.rank_of(node_id) is not None
+        if not on or attempt != self.state.attempt:
             log.warning(
                 "stale agent report refused",
                 extra={
@@ -337,13 +374,14 @@ class JobActor(Actor[JobMsg]):
     async def _cancel(self) -> CancelOutcome:
         if self.state.phase.terminal:
             return CancelOutcome(cancelled=False, killed_on_node=False)
-        node, attempt = self.state.node_id, self.state.attempt
+        node, attempt, ranks = self.state.node_id, self.state.attempt, self.state.ranks
         effects = await self._apply(CancelRequested()) or ()
         killed = False
         if Effect.CANCEL_ON_NODE in effects and node is not None:
-            killed = await self.deps.node.deliver(
-                node, self.deps.node.cancel_order(self.id, attempt)
-            )
+            nodes = [r.node_id for r in ranks] or [node]  # a gang: every rank stops
+            for target in nodes:
+                order = self.deps.node.cancel_order(self.id, attempt)
+                killed = await self.deps.node.deliver(target, order) or killed
         return CancelOutcome(cancelled=True, killed_on_node=killed)
 
     async def _preempt(self, by: str, grace_sec: int) -> bool:
@@ -472,6 +510,8 @@ class JobActor(Actor[JobMsg]):
     ) -> None:
         for effect in effects:
             match effect:
+                case Effect.RUN_ON_NODE if after.ranks:
+                    await self._run_on_ranks(after)
                 case Effect.RUN_ON_NODE:
                     assert after.node_id is not None
                     await self._run_on_node(after.node_id, after.attempt)
@@ -488,6 +528,8 @@ class JobActor(Actor[JobMsg]):
                     self._await_backoff()
                 case Effect.CANCEL_ON_NODE:
                     pass  # delivered by _cancel, which knows whether it reached the node
+                case Effect.CANCEL_RANKS:
+                    await stop_ranks(self.deps.node, self.id, before, after)
         if after.phase.terminal and before.node_id and after.phase is Phase.SUCCEEDED:
             await self.deps.placement.node_outcome(before.node_id, AttemptOutcome.OK)
 
@@ -500,6 +542,17 @@ class JobActor(Actor[JobMsg]):
         if not delivered:  # the node vanished between plan and order
             reason = f"node {node_id} went away before the run order"
             self.context.start_soon(self._undelivered, attempt, reason)
+
+    async def _run_on_ranks(self, state: JobState) -> None:
+        """A gang: one run order per rank (``runplane/actors/job_gang.py``); a rank's
+        order not taken sends the whole gang back (its other ranks told to stop)."""
+        base = await self.deps.node.run_order(self.row, state.attempt)
+        missed = await run_ranks(self.deps.node, base, state)
+        for node_id in {r.node_id for r in state.ranks}:
+            await self.deps.placement.node_outcome(node_id, AttemptOutcome.PLACED)
+        if missed is not None:
+            reason = f"node {missed} went away before the run order"
+            self.context.start_soon(self._undelivered, state.attempt, reason)
 
     async def _undelivered(self, attempt: int, reason: str) -> None:
         await self.context.ref.tell(OrderUndelivered(attempt, reason))
@@ -525,7 +578,9 @@ class JobActor(Actor[JobMsg]):
         self.report_n = n
         return {"report_n": n}
 
-    async def _logs(self, lines: Sequence[tuple[str, ...]], n: int | None = None) -> None:
+    async def _logs(
+        self, lines: Sequence[tuple[str, ...]], n: int | None = None, rank: int | None = None
+    ) -> None:
         room = max(0, LOG_CAP - self.log_lines)
         kept, dropped = lines[:room], len(lines) - min(room, len(lines))
         events: list[StoredEvent] = []
@@ -533,7 +588,7 @@ class JobActor(Actor[JobMsg]):
         for entry in kept:
             self.seq += 1
             service = entry[2] if len(entry) > 2 else None
-            events.append(log_event(self.id, self.seq, entry[0], entry[1], ts, service))
+            events.append(log_event(self.id, self.seq, entry[0], entry[1], ts, service, rank))
         first_drop = dropped and not self.log_dropped
         self.log_lines += len(kept)
         self.log_dropped += dropped
@@ -572,10 +627,12 @@ class JobActor(Actor[JobMsg]):
         self._publish([event])
         return True
 
-    async def _metric(self, step: int | None, values: dict[str, float], n: int | None) -> None:
+    async def _metric(
+        self, step: int | None, values: dict[str, float], n: int | None, rank: int | None = None
+    ) -> None:
         self.seq += 1
         self.final_metrics.update(values)
-        event = metric_event(self.id, self.seq, step, values, now_ms())
+        event = metric_event(self.id, self.seq, step, values, now_ms(), rank)
         await self.deps.store.transaction(
             repo.save_state(
                 self.id,

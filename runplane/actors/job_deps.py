@@ -43,6 +43,10 @@ class NodeLink(Protocol):
 
     def cancel_order(self, job_id: str, attempt: int) -> p.Cancel: ...
 
+    def address(self, node_id: str) -> str | None:
+        """How other nodes reach ``node_id`` (a gang's ``RUNPLANE_MASTER_ADDR``)."""
+        ...
+
 
 class PlacementLink(Protocol):
     """Placement's queue and reservations, and the node's reliability counters."""

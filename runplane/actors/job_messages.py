@@ -16,9 +16,12 @@ from runplane.streams.chunks import StreamChunk
 
 @dataclass(frozen=True, slots=True)
 class Assign(Asks["AssignAnswer"]):
-    """Placement hands the job to ``node_id``."""
+    """Placement hands the job to ``node_id``; a gang: every rank's node (``node_id``
+    first) and the port its rank 0 listens on (docs/jobs.md "Multi-node jobs")."""
 
     node_id: str
+    ranks: tuple[str, ...] = ()
+    master_port: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from runplane.jobs import repo as jobs_repo
 from runplane.jobs.demand import demand_of
 from runplane.jobs.jobspec import JobSpec
 from runplane.jobs.phase import Phase
-from runplane.jobs.rows import JobRow
+from runplane.jobs.rows import JobRow, rank_nodes
 from runplane.nodes import grants as node_grants
 from runplane.nodes import repo as nodes_repo
 from runplane.nodes.grants import Grant
@@ -28,6 +28,7 @@ from runplane.nodes.shape import shape_of
 from runplane.persistence import Store, now_ms
 from runplane.placement import DemandError, FleetIndex, JobDemand, NodeLoad, NodeShape
 from runplane.placement.fairshare import FairShare, ShareRow
+from runplane.placement.gang import Seat, Seats, release_ranks
 from runplane.placement.preempt import Hold, Holds, Preemptibles, Preemption, Running, choose
 from runplane.placement.queue import JobQueue, Signature, plan_groups
 from runplane.policy import repo as policy_repo
@@ -52,7 +53,9 @@ PREEMPT_GROUPS = 8
 #: it up (an agent that never stops its job, one too old to know the preemption's cancel):
 #: the waiting job waits again, and may preempt again
 HOLD_EXTRA_SEC = 30.0
-_PLACEMENT_COLUMNS = "id, priority, spec, phase, node_id, org_id, retry_at, started_at"
+_PLACEMENT_COLUMNS = (
+    "id, priority, spec, phase, node_id, org_id, retry_at, started_at, ranks, master_port"
+)
 
 
 # messages -------------------------------------------------------------------------------
@@ -202,6 +205,9 @@ class PlacementStats:
     nodes: int = 0
     #: running jobs told to stop for a waiting one (runplane_preemptions_total)
     preemptions: int = 0
+    #: gangs placed (all ranks at once), gangs queued now (runplane_gangs_*)
+    gangs_placed: int = 0
+    gangs_waiting: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +267,10 @@ class PlacementActor(Actor[PlacementMsg]):
     fair: FairShare = field(default_factory=FairShare)
     #: read the weights from the policy documents on start (False: policy disabled)
     weights_from_store: bool = True
+    #: hand a placed gang to its actor: its rank nodes (rank 0 first), master port; and
+    #: the placed gangs (docs/placement.md "Gangs")
+    assign_gang: Callable[[str, tuple[str, ...], int], Awaitable[Handover]] | None = None
+    seats: Seats = field(default_factory=Seats)
 
     async def on_start(self) -> None:
         """Rebuild from the store, as after a server restart: queued jobs form the queue,
@@ -286,6 +296,8 @@ class PlacementActor(Actor[PlacementMsg]):
                 try:
                     demand = demand_of(job_id, row["priority"], spec, row["org_id"])
                     self._placed(job_id, row["node_id"], demand, row["started_at"] or 0)
+                    if row["ranks"]:  # a gang: its other ranks hold their nodes too
+                        self.seats.seat(job_id, rank_nodes(row["ranks"]), row["master_port"])
                 except DemandError:
                     log.warning("job on a node has an unreadable spec", extra={"job_id": job_id})
         for node_id in await nodes_repo.connected_ids(self.store):
@@ -311,7 +323,7 @@ class PlacementActor(Actor[PlacementMsg]):
         """``job_id`` holds ``demand`` on ``node_id`` (the fleet's load is the caller's)."""
         self.placed[job_id] = (node_id, demand)
         self.fair.assign(demand, clock.now())
-        if demand.preemptible:
+        if demand.preemptible and demand.nodes == 1:  # a gang is never a victim
             # when it started (unix ms; rebuilt: its row's), strictly increasing as placed
             self.placements = max(self.placements + 1, started or now_ms())
             self.running.add(Running(demand, node_id, started or self.placements))
@@ -355,9 +367,9 @@ class PlacementActor(Actor[PlacementMsg]):
 
     def _node_up(self, shape: NodeShape) -> None:
         shape = self._granted(shape)
-        load = NodeLoad()
-        for node_id, demand in self.placed.values():
-            if node_id == shape.id:
+        load, others = NodeLoad(), self.seats.others_on(shape.id)  # a gang's other ranks
+        for job_id, (node_id, demand) in self.placed.items():
+            if node_id == shape.id or job_id in others:
                 load = load.plus(demand.cpu, demand.ram, demand.gpus, 1, demand.org_id)
         self.fleet.upsert(shape, load)
         self.fair.set_node(shape.id, shape.cpu_cores, shape.ram_gb, shape.gpu_count)
@@ -401,7 +413,7 @@ class PlacementActor(Actor[PlacementMsg]):
             case FleetNow():
                 return list(self.fleet)
             case StatsNow():
-                return replace(self.stats, queued=len(self.queue), nodes=len(self.fleet))
+                return self._stats()
             case Shares(org_id):
                 return self.fair.rows(clock.now(), self.queue.orgs(), org_id)
             case SetWeight(org_id, weight):
@@ -422,6 +434,11 @@ class PlacementActor(Actor[PlacementMsg]):
             case _:
                 assert_never(msg)
         return None
+
+    def _stats(self) -> PlacementStats:
+        stats = replace(self.stats, queued=len(self.queue), nodes=len(self.fleet))
+        stats.gangs_waiting = sum(1 for d in self.queue.values() if d.nodes > 1)
+        return stats
 
     def _held_on(self, job_id: str, node_id: str) -> None:
         """The job refused an assignment because it holds ``node_id``: count it there."""
@@ -460,6 +477,10 @@ class PlacementActor(Actor[PlacementMsg]):
             return
         if held is not None and held[0] in self.fleet:
             self.fleet.release(held[0], held[1])
+            self.dirty = self.changed = True
+        seat = self.seats.drop(job_id)
+        if seat is not None and held is not None:  # a gang: its other ranks' nodes too
+            release_ranks(self.fleet, seat, held[1])
             self.dirty = self.changed = True
 
     def _drop_hold(self, job_id: str) -> Hold | None:
@@ -503,6 +524,8 @@ class PlacementActor(Actor[PlacementMsg]):
             head = next(self.queue.group(signature), None)
             demand = self.queue.get(head) if head is not None else None
             if demand is None or lowest is None or demand.priority <= lowest:
+                continue
+            if demand.nodes > 1:  # a gang never preempts (docs/placement.md "Gangs")
                 continue
             looks += 1
             if looks > PREEMPT_GROUPS:
@@ -615,19 +638,33 @@ class PlacementActor(Actor[PlacementMsg]):
         result = plan_groups(todo, self.fleet, shares=shares)
         self.stats.plans += 1
         self.stats.plan_seconds += clock.now() - started
-        for assignment in result.assignments:
+        for at, assignment in enumerate(result.assignments):
+            if assignment.rank:
+                continue  # placed with its rank 0
             demand = self.queue.pop(assignment.job_id)
             assert demand is not None
             self._forget_reason(assignment.job_id)
             self.fleet.reserve(assignment.node_id, demand)
             self._placed(assignment.job_id, assignment.node_id, demand)
             self.stats.assigned += 1
+            if demand.nodes > 1:
+                ranks = result.assignments[at : at + demand.nodes]
+                self._seat(demand, tuple(a.node_id for a in ranks))
+                continue
             self.context.start_soon(self._hand_over, assignment.job_id, assignment.node_id)
         self._preempt(result.waiting)  # a preemptor's reason is its preemption's
         for signature, unplaced in result.waiting.items():
             self._verdict(signature, unplaced.reason, fresh)
         for signature in [s for s in self.verdicts if not self.queue.group_size(s)]:
             del self.verdicts[signature]  # every job of the group left the queue
+
+    def _seat(self, demand: JobDemand, nodes: tuple[str, ...]) -> None:
+        """A gang placed whole: its other ranks reserve their nodes, then its hand-over."""
+        for node_id in nodes[1:]:
+            self.fleet.reserve(node_id, demand)
+        seat = self.seats.seat(demand.job_id, nodes)
+        self.stats.gangs_placed += 1
+        self.context.start_soon(self._hand_over, demand.job_id, nodes[0], seat)
 
     def _verdict(self, signature: Signature, reason: str, fresh: set[str]) -> None:
         """The group of jobs with ``signature`` waits for ``reason``: a changed reason is
@@ -646,15 +683,18 @@ class PlacementActor(Actor[PlacementMsg]):
             self.reasons[job_id] = reason
             self._tell_reason(job_id, self.last_plan)
 
-    async def _hand_over(self, job_id: str, node_id: str) -> None:
+    async def _hand_over(self, job_id: str, node_id: str, seat: Seat | None = None) -> None:
         try:
-            answer = await self.assign(job_id, node_id)
+            if seat is not None and self.assign_gang is not None:  # every rank's node
+                answer = await self.assign_gang(job_id, seat.nodes, seat.master_port)
+            else:
+                answer = await self.assign(job_id, node_id)
         except Exception:
             log.exception("assignment failed", extra={"job_id": job_id, "node_id": node_id})
             answer = Handover(taken=False)
         if answer.taken:
             return
-        if answer.on_node is not None:  # it holds another node: count that one instead
+        if answer.on_node is not None and seat is None:  # it holds another node: count it
             await self.context.ref.tell(_HeldOn(job_id, answer.on_node))
         else:
             await self.context.ref.tell(Release(job_id))

@@ -157,6 +157,7 @@ class Agent:
         update_plan: updates.UpdatePlan | None = None,
         update_drain_timeout: float = math.inf,
         image_cache_gb: float = DEFAULT_CACHE_GB,
+        advertise_address: str | None = None,
         **setup: Unpack[SetupFlags],
     ) -> None:
         servers = _checked(server_url, executor, drain_timeout, update_drain_timeout)
@@ -165,6 +166,7 @@ class Agent:
         self.data_dir = Path(data_dir)
         self.name = name
         self.max_concurrency = max_concurrency
+        self.advertise_address = advertise_address  # how other nodes reach it (gangs)
         self.extra_capabilities = [c.strip() for c in extra_capabilities if c.strip()]
         self.grace_sec = grace_sec
         self.stop_timeout = (
@@ -482,6 +484,8 @@ class Agent:
             update["name"] = self.name
         if self.max_concurrency:
             update["max_concurrency"] = self.max_concurrency
+        if self.advertise_address:
+            update["advertise_address"] = self.advertise_address
         capabilities = reported_capabilities(
             facts.capabilities, self._capabilities, self.extra_capabilities
         )

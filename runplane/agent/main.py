@@ -189,6 +189,7 @@ def main(
     auto_update: bool = False,
     update_drain_timeout: float | None = None,
     image_cache_gb: float = DEFAULT_CACHE_GB,
+    advertise_address: str | None = None,
 ) -> int:
     """Entry of ``runplane agent``: exit 0 after a requested stop, 1 if refused, 2 bad input.
     The options (docs/agent.md) are those of :class:`~runplane.agent.client.Agent`."""
@@ -211,6 +212,7 @@ def main(
             auto_update=auto_update,
             update_drain_timeout=math.inf if update_drain_timeout is None else update_drain_timeout,
             image_cache_gb=image_cache_gb,
+            advertise_address=advertise_address,
         )
     except ValueError as exc:
         print(f"runplane agent: {exc}", file=sys.stderr)

@@ -82,8 +82,10 @@ class Facts(_Sparse):
     executors: list[str] = ["process"]
     #: a container node's image cache; sent only by one (``--executor container``)
     images: ImageFacts | None = None
+    #: how other nodes reach it (``--advertise-address``; a gang's master address)
+    advertise_address: str | None = None
 
-    _sparse: ClassVar[tuple[str, ...]] = ("images",)
+    _sparse: ClassVar[tuple[str, ...]] = ("images", "advertise_address")
 
 
 class RunningJob(_Msg):
@@ -100,8 +102,7 @@ class Hello(_Sparse):
     facts: Facts
     running: list[RunningJob] = []
     channel: str = "stable"
-    #: the agent applies its channel's target version by itself (``--auto-update``);
-    #: sent only when true (see the module doc)
+    #: it applies its channel's target version itself (``--auto-update``); sent if true
     auto_update: bool = False
 
     _sparse: ClassVar[tuple[str, ...]] = ("auto_update",)
@@ -377,23 +378,23 @@ class RunSpec(_Sparse):
     workspace: MountSpec | None = None
     inputs: list[MountSpec] = []
     outputs: list[OutputGlob] = []
-    #: the sandbox asked for (``gvisor``, ``kata``); sent only when not ``none``, so agents
-    #: from before the field still read run orders. Any string: an agent that cannot give
-    #: it (one it does not know included) fails the job saying so, instead of ignoring
-    #: the whole order
+    #: the sandbox asked for (``gvisor``, ``kata``); sent only when not ``none``. Any
+    #: string: an agent that cannot give it fails the job saying so
     isolation: str | None = None
     #: the limits the agent enforces; sent only when the job has any (as ``isolation``)
     limits: RunLimits | None = None
     #: a session's pod: these services run instead of ``command``; sent only for a pod
     pod: list[PodServiceSpec] | None = None
-    #: org secret values in ``env`` (docs/secrets.md): the agent writes ``***`` in their
-    #: place in the job's log lines and stream chunks; sent only when there are any
+    #: org secret values in ``env`` (docs/secrets.md): masked ``***`` in its log lines and
+    #: stream chunks; sent only when there are any
     mask: list[str] | None = Field(None, repr=False)
-    #: the image the job runs in (``--executor container``); sent only for an image job.
-    #: A pod's services carry their own (``PodServiceSpec.image``)
+    #: the image the job runs in (``--executor container``; a pod's services: their own)
     image: ImageOrder | None = None
+    #: a gang's rank 0: the port it must be able to listen on (else the attempt fails)
+    master_port: int | None = None
 
-    _sparse: ClassVar[tuple[str, ...]] = ("isolation", "limits", "pod", "mask", "image")
+    _sparse: ClassVar[tuple[str, ...]] = ("isolation", "limits", "pod", "mask", "image",
+                                          "master_port")  # fmt: skip
 
 
 class Run(_Msg):

@@ -37,6 +37,7 @@ from runplane.agent.executor import (
     Started,
     run_job,
 )
+from runplane.agent.gang import master_port_refusal
 from runplane.agent.images.jobimages import JobImages, image_refusal
 from runplane.agent.images.store import ImageStore
 from runplane.agent.isolation import HostPaths, JobUser, make_workdir
@@ -345,6 +346,7 @@ class JobRunner:
         )
         refusal = self.rules.isolation_refusal(spec.isolation)
         refusal = refusal or plan.refusal or image_refusal(spec, self.images, self.core.node_name())
+        refusal = refusal or master_port_refusal(spec.master_port)
         if refusal is not None:
             await self._system(job, refusal)
             await self._on_event(job, Finished("failed", None, refusal, {}, 0))

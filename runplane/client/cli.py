@@ -185,6 +185,11 @@ def cli(ctx: click.Context, url: str | None, token: str | None, output: str | No
 )
 @click.option("--preempt-grace-sec", type=int, help="seconds from SIGTERM to SIGKILL if preempted")
 @click.option(
+    "--nodes",
+    type=click.IntRange(1, 64),
+    help="a multi-node job: N ranks, each on a node of its own with the limits above",
+)
+@click.option(
     "--sweep",
     "sweeps",
     multiple=True,
@@ -216,6 +221,7 @@ def submit(
     priority: int | None,
     preemptible: bool | None,
     preempt_grace_sec: int | None,
+    nodes: int | None,
     sweeps: tuple[str, ...],
     follow: bool,
     output_format: str,
@@ -245,7 +251,7 @@ def submit(
     if project:
         body["project"] = project
     body["priority"], body["preemptible"] = priority, preemptible
-    body["preempt_grace_sec"] = preempt_grace_sec
+    body["preempt_grace_sec"], body["nodes"] = preempt_grace_sec, nodes
     body = {k: v for k, v in body.items() if v is not None}
     if sweeps:
         _submit_sweep(ctx, body, sweeps, follow, output_format)

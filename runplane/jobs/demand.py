@@ -78,6 +78,7 @@ def demand_of(job_id: str, priority: int, spec: JobSpec, org_id: str | None = No
             images=images_of(spec),
             preemptible=bool(spec.preemptible),
             preempt_grace_sec=spec.preempt_grace_sec or 0,
+            nodes=spec.nodes or 1,
         )
     except DemandError as exc:
         raise DemandError(problems + list(exc.problems)) from None

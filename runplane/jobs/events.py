@@ -70,12 +70,22 @@ def wait_reason_event(job_id: str, seq: int, reason: str, ts: int) -> StoredEven
 
 
 def log_event(
-    job_id: str, seq: int, stream: str, line: str, ts: int, service: str | None = None
+    job_id: str,
+    seq: int,
+    stream: str,
+    line: str,
+    ts: int,
+    service: str | None = None,
+    rank: int | None = None,
 ) -> StoredEvent:
-    """A log line; a line of a session pod's service carries the service's name."""
+    """A log line; a line of a session pod's service carries the service's name, one of a
+    gang's rank its ``rank`` (docs/jobs.md "Multi-node jobs")."""
+    extra: dict[str, Any] = {}
     if service is not None:
-        return encode(job_id, seq, "log", ts, stream=stream, line=line, service=service)
-    return encode(job_id, seq, "log", ts, stream=stream, line=line)
+        extra["service"] = service
+    if rank is not None:
+        extra["rank"] = rank
+    return encode(job_id, seq, "log", ts, stream=stream, line=line, **extra)
 
 
 def system_line_event(job_id: str, seq: int, line: str, ts: int) -> StoredEvent:
@@ -83,11 +93,18 @@ def system_line_event(job_id: str, seq: int, line: str, ts: int) -> StoredEvent:
 
 
 def metric_event(
-    job_id: str, seq: int, step: int | None, values: dict[str, float], ts: int
+    job_id: str,
+    seq: int,
+    step: int | None,
+    values: dict[str, float],
+    ts: int,
+    rank: int | None = None,
 ) -> StoredEvent:
+    """A metric report; a gang's rank's carries its ``rank``."""
+    extra: dict[str, Any] = {} if rank is None else {"rank": rank}
     if step is None:
-        return encode(job_id, seq, "metric", ts, values=values)
-    return encode(job_id, seq, "metric", ts, values=values, step=step)
+        return encode(job_id, seq, "metric", ts, values=values, **extra)
+    return encode(job_id, seq, "metric", ts, values=values, step=step, **extra)
 
 
 @dataclass(slots=True)

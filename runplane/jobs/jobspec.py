@@ -282,6 +282,8 @@ class JobSpec(_Stored):
     #: (docs/placement.md "Preemption"; not hashed); absent in rows from before
     preemptible: bool | None = None
     preempt_grace_sec: int | None = None
+    #: a gang's ranks (2..64: docs/jobs.md "Multi-node jobs"); absent for a plain job
+    nodes: int | None = None
     #: a session's pod, its services in start order; absent for other jobs
     pod: list[PodService] | None = None
     #: its sealed secret-looking env values; absent when none
@@ -347,11 +349,13 @@ def canonical_json(value: Any) -> str:
 
 def spec_hash(spec: JobSpec) -> str:
     """Lowercase hex SHA-256 of the canonical JSON of the hashed fields (a session's pod
-    too: only those specs have one, other hashes are unchanged)."""
+    and a gang's ``nodes`` too: only those specs have them, other hashes are unchanged)."""
     stored = spec.stored()
     subset = {name: stored.get(name) for name in HASHED_FIELDS}
     if spec.pod:
         subset["pod"] = stored["pod"]
+    if spec.nodes:  # a gang runs another thing than its single twin
+        subset["nodes"] = spec.nodes
     return hashlib.sha256(canonical_json(subset).encode()).hexdigest()
 
 

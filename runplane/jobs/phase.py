@@ -19,6 +19,11 @@
                                            queue, then ``RetryDue`` puts it back in
     any non-terminal -> cancelled           cancel
 
+A gang (``ranks``: docs/jobs.md "Multi-node jobs") is one attempt over its ranks' nodes:
+``pulling`` once any rank pulls, ``running`` once every rank runs, ``succeeded`` once
+every rank did; a rank ending otherwise ends it (``rank k failed: ...``); losing a node,
+an order not taken or an early end tells the other ranks to stop (``CANCEL_RANKS``).
+
 Agent reports carry the attempt they belong to; a report for another attempt is refused
 (``StaleAttempt``): fencing, so a late report from a lost node cannot touch the new attempt.
 An event that makes no sense in the current phase is refused (``InvalidTransition``), never
@@ -65,6 +70,16 @@ class Effect(enum.Enum):
     RELEASE = "release"  # give the node's reserved capacity back
     COUNT_LOST = "count_lost"  # the node lost an attempt (reliability)
     RETRY_LATER = "retry_later"  # wait out the retry's backoff, then RetryDue
+    CANCEL_RANKS = "cancel_ranks"  # tell a gang's ranks still on their nodes to stop
+
+
+@dataclass(frozen=True, slots=True)
+class RankState:
+    """One rank of a gang's attempt: its node and its own phase (``assigned`` ->
+    ``pulling`` -> ``running`` -> an outcome)."""
+
+    node_id: str
+    phase: Phase = Phase.ASSIGNED
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +94,18 @@ class JobState:
     retries: int = 0  # user-level retries so far (the job's retry policy)
     retry_at: int | None = None  # waiting out a retry's backoff until then (unix ms)
     preemptions: int = 0  # times stopped for a job of higher priority and requeued
+    #: a gang's ranks in this attempt (rank i at index i; rank 0's node is ``node_id``);
+    #: empty for a plain job (docs/jobs.md "Multi-node jobs")
+    ranks: tuple[RankState, ...] = ()
+    #: the port rank 0 listens on for the others (``RUNPLANE_MASTER_PORT``); a gang's
+    master_port: int | None = None
+
+    def rank_of(self, node_id: str) -> int | None:
+        """The rank whose node is ``node_id`` (ranks are on distinct nodes)."""
+        for rank, held in enumerate(self.ranks):
+            if held.node_id == node_id:
+                return rank
+        return None
 
 
 # events ---------------------------------------------------------------------------------
@@ -87,16 +114,21 @@ class JobState:
 @dataclass(frozen=True, slots=True)
 class Assigned:
     node_id: str
+    #: a gang's rank nodes (``node_id`` first) and rank 0's port; () for a plain job
+    ranks: tuple[str, ...] = ()
+    master_port: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Pulling:
     attempt: int
+    rank: int = 0  # a gang's rank that reported it
 
 
 @dataclass(frozen=True, slots=True)
 class Running:
     attempt: int
+    rank: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +139,7 @@ class Finished:
     #: the job's retry policy allows another try after this backoff (ms), if the outcome
     #: is failed or timeout; None: the outcome ends the job
     retry_in_ms: int | None = None
+    rank: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,16 +216,21 @@ def _check_attempt(state: JobState, attempt: int) -> None:
 def transition(state: JobState, event: Event, now_ms: int) -> tuple[JobState, tuple[Effect, ...]]:
     """The next state and the effects to apply, or raise InvalidTransition/StaleAttempt."""
     phase = state.phase
+    if state.ranks and phase.on_node and isinstance(event, Pulling | Running | Finished):
+        _check_attempt(state, event.attempt)
+        return gang_transition(state, event, now_ms)
     match event:
         case CancelRequested() if not phase.terminal:
             return _cancelled(state, now_ms)
-        case Assigned(node_id) if phase is Phase.QUEUED and state.retry_at is None:
+        case Assigned(node_id, ranks, port) if phase is Phase.QUEUED and state.retry_at is None:
             nxt = replace(
                 state,
                 phase=Phase.ASSIGNED,
                 attempt=state.attempt + 1,
                 node_id=node_id,
                 error=None,  # why it was requeued, if it was: said while it waited
+                ranks=tuple(RankState(n) for n in ranks),
+                master_port=port,
             )
             return nxt, (Effect.RUN_ON_NODE,)
         case Pulling(attempt) if phase is Phase.ASSIGNED:
@@ -224,13 +262,14 @@ def transition(state: JobState, event: Event, now_ms: int) -> tuple[JobState, tu
                 preemptions=state.preemptions + 1,
             )
             return nxt, (Effect.RELEASE, Effect.ENQUEUE)
-        case Undelivered(attempt, reason, counted) if phase is Phase.ASSIGNED:
+        # a gang's: one rank's order not taken while others already pull or run
+        case Undelivered(attempt, reason, counted) if phase is Phase.ASSIGNED or (
+            state.ranks and phase.on_node
+        ):
             _check_attempt(state, attempt)
             lost = (Effect.COUNT_LOST,) if counted else ()
-            return (
-                replace(state, phase=Phase.QUEUED, node_id=None, started_at=None, error=reason),
-                (Effect.RELEASE, *lost, Effect.ENQUEUE),
-            )
+            back = _back_in_queue(state, reason)
+            return back, (*_stop_ranks(state), Effect.RELEASE, *lost, Effect.ENQUEUE)
     if isinstance(event, Pulling | Running | Finished | NodeLost | Undelivered | Preempted):
         _check_attempt(state, event.attempt)
     raise InvalidTransition(state, event)
@@ -260,6 +299,8 @@ def _finished(state: JobState, event: Finished, now_ms: int) -> tuple[JobState, 
                 node_id=None,
                 started_at=None,
                 error=f"try {state.retries + 1} {outcome.value}: {error or outcome}",
+                ranks=(),
+                master_port=None,
             ),
             (Effect.RELEASE, Effect.RETRY_LATER),
         )
@@ -288,16 +329,66 @@ def _lost(state: JobState, reason: str, now_ms: int) -> tuple[JobState, tuple[Ef
                 finished_at=now_ms,
                 error=f"lost its node {attempts} times (last: {reason}); giving up",
             ),
-            (Effect.RELEASE, Effect.COUNT_LOST),
+            (*_stop_ranks(state), Effect.RELEASE, Effect.COUNT_LOST),
         )
-    return (
-        replace(
-            state,
-            phase=Phase.QUEUED,
-            attempts=attempts,
-            node_id=None,
-            started_at=None,
-            error=reason,  # the queued job says why it waits again
-        ),
-        (Effect.RELEASE, Effect.COUNT_LOST, Effect.ENQUEUE),
+    # the queued job says why it waits again
+    back = replace(_back_in_queue(state, reason), attempts=attempts)
+    return back, (*_stop_ranks(state), Effect.RELEASE, Effect.COUNT_LOST, Effect.ENQUEUE)
+
+
+def _back_in_queue(state: JobState, reason: str) -> JobState:
+    """Queued again (the attempt's node, or a gang's ranks, given up), saying why."""
+    return replace(
+        state,
+        phase=Phase.QUEUED,
+        node_id=None,
+        started_at=None,
+        error=reason,
+        ranks=(),
+        master_port=None,
     )
+
+
+def _stop_ranks(state: JobState) -> tuple[Effect, ...]:
+    """A gang whose attempt ends early: its other ranks are told to stop."""
+    return (Effect.CANCEL_RANKS,) if state.ranks else ()
+
+
+def _with_rank(ranks: tuple[RankState, ...], rank: int, phase: Phase) -> tuple[RankState, ...]:
+    return (*ranks[:rank], replace(ranks[rank], phase=phase), *ranks[rank + 1 :])
+
+
+def gang_transition(
+    state: JobState, event: Pulling | Running | Finished, now_ms: int
+) -> tuple[JobState, tuple[Effect, ...]]:
+    """A gang's rank reported (docs/jobs.md "Multi-node jobs"): the job is ``pulling``
+    once any rank is, ``running`` once every rank runs; it succeeds when every rank
+    succeeded; a rank ending otherwise ends the attempt (``rank k failed: <error>``, the
+    retry policy applies) and the other ranks are told to stop."""
+    rank = event.rank
+    if not 0 <= rank < len(state.ranks):
+        raise InvalidTransition(state, event)
+    was = state.ranks[rank].phase
+    if isinstance(event, Pulling):
+        if was is not Phase.ASSIGNED:
+            raise InvalidTransition(state, event)
+        ranks = _with_rank(state.ranks, rank, Phase.PULLING)
+        phase = Phase.PULLING if state.phase is Phase.ASSIGNED else state.phase
+        return replace(state, ranks=ranks, phase=phase), ()
+    if isinstance(event, Running):
+        if was not in (Phase.ASSIGNED, Phase.PULLING):
+            raise InvalidTransition(state, event)
+        ranks = _with_rank(state.ranks, rank, Phase.RUNNING)
+        if all(r.phase in (Phase.RUNNING, Phase.SUCCEEDED) for r in ranks):
+            return replace(state, ranks=ranks, phase=Phase.RUNNING, started_at=now_ms), ()
+        return replace(state, ranks=ranks, phase=Phase.PULLING), ()
+    if was.terminal or not event.outcome.terminal:
+        raise InvalidTransition(state, event)
+    ranked = replace(state, ranks=_with_rank(state.ranks, rank, event.outcome))
+    if event.outcome is Phase.SUCCEEDED:
+        if all(r.phase is Phase.SUCCEEDED for r in ranked.ranks):
+            return _finished(ranked, event, now_ms)
+        return ranked, ()
+    error = f"rank {rank} {event.outcome.value}: {event.error or event.outcome.value}"
+    nxt, effects = _finished(ranked, replace(event, error=error), now_ms)
+    return nxt, (Effect.CANCEL_RANKS, *effects)

@@ -24,6 +24,7 @@ from runplane.problems import Problem
 
 from .jobspec import JobSpec
 from .rows import JobRow as JobRow  # re-exported: the rows these functions return
+from .rows import ranks_json
 
 IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000
 
@@ -33,7 +34,7 @@ JOB_COLUMNS = (
     "event_seq, log_lines, log_dropped, created_at, started_at, finished_at, updated_at, run, "
     "rerun_of, exit_code, signal, gpus, streams, pipeline_run_id, stage, session_id, "
     "retries, retry_at, tries, stage_retry, array_id, array_index, purged_at, report_n, "
-    "preemptions"
+    "preemptions, ranks, master_port"
 )
 
 
@@ -419,6 +420,8 @@ def save_state(
         "retries = ?",
         "retry_at = ?",
         "preemptions = ?",
+        "ranks = ?",
+        "master_port = ?",
     ]
     params: list[Any] = [
         state.phase.value,
@@ -433,6 +436,8 @@ def save_state(
         state.retries,
         state.retry_at,
         state.preemptions,
+        to_json(ranks) if (ranks := ranks_json(state.ranks)) is not None else None,
+        state.master_port,
     ]
     for column, value in extra.items():
         sets.append(f"{column} = ?")

@@ -10,7 +10,7 @@ from typing import Any
 from runplane.persistence import from_json
 
 from .jobspec import JobSpec
-from .phase import Phase
+from .phase import Phase, RankState
 
 
 def _decoded(value: Any) -> Any:
@@ -91,6 +91,11 @@ class JobRow:
     report_n: int = 0
     #: times a job of higher priority stopped it to take its place (docs/placement.md)
     preemptions: int = 0
+    #: a gang's ranks in its current (or last) attempt: (node id, phase) by rank
+    #: (docs/jobs.md "Multi-node jobs"); empty for a plain job
+    ranks: tuple[RankState, ...] = ()
+    #: the port a gang's rank 0 listens on (``RUNPLANE_MASTER_PORT``)
+    master_port: int | None = None
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> JobRow:
@@ -140,4 +145,23 @@ class JobRow:
             purged_at=row.get("purged_at"),
             report_n=row.get("report_n") or 0,
             preemptions=row.get("preemptions") or 0,
+            ranks=ranks_of(_decoded(row.get("ranks"))),
+            master_port=row.get("master_port"),
         )
+
+
+def ranks_of(stored: Any) -> tuple[RankState, ...]:
+    """A gang's ranks from the ``ranks`` column's JSON (None: a plain job)."""
+    return tuple(RankState(r["node_id"], Phase(r["phase"])) for r in stored or ())
+
+
+def ranks_json(ranks: tuple[RankState, ...]) -> list[dict[str, Any]] | None:
+    """The ``ranks`` column's value (and the view's ``ranks``): None for a plain job."""
+    if not ranks:
+        return None
+    return [{"rank": i, "node_id": r.node_id, "phase": r.phase.value} for i, r in enumerate(ranks)]
+
+
+def rank_nodes(stored: str) -> tuple[str, ...]:
+    """A gang's rank nodes (rank 0 first) from the ``ranks`` column's text."""
+    return tuple(r.node_id for r in ranks_of(from_json(stored)))

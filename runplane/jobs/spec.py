@@ -72,6 +72,9 @@ class SubmitJobBody(_Strict):
     #: (None: RUNPLANE_PREEMPT_GRACE_SEC); docs/placement.md "Preemption"
     preemptible: bool | None = None
     preempt_grace_sec: int | None = Field(None, ge=1, le=86400)
+    #: a gang of that many ranks, each on a node of its own with ``requires``/``limits``
+    #: (docs/jobs.md "Multi-node jobs"); 1: a plain job
+    nodes: int = Field(1, ge=1, le=64)
 
     @field_validator("image")
     @classmethod
@@ -197,12 +200,14 @@ def raise_issues(found: list[Issue]) -> None:
 def body_hash(body: SubmitJobBody) -> str:
     """Fingerprint of what was asked (whitespace and key order do not matter; the retry
     policy and the preemption fields are left out: they do not change what a try runs,
-    nor its default seed; so is an ``image`` not given, so that the bodies of before
-    images had it hash as they did)."""
+    nor its default seed; so are an ``image`` not given and ``nodes`` 1, so that the
+    bodies of before images and gangs hash as they did)."""
     left_out = {"retry", *PREEMPTION_FIELDS}
-    asked = body.model_dump(
-        mode="json", exclude=left_out | ({"image"} if body.image is None else set())
-    )
+    if body.image is None:
+        left_out.add("image")
+    if body.nodes == 1:
+        left_out.add("nodes")
+    asked = body.model_dump(mode="json", exclude=left_out)
     return hashlib.sha256(canonical_json(asked).encode()).hexdigest()
 
 
@@ -280,6 +285,8 @@ def build(
                 if body.preempt_grace_sec is not None
                 else {}
             ),
+            # a gang's ranks; absent for a plain job (its spec and hash as before)
+            **({"nodes": body.nodes} if body.nodes > 1 else {}),
         }
     )
 

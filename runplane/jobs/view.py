@@ -10,7 +10,7 @@ from typing import Any
 
 from runplane.jobs.jobspec import JobSpec, StoredMount
 from runplane.jobs.phase import Phase
-from runplane.jobs.rows import JobRow
+from runplane.jobs.rows import JobRow, ranks_json
 from runplane.jobs.spec import DISPLAY_KEY, SETUP_KEY
 from runplane.sealed_env import redact_env
 from runplane.timefmt import iso_ms_or_none
@@ -76,11 +76,14 @@ def _retries_view(row: JobRow) -> dict[str, Any]:
     retry_at = iso_ms_or_none(row.retry_at) if row.phase is Phase.QUEUED else None
     # and (docs/placement.md "Preemption") the times it was stopped for a job of higher
     # priority and requeued: neither a failure nor one of ``attempts``
+    # and (docs/jobs.md "Multi-node jobs") a gang's ranks: each one's node and phase
     return {
         "retries": row.retries,
         "tries": tries,
         "retry_at": retry_at,
         "preemptions": row.preemptions,
+        "nodes": row.spec.nodes or 1,
+        "ranks": ranks_json(row.ranks) or [],
     }
 
 

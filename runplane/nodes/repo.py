@@ -18,6 +18,7 @@ from typing import Any
 
 from runplane.jobs.jobspec import JobSpec
 from runplane.jobs.phase import ON_NODE, Phase
+from runplane.jobs.rows import rank_nodes
 from runplane.nodes.status import AttemptOutcome, NodeStatus
 from runplane.persistence import Store, from_json, now_ms, to_json
 
@@ -241,21 +242,31 @@ async def record_update_status(
 
 
 async def expected_attempts(store: Store, node_id: str) -> dict[str, int]:
-    """The attempts the server believes run on ``node_id``: job id -> attempt."""
+    """The attempts the server believes run on ``node_id``: job id -> attempt (a gang's
+    too when one of its ranks runs there: its ``ranks`` JSON names the node)."""
     rows = await store.fetchall(
-        f"SELECT id, attempt FROM jobs WHERE node_id = ? AND phase IN ({_ON_NODE_MARKS})",
-        (node_id, *_ON_NODE),
+        f"SELECT id, attempt FROM jobs WHERE (node_id = ? OR ranks LIKE ? ESCAPE '!') "
+        f"AND phase IN ({_ON_NODE_MARKS})",
+        (node_id, f'%"node_id":{_like(to_json(node_id))},%', *_ON_NODE),
     )
     return {r["id"]: r["attempt"] for r in rows}
 
 
+def _like(text: str) -> str:
+    """``text`` matched literally in a LIKE pattern (escape character ``!``)."""
+    return text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+
+
 async def nodes_with_live_jobs(store: Store) -> list[str]:
     rows = await store.fetchall(
-        f"SELECT DISTINCT node_id FROM jobs WHERE node_id IS NOT NULL AND phase IN "
+        f"SELECT DISTINCT node_id, ranks FROM jobs WHERE node_id IS NOT NULL AND phase IN "
         f"({_ON_NODE_MARKS})",
         _ON_NODE,
     )
-    return [r["node_id"] for r in rows]
+    found = dict.fromkeys(r["node_id"] for r in rows)
+    for r in rows:  # a gang's other ranks' nodes too
+        found.update(dict.fromkeys(rank_nodes(r["ranks"]) if r["ranks"] else ()))
+    return list(found)
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,7 +50,9 @@ def _plus(a: Vector, b: Vector, sign: float = 1.0) -> Vector:
 
 
 def demand_vector(job: JobDemand) -> Vector:
-    return (job.cpu, job.ram, float(job.gpus))
+    """What ``job`` holds while it runs: a gang, every rank's."""
+    n = job.nodes
+    return (job.cpu * n, job.ram * n, float(job.gpus * n))
 
 
 @dataclass(slots=True)

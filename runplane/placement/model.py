@@ -398,6 +398,9 @@ class JobDemand:
     #: is part of a signature (no filter reads them)
     preemptible: bool = False
     preempt_grace_sec: int = 0
+    #: a gang's ranks (``gang.py``): each rank needs the limits above on a node of its own
+    #: (1: a plain job; a gang's signature differs from its single twin's)
+    nodes: int = 1
     # Derived.
     cpu: float = field(init=False, compare=False)
     ram: float = field(init=False, compare=False)
@@ -469,7 +472,8 @@ class JobDemand:
         static_sig = (class_sig, self.cpu_min, self.ram_min, self.disk_min)
         set_(self, "class_signature", class_sig)
         set_(self, "static_signature", static_sig)
-        set_(self, "fit_signature", (static_sig, cpu, ram, self.gpus))
+        fit_sig: tuple[object, ...] = (static_sig, cpu, ram, self.gpus)
+        set_(self, "fit_signature", fit_sig if self.nodes == 1 else (*fit_sig, self.nodes))
 
     def _derive_images(self) -> tuple[object, ...]:
         """Set the weights and what the images decide (digests, architectures); returns

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .explain import EMPTY_FLEET, Placement, Unplaced, unplaced
 from .fairshare import Org, Standing
 from .filters import FILTERS, first_rejection
+from .gang import GangPlacement, place_gang
 from .index import DEFAULT_PER_STREAM, STREAM_BUDGET, FleetIndex
 from .model import JobDemand, NodeLoad, NodeShape
 from .scoring import score_breakdown, score_gpu_fit
@@ -28,6 +29,18 @@ class Assignment:
     cpu: float
     ram_gb: float
     gpus: int
+    #: a gang's rank (its ranks' assignments follow each other, rank 0 first)
+    rank: int = 0
+
+
+def assignments_of(job: JobDemand, outcome: Placement | GangPlacement) -> list[Assignment]:
+    """The assignment of a placed job, or one per rank of a placed gang."""
+    if isinstance(outcome, Placement):
+        return [Assignment(job.job_id, outcome.node_id, outcome.score, job.cpu, job.ram, job.gpus)]
+    return [
+        Assignment(job.job_id, p.node_id, p.score, job.cpu, job.ram, job.gpus, rank)
+        for rank, p in enumerate(outcome.ranks)
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +98,16 @@ def _best(job: JobDemand, candidates: Iterable[tuple[NodeShape, NodeLoad]]) -> P
     return Placement(best[1], best[0], best[2], considered)
 
 
-def place(job: JobDemand, fleet: FleetIndex, *, explain: bool = True) -> Placement | Unplaced:
+def place(
+    job: JobDemand, fleet: FleetIndex, *, explain: bool = True
+) -> Placement | GangPlacement | Unplaced:
     """Decide where ``job`` goes on ``fleet`` now (the fleet is not changed).
 
-    The best of the index's candidates by score (ties: lowest node id), or why it waits.
+    The best of the index's candidates by score (ties: lowest node id), or why it waits;
+    a gang's ranks on distinct nodes (:func:`~runplane.placement.gang.place_gang`).
     """
+    if job.nodes > 1:
+        return place_gang(job, fleet, explain=explain)
     found = fleet.best(job)
     if found is not None:
         return found
@@ -146,12 +164,12 @@ def plan(
                 failed[job.fit_signature] = outcome
                 result.waiting[job.job_id] = outcome
                 continue
-            result.loads[outcome.node_id] = work.reserve(outcome.node_id, job)
+            for assignment in assignments_of(job, outcome):
+                node_id = assignment.node_id
+                result.loads[node_id] = work.reserve(node_id, job)
+                result.assignments.append(assignment)
             if shares is not None:
                 shares.take(job.org_id, job)
-            result.assignments.append(
-                Assignment(job.job_id, outcome.node_id, outcome.score, job.cpu, job.ram, job.gpus)
-            )
     return result
 
 
@@ -263,17 +281,45 @@ def reference_plan(
     work = dict(nodes)
     result = Plan()
     for job in queue_order(queue):
-        outcome = reference_place(
-            job, work.values(), per_stream=per_stream, stream_budget=stream_budget
+        outcome = reference_place_gang(
+            job, work, per_stream=per_stream, stream_budget=stream_budget
         )
         if isinstance(outcome, Unplaced):
             result.waiting[job.job_id] = outcome
             continue
-        node, load = work[outcome.node_id]
-        load = load.plus(job.cpu, job.ram, job.gpus, 1, job.org_id)
-        work[outcome.node_id] = (node, load)
-        result.loads[outcome.node_id] = load
-        result.assignments.append(
-            Assignment(job.job_id, outcome.node_id, outcome.score, job.cpu, job.ram, job.gpus)
-        )
+        for assignment in assignments_of(job, outcome):
+            node, load = work[assignment.node_id]
+            load = load.plus(job.cpu, job.ram, job.gpus, 1, job.org_id)
+            work[assignment.node_id] = (node, load)
+            result.loads[assignment.node_id] = load
+            result.assignments.append(assignment)
     return result
+
+
+def reference_place_gang(
+    job: JobDemand,
+    nodes: Mapping[str, tuple[NodeShape, NodeLoad]],
+    *,
+    per_stream: int = DEFAULT_PER_STREAM,
+    stream_budget: int = STREAM_BUDGET,
+) -> Placement | GangPlacement | Unplaced:
+    """Brute-force :func:`place` of a job or a gang: each rank by :func:`reference_place`
+    over the nodes no earlier rank took (a gang that does not fit whole waits)."""
+    if job.nodes == 1:
+        return reference_place(
+            job, nodes.values(), per_stream=per_stream, stream_budget=stream_budget
+        )
+    work = dict(nodes)
+    ranks: list[Placement] = []
+    for _ in range(job.nodes):
+        outcome = reference_place(
+            job, work.values(), per_stream=per_stream, stream_budget=stream_budget
+        )
+        if isinstance(outcome, Unplaced):
+            # the ranks chosen count as matching (made full, they are only busy)
+            static = outcome.matching < job.nodes
+            return Unplaced(outcome.reason, static, outcome.counts, outcome.matching)
+        ranks.append(outcome)
+        node, load = work[outcome.node_id]
+        work[outcome.node_id] = (node, replace(load, active_jobs=node.max_concurrency))
+    return GangPlacement(tuple(ranks))

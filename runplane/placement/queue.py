@@ -21,7 +21,7 @@ from .explain import Unplaced
 from .fairshare import Org, Standing
 from .index import FleetIndex
 from .model import CreatedAt, JobDemand
-from .plan import Assignment, Trial, place
+from .plan import Assignment, Trial, assignments_of, place
 
 Signature = tuple[object, ...]
 SortKey = tuple[int, CreatedAt, str]  # JobDemand.sort_key
@@ -146,10 +146,9 @@ def plan_groups(
             if isinstance(outcome, Unplaced):
                 result.waiting[signature] = outcome  # the rest of the group waits too
                 continue
-            work.reserve(outcome.node_id, job)
-            result.assignments.append(
-                Assignment(job.job_id, outcome.node_id, outcome.score, job.cpu, job.ram, job.gpus)
-            )
+            for assignment in assignments_of(job, outcome):
+                work.reserve(assignment.node_id, job)
+                result.assignments.append(assignment)
             following = next(walkers[signature], None)
             if following is not None:
                 heapq.heappush(heads, (following, signature))
@@ -183,13 +182,10 @@ def _plan_fair(queue: JobQueue, fleet: FleetIndex, shares: Standing, explain: bo
             if isinstance(outcome, Unplaced):
                 result.waiting[signature] = outcome
             else:
-                work.reserve(outcome.node_id, job)
+                for assignment in assignments_of(job, outcome):
+                    work.reserve(assignment.node_id, job)
+                    result.assignments.append(assignment)
                 shares.take(org, job)
-                result.assignments.append(
-                    Assignment(
-                        job.job_id, outcome.node_id, outcome.score, job.cpu, job.ram, job.gpus
-                    )
-                )
                 following = next(walkers[signature], None)
                 if following is not None:
                     heapq.heappush(org_heads, (following, signature))

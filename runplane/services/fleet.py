@@ -72,6 +72,9 @@ class Fleet:
         #: node id -> the outbox of its current WebSocket session: a node actor restarted
         #: after a crash picks its session up from here (the socket outlives the actor)
         self.sessions: dict[str, Outbox] = {}
+        #: node id -> how other nodes reach it (its ``--advertise-address``, else the
+        #: address its WebSocket came from): a gang's ``RUNPLANE_MASTER_ADDR``
+        self.addresses: dict[str, str] = {}
 
     def register(self, deps: NodeDeps) -> None:
         """Register the node actors and the heartbeat log (``deps.record_beat`` is
@@ -120,7 +123,11 @@ class Fleet:
         return await identify(self.settings, self.store, hello)
 
     async def attach(
-        self, identity: NodeIdentity, hello: p.Hello, outbox: Outbox
+        self,
+        identity: NodeIdentity,
+        hello: p.Hello,
+        outbox: Outbox,
+        seen_from: str | None = None,
     ) -> ActorRef[NodeMsg]:
         await nodes_repo.upsert_attached(
             self.store,
@@ -136,6 +143,8 @@ class Fleet:
             ),
         )
         self.sessions[identity.node_id] = outbox
+        if seen_from is not None or hello.facts.advertise_address:
+            self.addresses[identity.node_id] = hello.facts.advertise_address or seen_from or ""
         ref = await self.registry.get(NODES, identity.node_id)
         await ref.ask(Attach(outbox, hello))
         return ref

@@ -69,6 +69,10 @@ class FleetLink:
     def cancel_order(self, job_id: str, attempt: int) -> p.Cancel:
         return cancel_order(job_id, attempt)
 
+    def address(self, node_id: str) -> str | None:
+        """How other nodes reach ``node_id`` (a gang's master address), if known."""
+        return self.fleet.addresses.get(node_id)
+
 
 class PlacementQueue:
     """Placement's queue and reservations (its actor's mailbox), and the fleet's attempt

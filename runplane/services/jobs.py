@@ -86,7 +86,7 @@ def _demand_key(resolved: ResolvedJob, org_id: str | None) -> tuple[Any, ...]:
         # a demand reads the images too (placement's capability, arch and cache weight)
         include={
             *("limits", "requires", "weights", "weights_preset", "isolation"),
-            *("container", "pod", "preemptible", "preempt_grace_sec"),
+            *("container", "pod", "preemptible", "preempt_grace_sec", "nodes"),
         },
     )
     return (resolved.priority, org_id, canonical_json(asks))

@@ -177,6 +177,16 @@ def _placement(s: Snapshot) -> Iterator[Metric]:
         "Running jobs told to stop for a waiting job of higher priority.",
         s.placement.preemptions,
     )
+    yield GaugeMetricFamily(
+        PREFIX + "gangs_waiting",
+        "Multi-node jobs (gangs) waiting to be placed whole.",
+        s.placement.gangs_waiting,
+    )
+    yield CounterMetricFamily(
+        PREFIX + "gangs_placed",
+        "Multi-node jobs placed, all ranks at once.",
+        s.placement.gangs_placed,
+    )
 
 
 def _shares(s: Snapshot) -> Iterator[Metric]:

@@ -190,7 +190,8 @@ function logsPanel(jobId, { categories = null } = {}) {
   const source = new EventSource(`/v1/jobs/${jobId}/events?${credentialQuery()}`);
   source.addEventListener("log", (event) => {
     const data = JSON.parse(event.data);
-    const row = el("div", { class: `stream-${data.stream}` }, ansi(data.line));
+    const rank = data.rank === undefined ? "" : `[rank ${data.rank}] `;  // a gang's rank
+    const row = el("div", { class: `stream-${data.stream}` }, rank, ansi(data.line));
     pre.append(row);
     if (follow) pre.scrollTop = pre.scrollHeight;
   });
@@ -318,6 +319,14 @@ function triesPanel(job) {
       el("td", {}, phaseBadge(t.phase)), el("td", {}, t.exit_code ?? t.signal ?? ""), el("td", {}, t.error || "")))));
 }
 
+function ranksPanel(job) {
+  // a multi-node job's ranks: each one's node and phase (docs/jobs.md "Multi-node jobs")
+  if (!job.ranks || !job.ranks.length) return null;
+  return el("section", { id: "ranks" }, el("h2", {}, `Ranks (${job.ranks.length} nodes)`),
+    table(["rank", "node", "phase"], job.ranks.map((r) => el("tr", {},
+      el("td", {}, String(r.rank)), el("td", {}, r.node_id), el("td", {}, phaseBadge(r.phase))))));
+}
+
 async function runPage(jobId) {
   document.title = `${jobId} · runplane`;
   let job;
@@ -344,7 +353,8 @@ async function runPage(jobId) {
     });
     header.push(el("p", {}, shareButton, " ", out));
   }
-  view.replaceChildren(...header, ...logsPanel(jobId), triesPanel(job) || "", streamsPanel(job),
+  view.replaceChildren(...header, ranksPanel(job) || "", ...logsPanel(jobId), triesPanel(job) || "",
+    streamsPanel(job),
     recordingPanel(jobId), artifactsPanel(job));
 }
 

@@ -61,6 +61,9 @@ class FakeNode:
     def cancel_order(self, job_id: str, attempt: int) -> p.Cancel:
         return cancel_order(job_id, attempt)
 
+    def address(self, node_id: str) -> str | None:
+        return f"{node_id}.example"  # a gang's master address
+
     def orders(self) -> list[p.Run | p.Cancel | p.Teleop]:
         return [order for _, order in self.delivered]
 

@@ -103,8 +103,10 @@ def nodes(draw: st.DrawFn) -> tuple[NodeShape, NodeLoad]:
 
 
 @st.composite
-def jobs(draw: st.DrawFn, job_id: str = "j") -> JobDemand:
+def jobs(draw: st.DrawFn, job_id: str = "j", gangs: bool = False) -> JobDemand:
+    """A job; with ``gangs``, often a gang of 2 or 3 ranks."""
     return JobDemand(
+        nodes=draw(often(1, 2, 3)) if gangs else 1,  # type: ignore[arg-type]
         job_id=job_id,
         priority=draw(st.sampled_from([50, 100, 200])),
         created_at=draw(st.integers(0, 5)),
@@ -369,7 +371,7 @@ def test_index_maintenance_matches_brute_force(
 @given(
     fleet=st.lists(nodes(), max_size=25),
     queue=st.lists(st.integers(0, 10**6), max_size=12).flatmap(
-        lambda ids: st.tuples(*[jobs(job_id=f"j{i}") for i in range(len(ids))])
+        lambda ids: st.tuples(*[jobs(job_id=f"j{i}", gangs=True) for i in range(len(ids))])
     ),
     per_stream=st.integers(1, 4),
 )
@@ -394,7 +396,7 @@ def test_plan_matches_brute_force(
 @given(
     fleet=st.lists(nodes(), max_size=25),
     queue=st.lists(st.integers(0, 10**6), max_size=16).flatmap(
-        lambda ids: st.tuples(*[jobs(job_id=f"j{i}") for i in range(len(ids))])
+        lambda ids: st.tuples(*[jobs(job_id=f"j{i}", gangs=True) for i in range(len(ids))])
     ),
 )
 def test_the_grouped_queue_plans_as_the_flat_plan(
@@ -435,7 +437,7 @@ def standings(draw: st.DrawFn) -> Standing:
 @given(
     fleet=st.lists(nodes(), max_size=25),
     queue=st.lists(st.integers(0, 10**6), max_size=16).flatmap(
-        lambda ids: st.tuples(*[jobs(job_id=f"j{i}") for i in range(len(ids))])
+        lambda ids: st.tuples(*[jobs(job_id=f"j{i}", gangs=True) for i in range(len(ids))])
     ),
     shares=standings(),
 )
@@ -459,7 +461,7 @@ def test_fair_share_grouped_plans_as_the_flat_plan(
 @given(
     fleet=st.lists(nodes(), max_size=25),
     queue=st.lists(st.integers(0, 10**6), max_size=16).flatmap(
-        lambda ids: st.tuples(*[jobs(job_id=f"j{i}") for i in range(len(ids))])
+        lambda ids: st.tuples(*[jobs(job_id=f"j{i}", gangs=True) for i in range(len(ids))])
     ),
     org=st.sampled_from([None, "org_a"]),
     shares=standings(),

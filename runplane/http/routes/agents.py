@@ -89,7 +89,9 @@ async def connect() -> None:
     hello, identity, credential = found
     node_id = identity.node_id
     send, receive = trio.open_memory_channel[str](OUTBOX_CAPACITY)
-    node = await fleet.attach(identity, hello, send)
+    # where it connected from: a gang's master address when it names none of its own
+    client = websocket.scope.get("client")
+    node = await fleet.attach(identity, hello, send, client[0] if client else None)
     await websocket.send(
         p.encode(
             p.Welcome(node_id=node_id, credential=credential, heartbeat_sec=svc.root.heartbeat_sec)

@@ -249,9 +249,14 @@ async def logs(job_id: str) -> dict[str, Any]:
                 entry = {"stream": data["stream"], "line": data["line"]}
                 if "service" in data:  # a session pod's service (docs/sessions.md)
                     entry["service"] = data["service"]
+                if "rank" in data:  # a gang's rank (docs/jobs.md "Multi-node jobs")
+                    entry["rank"] = data["rank"]
                 out_logs.append(entry)
         else:
-            out_metrics.append({"step": data.get("step"), "values": data["values"]})
+            point = {"step": data.get("step"), "values": data["values"]}
+            if "rank" in data:
+                point["rank"] = data["rank"]
+            out_metrics.append(point)
     return {"logs": out_logs, "metrics": out_metrics, "phase": row.phase.value, "next_seq": last}
 
 

@@ -46,6 +46,14 @@ class LogTruncated(View):
     dropped: int
 
 
+class JobRank(View):
+    """One rank of a gang (docs/jobs.md "Multi-node jobs")."""
+
+    rank: int
+    node_id: str
+    phase: Phase
+
+
 class Job(View):
     """The canonical job view (spec: Job)."""
 
@@ -76,6 +84,10 @@ class Job(View):
     retry_at: str | None = None
     #: times it was preempted and requeued (docs/placement.md "Preemption")
     preemptions: int | None = None
+    #: a gang's ranks (docs/jobs.md "Multi-node jobs"): 1 for a plain job
+    nodes: int | None = None
+    #: each rank's node and phase in the current (or last) attempt; [] for a plain job
+    ranks: list[JobRank] = []
     array_id: str | None = None
     array_index: int | None = None
     expired_at: str | None = None
@@ -114,11 +126,15 @@ class LogLine(View):
     line: str
     #: a session pod's service (docs/sessions.md)
     service: str | None = None
+    #: a gang's rank that wrote it (docs/jobs.md "Multi-node jobs")
+    rank: int | None = None
 
 
 class MetricPoint(View):
     step: int | None = None
     values: dict[str, Number]
+    #: a gang's rank that reported it
+    rank: int | None = None
 
 
 class JobLogs(View):
