@@ -20,7 +20,8 @@ from tests.e2e.conftest import e2e_settings, start_server
 
 SUBMIT_FIELDS = (
     "stack, image, command, env, config, workspace, inputs, outputs, requires, limits, weights, "
-    "weights_preset, isolation, priority, seed, mode, project, retry"
+    "weights_preset, isolation, priority, seed, mode, project, retry, preemptible, preempt_grace_sec, "
+    "nodes"
 )
 LIMIT_FIELDS = "cpu_cores, ram_gb, gpu_count, pids, timeout_sec, no_internet, egress_allow"
 JOB_PARAMS = "phase, stack, project, spec, node, pipeline, array, limit, offset, paginate, cursor"
