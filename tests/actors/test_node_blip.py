@@ -121,8 +121,12 @@ async def test_an_undeliverable_run_order_requeues_uncounted_and_unreadies_the_n
         assert (waiting.phase.value, waiting.attempt, waiting.attempts) == ("queued", 1, 0)
         assert waiting.error == "node node_a went away before the run order"
         assert not await in_fleet(root, "node_a")
-        node = await nodes_repo.get(root.store, "node_a")
-        assert node is not None and (node.attempts_total, node.attempts_lost) == (1, 1)
+        async def counted() -> tuple[int, int] | None:
+            node = await nodes_repo.get(root.store, "node_a")
+            return None if node is None else (node.attempts_total, node.attempts_lost)
+
+        # the node's counts are told to its actor (never waited for): written a moment later
+        await eventually(lambda: equals(counted(), (1, 1)), "the lost attempt counted")
         events = await repo.events_after(root.store, job_id, 0)
         assert any(
             "attempt 1 never started: node node_a went away before the run order; "
