@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 
 from runplane.auth.principal import DEFAULT_ORG, Principal
 from runplane.http.auth_hook import current_principal
+from runplane.http.query import str_arg
+from runplane.problems import FieldProblem, Problem
 
-__all__ = ["DEFAULT_ORG", "Caller", "current_caller"]
+__all__ = ["DEFAULT_ORG", "Caller", "current_caller", "write_org"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,3 +42,17 @@ def current_caller() -> Caller:
         read_org=principal.read_org,
         principal=principal,
     )
+
+
+def write_org(what: str) -> str:
+    """The org a write is for: the caller's, or the one the admin token names with
+    ``?org=`` (a 400 naming ``org`` when it names none); ``what`` says what is written
+    ("secret", "credential")."""
+    caller = current_caller()
+    if not caller.superuser:
+        return caller.org_id
+    org = str_arg("org")
+    if org is None:
+        message = f"the admin token names the org whose {what} this is: ?org=<org id>"
+        raise Problem(400, "missing_field", message, [FieldProblem("org", "missing", message)])
+    return org

@@ -111,9 +111,6 @@ class Preemptibles:
         for node_id, jobs in self._by_node.items():
             yield node_id, jobs.values()
 
-    def on_node(self, node_id: str) -> Iterable[Running]:
-        return self._by_node.get(node_id, {}).values()
-
 
 def _order_key(running: Running) -> tuple[int, int, str, str]:
     return (running.demand.priority, -running.started, running.node_id, running.job_id)

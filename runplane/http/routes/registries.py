@@ -12,27 +12,14 @@ from quart import Blueprint
 from runplane.auth.rules import MANAGE
 from runplane.http import audit
 from runplane.http.bodies import parse_body
-from runplane.http.caller import current_caller
+from runplane.http.caller import current_caller, write_org
 from runplane.http.context import services
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, str_arg
 from runplane.images.credentials import RegistryCredentialBody
-from runplane.problems import FieldProblem, Problem
 
 blueprint = Blueprint("registries", __name__, url_prefix="/v1/registries")
-
-
-def _org() -> str:
-    """The org a write is for: the caller's, or the one the admin token names."""
-    caller = current_caller()
-    if not caller.superuser:
-        return caller.org_id
-    org = str_arg("org")
-    if org is None:
-        message = "the admin token names the org whose credential this is: ?org=<org id>"
-        raise Problem(400, "missing_field", message, [FieldProblem("org", "missing", message)])
-    return org
 
 
 @blueprint.post("")
@@ -47,7 +34,7 @@ def _org() -> str:
 )
 async def create_credential() -> tuple[dict[str, Any], int]:
     body = await parse_body(RegistryCredentialBody)
-    org = _org()
+    org = write_org("credential")
     cred = await services().root.images.create_credential(
         body, org_id=org, created_by=current_caller().subject
     )

@@ -12,26 +12,14 @@ from runplane import vault
 from runplane.auth.rules import MANAGE
 from runplane.http import audit
 from runplane.http.bodies import parse_body
-from runplane.http.caller import current_caller
+from runplane.http.caller import current_caller, write_org
 from runplane.http.context import services
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, str_arg
-from runplane.problems import FieldProblem, Problem, not_found
+from runplane.problems import not_found
 
 blueprint = Blueprint("secrets", __name__, url_prefix="/v1/secrets")
-
-
-def _org() -> str:
-    """The org a write is for: the caller's, or the one the admin token names."""
-    caller = current_caller()
-    if not caller.superuser:
-        return caller.org_id
-    org = str_arg("org")
-    if org is None:
-        message = "the admin token names the org whose secret this is: ?org=<org id>"
-        raise Problem(400, "missing_field", message, [FieldProblem("org", "missing", message)])
-    return org
 
 
 @blueprint.put("/<name>")
@@ -48,7 +36,7 @@ def _org() -> str:
 async def put_secret(name: str) -> tuple[dict[str, Any], int]:
     vault.check_name(name)
     body = await parse_body(vault.SecretBody)
-    org = _org()
+    org = write_org("secret")
     info, created = await services().root.accounts.put_secret(
         org, name, body.value, current_caller().subject
     )
@@ -76,7 +64,7 @@ async def list_secrets() -> list[dict[str, Any]]:
     rule=MANAGE,
 )
 async def delete_secret(name: str) -> tuple[str, int]:
-    org = _org()
+    org = write_org("secret")
     if not await services().root.accounts.delete_secret(org, name):
         raise not_found("secret")
     await audit.record("secrets:delete", "secret", name, org_id=org)
