@@ -14,16 +14,25 @@ from __future__ import annotations
 
 import json
 import sys
-import time
-from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from collections.abc import Sequence
 
 import click
-import yaml
-from rich.console import Console
 
-from .api import TERMINAL, ApiError, Client, JSONObject
+from . import catalog, flows
+from .api import ApiError, Client, JSONObject
+from .common import (
+    client_of,
+    config_value,
+    err,
+    exit_status,
+    fail,
+    fetch,
+    mount_type,
+    pairs,
+    print_json,
+    shown,
+    table,
+)
 from .options import (
     FORMATS,
     TOKEN_HELP,
@@ -35,114 +44,6 @@ from .options import (
     output_format,
     output_option,
 )
-
-R = TypeVar("R")
-err = Console(stderr=True, highlight=False)
-
-#: Exit statuses of ``--follow`` (and of a refused or unreachable server).
-EXIT_TIMEOUT, EXIT_CANCELLED, EXIT_API = 124, 130, 3
-
-
-def _client(ctx: click.Context) -> Client:
-    root = ctx.find_root()
-    server: Server = root.obj  # set by the group, for every command under it
-    if server.client is None:
-        server.client = root.with_resource(Client(server.url, server.token))
-    return server.client
-
-
-#: The next step after a 401 for a token that was sent (ApiError.hint's asks to send one).
-REFUSED_TOKEN_HINT = (
-    "the server refused the token this command sent (from --token, RUNPLANE_TOKEN or the "
-    "config file): check that it is whole and not revoked or expired, or ask the operator "
-    "for a new one (minted with POST /v1/auth/tokens), and pass it with --token"
-)
-
-
-def _token_sent() -> bool:
-    """Whether the command's client sends a token (any command of the group)."""
-    ctx = click.get_current_context(silent=True)
-    server = ctx.find_root().obj if ctx is not None else None
-    client = getattr(server, "client", None)
-    return isinstance(client, Client) and client.config.token is not None
-
-
-def _fail(error: ApiError, url: str) -> NoReturn:
-    """Print the problem and the next step; exit 3 (a 401 included: with a token sent,
-    the advice says the token was refused)."""
-    err.print(f"[red]error:[/red] {error.detail}")
-    hint = REFUSED_TOKEN_HINT if error.status == 401 and _token_sent() else error.hint(url)
-    if hint:
-        err.print(f"[dim]next:[/dim] {hint}")
-    sys.exit(EXIT_API)
-
-
-def _fetch(ctx: click.Context, call: Callable[[Client], R]) -> R:
-    """``call`` on the context's client; a refusal prints its detail and next step and
-    exits 3."""
-    client = _client(ctx)
-    try:
-        return call(client)
-    except ApiError as exc:
-        _fail(exc, client.url)
-
-
-def _shown(output: str, value: Any) -> bool:
-    """With ``-o json``, print ``value`` as the only stdout and say so."""
-    if output == "json":
-        _json(value)
-    return output == "json"
-
-
-def _json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, sort_keys=True))
-
-
-def _table(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    """Aligned columns on stdout, nothing cut (ids stay whole for copy and paste)."""
-    cells = [list(columns)] + [["" if v is None else str(v) for v in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
-    for row in cells:
-        click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
-
-
-def _pairs(values: Iterable[str], what: str) -> dict[str, str]:
-    found = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint=what)
-        found[key] = value
-    return found
-
-
-def _config_value(text: str) -> Any:
-    """``3`` is a number, ``true`` a bool, ``"x"`` or ``x`` a string (JSON when it parses)."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def _mount_type(ref: str) -> str:
-    if ref.endswith(".git") or ref.startswith("git@"):
-        return "git"
-    if ref.endswith((".tar.gz", ".tgz", ".tar", ".zip")):
-        return "archive"
-    return "file"
-
-
-def exit_status(job: JSONObject) -> int:
-    """The exit status ``--follow`` ends with for a finished job (docs/cli.md)."""
-    phase = job.get("phase")
-    if phase == "succeeded":
-        return 0
-    if phase == "timeout":
-        return EXIT_TIMEOUT
-    if phase == "cancelled":
-        return EXIT_CANCELLED
-    code = job.get("exit_code")
-    return code if isinstance(code, int) and 0 < code < 256 else 1
 
 
 @click.group(cls=Verbs, context_settings={"help_option_names": ["-h", "--help"]})
@@ -233,20 +134,20 @@ def submit(
     if command:
         body["command"] = list(command)
     if configs:
-        body["config"] = {k: _config_value(v) for k, v in _pairs(configs, "--config").items()}
+        body["config"] = {k: config_value(v) for k, v in pairs(configs, "--config").items()}
     if envs:
-        body["env"] = _pairs(envs, "--env")
+        body["env"] = pairs(envs, "--env")
     limits = {"cpu_cores": cpu, "ram_gb": ram, "gpu_count": gpu, "timeout_sec": timeout}
     if any(v is not None for v in limits.values()):
         body["limits"] = {k: v for k, v in limits.items() if v is not None}
     if inputs:
         body["inputs"] = [
-            {"path": path, "ref": ref, "type": _mount_type(ref)}
-            for path, ref in _pairs(inputs, "--input").items()
+            {"path": path, "ref": ref, "type": mount_type(ref)}
+            for path, ref in pairs(inputs, "--input").items()
         ]
     if outputs:
         body["outputs"] = [
-            {"artifact": name, "glob": glob} for name, glob in _pairs(outputs, "--output").items()
+            {"artifact": name, "glob": glob} for name, glob in pairs(outputs, "--output").items()
         ]
     if project:
         body["project"] = project
@@ -256,7 +157,7 @@ def submit(
     if sweeps:
         _submit_sweep(ctx, body, sweeps, follow, output_format)
         return
-    _started(ctx, _fetch(ctx, lambda c: c.submit(body)), follow, output_format)
+    _started(ctx, fetch(ctx, lambda c: c.submit(body)), follow, output_format)
 
 
 def _submit_sweep(
@@ -268,11 +169,9 @@ def _submit_sweep(
             "--follow takes one job; follow one of the array's jobs with `runplane logs -f "
             "JOB`, or list them with `runplane ls --array ARRAY`"
         )
-    grid = {
-        k: [_config_value(x) for x in v.split(",")] for k, v in _pairs(sweeps, "--sweep").items()
-    }
-    created = _fetch(ctx, lambda c: c.submit_batch({"job": body, "sweep": grid}))
-    if _shown(output, created):
+    grid = {k: [config_value(x) for x in v.split(",")] for k, v in pairs(sweeps, "--sweep").items()}
+    created = fetch(ctx, lambda c: c.submit_batch({"job": body, "sweep": grid}))
+    if shown(output, created):
         return
     click.echo(created["array_id"])
     for job in created["jobs"]:
@@ -283,12 +182,12 @@ def _submit_sweep(
 def _started(ctx: click.Context, job: JSONObject, follow: bool, output: str) -> None:
     """A new job: its id (or JSON); with ``follow``, its run to the end and its status."""
     if not follow:
-        _json(job) if output == "json" else click.echo(job["job_id"])
+        print_json(job) if output == "json" else click.echo(job["job_id"])
         return
     err.print(f"submitted [bold]{job['job_id']}[/bold] ({job['stack']})")
-    ended = _follow(_client(ctx), job["job_id"], output)
+    ended = _follow(client_of(ctx), job["job_id"], output)
     if output == "json":
-        _json(ended)
+        print_json(ended)
     sys.exit(exit_status(ended))
 
 
@@ -318,7 +217,7 @@ def _follow(
                 err.print(f"[cyan]metric[/cyan] {at}{values}")
         return client.job(job_id)
     except ApiError as exc:
-        _fail(exc, client.url)
+        fail(exc, client.url)
 
 
 @cli.command(name="ls")
@@ -337,10 +236,10 @@ def list_jobs(
     output: str,
 ) -> None:
     """List jobs, newest first."""
-    jobs = _fetch(ctx, lambda c: c.jobs(phase=phase, stack=stack, array=array, limit=limit))
-    if _shown(output, jobs):
+    jobs = fetch(ctx, lambda c: c.jobs(phase=phase, stack=stack, array=array, limit=limit))
+    if shown(output, jobs):
         return
-    _table(
+    table(
         ("JOB", "STACK", "PHASE", "NODE", "CREATED", "WAITING"),
         (
             (
@@ -362,8 +261,8 @@ def list_jobs(
 @click.pass_context
 def get(ctx: click.Context, job_id: str, output: str) -> None:
     """Show one job."""
-    job = _fetch(ctx, lambda c: c.job(job_id))
-    if _shown(output, job):
+    job = fetch(ctx, lambda c: c.job(job_id))
+    if shown(output, job):
         return
     for key in (
         "job_id",
@@ -402,19 +301,19 @@ def get(ctx: click.Context, job_id: str, output: str) -> None:
 @click.pass_context
 def logs(ctx: click.Context, job_id: str, follow: bool, output: str) -> None:
     """Print a job's logs."""
-    client = _client(ctx)
+    client = client_of(ctx)
     if follow:
         if output == "json":
             try:
                 for event in client.events(job_id):
                     click.echo(json.dumps(event))
             except ApiError as exc:
-                _fail(exc, client.url)
+                fail(exc, client.url)
             return
         _follow(client, job_id, output, logs_only=True)
         return
-    lines = _fetch(ctx, lambda c: c.logs(job_id))
-    if _shown(output, lines):
+    lines = fetch(ctx, lambda c: c.logs(job_id))
+    if shown(output, lines):
         return
     for line in lines:
         click.echo(line.get("line", ""), err=line.get("stream") == "stderr")
@@ -427,12 +326,12 @@ def logs(ctx: click.Context, job_id: str, follow: bool, output: str) -> None:
 def cancel(ctx: click.Context, job_id: str, output: str) -> None:
     """Cancel a job, or every live job of a job array (an arr_ id)."""
     if job_id.startswith("arr_"):
-        done = _fetch(ctx, lambda c: c.cancel_array(job_id))
-        if not _shown(output, done):
+        done = fetch(ctx, lambda c: c.cancel_array(job_id))
+        if not shown(output, done):
             click.echo(f"{done['array_id']}: {done['cancelled']} cancelled")
         return
-    result = _fetch(ctx, lambda c: c.cancel(job_id))
-    if not _shown(output, result):
+    result = fetch(ctx, lambda c: c.cancel(job_id))
+    if not shown(output, result):
         click.echo(
             f"{result['job_id']} {result['phase']}"
             + (" (killed on its node)" if result.get("killed_on_node") else "")
@@ -446,180 +345,11 @@ def cancel(ctx: click.Context, job_id: str, output: str) -> None:
 @click.pass_context
 def rerun(ctx: click.Context, job_id: str, follow: bool, output: str) -> None:
     """Run a job again with the same spec."""
-    _started(ctx, _fetch(ctx, lambda c: c.rerun(job_id)), follow, output)
+    _started(ctx, fetch(ctx, lambda c: c.rerun(job_id)), follow, output)
 
 
-# -- catalog, fleet, identity ------------------------------------------------------------------
-
-
-@cli.command()
-@output_option
-@click.pass_context
-def stacks(ctx: click.Context, output: str) -> None:
-    """List the stack catalog."""
-    found = _fetch(ctx, lambda c: c.stacks())
-    if _shown(output, found):
-        return
-    _table(
-        ("STACK", "VERSION", "DESCRIPTION"),
-        ((s["name"], s.get("version"), s.get("description", "")[:60]) for s in found),
-    )
-
-
-@cli.command()
-@output_option
-@click.pass_context
-def nodes(ctx: click.Context, output: str) -> None:
-    """List the fleet."""
-    found = _fetch(ctx, lambda c: c.nodes())
-    if _shown(output, found):
-        return
-    _table(
-        ("NODE", "NAME", "STATUS", "CPU", "RAM GB", "GPUS", "JOBS"),
-        (
-            (
-                n["id"],
-                n.get("name"),
-                n.get("status"),
-                f"{n.get('used_cpu', 0)}/{n.get('cpu_cores', 0)}",
-                f"{n.get('used_ram', 0)}/{n.get('ram_gb', 0)}",
-                f"{n.get('used_gpu', 0)}/{n.get('gpus', 0)}",
-                len(n.get("running_jobs") or []),
-            )
-            for n in found
-        ),
-    )
-
-
-@cli.command()
-@output_option
-@click.pass_context
-def whoami(ctx: click.Context, output: str) -> None:
-    """Show who the token is."""
-    me = _fetch(ctx, lambda c: c.whoami())
-    if _shown(output, me):
-        return
-    who = me.get("subject") or me.get("name") or ""
-    click.echo(f"{me.get('kind')} {who} org {me.get('org_id') or '-'}")
-    click.echo(f"scopes {' '.join(me.get('scopes') or []) or '-'}")
-
-
-# -- pipelines and sessions ----------------------------------------------------------------------
-
-
-def _load(path: Path) -> JSONObject:
-    text = path.read_text()
-    try:
-        value = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise click.BadParameter(f"{path} is not valid JSON or YAML: {exc}") from None
-    if not isinstance(value, dict):
-        raise click.BadParameter(f"{path} must hold an object (a mapping)")
-    return value
-
-
-@cli.group(cls=Verbs)
-def pipeline() -> None:
-    """DAG pipelines."""
-
-
-@pipeline.command(name="run")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("-f", "--follow", is_flag=True, help="wait for the run, showing its stages")
-@output_option
-@click.pass_context
-def pipeline_run(ctx: click.Context, file: Path, follow: bool, output: str) -> None:
-    """Start a pipeline from FILE (YAML or JSON: {stages: [...]})."""
-    client = _client(ctx)
-    try:
-        run = client.create_pipeline(_load(file))
-        run_id = run["pipeline_run_id"]
-        if follow:
-            seen: dict[str, str] = {}
-            while run["status"] not in TERMINAL:
-                for stage in run.get("stages") or []:
-                    if seen.get(stage["name"]) != stage["phase"]:
-                        seen[stage["name"]] = stage["phase"]
-                        err.print(f"[bold]{stage['name']}[/bold] {stage['phase']}")
-                time.sleep(1)
-                run = client.pipeline(run_id)
-    except ApiError as exc:
-        _fail(exc, client.url)
-    if output == "json":
-        _json(run)
-    else:
-        click.echo(run_id if not follow else f"{run_id} {run['status']}")
-    if follow:
-        sys.exit(0 if run["status"] == "succeeded" else 1)
-
-
-@cli.group(cls=Verbs)
-def session() -> None:
-    """Interactive sessions (pods)."""
-
-
-@session.command(name="create")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@output_option
-@click.pass_context
-def session_create(ctx: click.Context, file: Path, output: str) -> None:
-    """Start a session from FILE (YAML or JSON: {pod: {services: [...]}})."""
-    _session_call(ctx, output, lambda c: c.create_session(_load(file)))
-
-
-@session.command(name="ls")
-@output_option
-@click.pass_context
-def session_ls(ctx: click.Context, output: str) -> None:
-    """List sessions."""
-    found = _fetch(ctx, lambda c: c.sessions())
-    if _shown(output, found):
-        return
-    _table(
-        ("SESSION", "NAME", "PHASE", "JOB", "KEEPALIVE"),
-        (
-            (s["id"], s.get("name"), s["phase"], s.get("job_id"), s.get("last_keepalive"))
-            for s in found
-        ),
-    )
-
-
-@session.command(name="get")
-@click.argument("session_id")
-@output_option
-@click.pass_context
-def session_get(ctx: click.Context, session_id: str, output: str) -> None:
-    """Show a session with its services."""
-    _session_call(ctx, output, lambda c: c.session(session_id))
-
-
-@session.command(name="keepalive")
-@click.argument("session_id")
-@output_option
-@click.pass_context
-def session_keepalive(ctx: click.Context, session_id: str, output: str) -> None:
-    """Keep a session alive."""
-    _session_call(ctx, output, lambda c: c.keepalive(session_id))
-
-
-@session.command(name="stop")
-@click.argument("session_id")
-@output_option
-@click.pass_context
-def session_stop(ctx: click.Context, session_id: str, output: str) -> None:
-    """Stop a session."""
-    _session_call(ctx, output, lambda c: c.stop_session(session_id))
-
-
-def _session_call(ctx: click.Context, output: str, call: Callable[[Client], JSONObject]) -> None:
-    view = _fetch(ctx, call)
-    if _shown(output, view):
-        return
-    click.echo(f"{view['id']} {view['phase']}")
-    for service in view.get("services") or []:
-        click.echo(f"  {service['name']} ({service.get('stack') or service.get('image')})")
-
-
+for verb in (catalog.stacks, catalog.nodes, catalog.whoami, flows.pipeline, flows.session):
+    cli.add_command(verb)
 add_server_options(cli)  # before runplane/cli.py adds serve and agent: they take neither
 
 
