@@ -49,7 +49,7 @@ from runplane.agent.errors import AgentError, DataDirBusy
 from runplane.agent.facts import collect_facts
 from runplane.agent.gpus import GpuPool
 from runplane.agent.images.store import DEFAULT_CACHE_GB, ImageStore
-from runplane.agent.isolation import JobUser, RunAsError
+from runplane.agent.isolation import JobUser, RunAsError, release_work_root
 from runplane.agent.jobplan import EXECUTORS
 from runplane.agent.jobref import JobKey
 from runplane.agent.lifecycle import Lifecycle
@@ -396,6 +396,7 @@ class Agent:
         finally:
             if self.runner.uids is not None:
                 self.runner.uids.close()
+            release_work_root(self.runner.work_root, self.data_dir)
             os.close(lock_fd)  # releases the lock
         log.info("agent stopped")
 

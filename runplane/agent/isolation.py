@@ -26,6 +26,7 @@ agent's data dir or the work root, even when an allowed directory holds them.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pwd
@@ -112,6 +113,15 @@ def protect_data_dir(data_dir: Path, credential: Path) -> None:
 def default_work_root(data_dir: Path) -> Path:
     digest = hashlib.sha256(os.path.realpath(data_dir).encode()).hexdigest()[:12]
     return DEFAULT_WORK_PARENT / f"jobs-{digest}"
+
+
+def release_work_root(root: Path, data_dir: Path) -> None:
+    """At the agent's stop: remove the default work root outside the data dir when no job
+    directory is left in it, so agents that come and go (tests, quick starts) leave nothing
+    under /var/lib/runplane. ``--work-dir`` is the operator's and stays."""
+    if root == default_work_root(data_dir):
+        with contextlib.suppress(OSError):
+            root.rmdir()  # only when empty
 
 
 def prepare_work_root(data_dir: Path, user: JobUser | None, work_dir: Path | None) -> Path:

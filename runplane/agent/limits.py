@@ -20,7 +20,6 @@ limit is not enforced. The sandbox executor reports ``executor-sandbox``.
 
 from __future__ import annotations
 
-import logging
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -28,8 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from runplane.agent.cgroups import Cgroups, find_cgroups
-
-log = logging.getLogger("runplane.agent")
 
 #: limit -> the capability of a node that enforces it (the server's placement reads the
 #: same names: ``runplane/placement/model.py`` LIMIT_CAPABILITIES).
@@ -125,11 +122,11 @@ def probe(*, want_cgroups: bool = True) -> Enforcement:
         missing = [c for c in ("memory", "cpu", "pids") if c not in cgroups.controllers]
         if missing:
             notes.append(f"cgroup {cgroups.version} without {', '.join(missing)}")
-    bwrap = bwrap_works()
+    bwrap, why = bwrap_probe()
     if bwrap is None:
         notes.append(
-            "bubblewrap (bwrap) is missing or cannot create namespaces here: no_internet "
-            "and the sandbox executor are not available (apt-get install bubblewrap)"
+            f"{why}: no_internet and the sandbox executor are not available (apt-get "
+            "install bubblewrap; user namespaces must be allowed)"
         )
     return Enforcement(cgroups, bwrap, tuple(notes))
 
@@ -137,9 +134,15 @@ def probe(*, want_cgroups: bool = True) -> Enforcement:
 def bwrap_works() -> str | None:
     """The path of a ``bwrap`` that can create user-visible namespaces here (pid, net,
     mount): tried once with ``true``; None when missing or refused."""
+    return bwrap_probe()[0]
+
+
+def bwrap_probe() -> tuple[str | None, str]:
+    """``(path, "")`` for a working ``bwrap``, else ``(None, why)``: said once, in the
+    agent's "job limits" line, not in a line of its own at every start."""
     path = shutil.which("bwrap")
     if path is None:
-        return None
+        return None, "bubblewrap (bwrap) is not installed"
     argv = [path, "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--proc", "/proc"]
     argv += ["--dev", "/dev", "--", "true"]
     try:
@@ -151,10 +154,8 @@ def bwrap_works() -> str | None:
             check=False,
         )
     except (OSError, subprocess.SubprocessError) as exc:
-        log.info("bubblewrap does not run", extra={"error": str(exc)})
-        return None
+        return None, f"bubblewrap does not run: {exc}"
     if done.returncode != 0:
         error = done.stderr.decode(errors="replace").strip()[:200]
-        log.info("bubblewrap cannot create namespaces here", extra={"error": error})
-        return None
-    return path
+        return None, f"bubblewrap cannot create namespaces here: {error}"
+    return path, ""

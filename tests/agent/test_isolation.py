@@ -31,6 +31,7 @@ from runplane.agent.isolation import (
     make_workdir,
     prepare_work_root,
     protect_data_dir,
+    release_work_root,
     resolve_job_user,
     unreachable_parent,
 )
@@ -282,6 +283,30 @@ def test_the_work_root_must_be_reachable_by_the_job_user(tmp_path: Path) -> None
     finally:
         subprocess.run(["rm", "-rf", str(top)], check=True)
     assert default_work_root(data).parent == Path("/var/lib/runplane")
+
+
+def test_the_default_work_root_goes_with_its_agent_when_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent's stop removes its default work root outside the data dir once no job
+    directory is left in it (quick starts and test agents leave nothing behind); one
+    still holding a job's directory, or the operator's --work-dir, stays."""
+    import runplane.agent.isolation as isolation
+
+    monkeypatch.setattr(isolation, "DEFAULT_WORK_PARENT", tmp_path / "var")
+    data = tmp_path / "data"
+    root = default_work_root(data)
+    root.mkdir(parents=True)
+    (root / "job_1").mkdir()
+    release_work_root(root, data)
+    assert root.is_dir()  # a job's directory is left: kept
+    (root / "job_1").rmdir()
+    release_work_root(root, data)
+    assert not root.exists()
+    chosen = tmp_path / "chosen"
+    chosen.mkdir()
+    release_work_root(chosen, data)
+    assert chosen.is_dir()
 
 
 async def test_an_agent_whose_job_user_is_unusable_stops_saying_so(tmp_path: Path) -> None:
