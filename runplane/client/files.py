@@ -194,12 +194,16 @@ def artifacts_zip(ctx: click.Context, job_id: str, dest: Path | None, output: st
 
 
 def _download(client: Client, ref: str, target: Path, size: object) -> tuple[int, str]:
-    """Stream ``ref`` into ``target``: (bytes, sha256); progress on stderr when big; a
-    refusal exits 3 with its next step."""
+    """Stream ``ref`` into ``target``: (bytes, sha256); progress on stderr for a big file
+    or a zip; a refusal exits 3 with its next step."""
     digest = hashlib.sha256()
     big = isinstance(size, int) and size >= PROGRESS_FROM_BYTES
+    if big and not err.is_terminal:  # no bar to redraw: one line says what is coming
+        err.print(f"downloading {size} bytes to {target}")
     columns = (BarColumn(), DownloadColumn(), TransferSpeedColumn())
-    with Progress(*columns, console=err, transient=True, disable=not big) as bar:
+    # a bar on a terminal, for a big file or a zip (whose size is known only at the end)
+    shown = big or size is None
+    with Progress(*columns, console=err, transient=True, disable=not shown) as bar:
         task = bar.add_task("download", total=size if isinstance(size, int) else None)
         seen = 0
 
