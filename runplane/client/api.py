@@ -129,7 +129,7 @@ _LISTED_BY = {
     "schedules": "check the id (`runplane schedule ls` lists your schedules)",
     "webhooks": "check the id (`runplane webhook ls` lists the org's webhooks)",
     "artifacts": "`runplane artifacts ls JOB` lists a job's artifacts",
-    "artifacts-zip": "`runplane artifacts ls JOB` lists a job's artifacts",
+    "artifacts-zip": "check the job id (`runplane ls` lists your jobs)",
     "pipelines": "check the id of the pipeline run",
     "sessions": "check the id (`runplane session ls` lists your sessions)",
 }
