@@ -18,9 +18,11 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
+from urllib.parse import quote
 
 import httpx
 from httpx_sse import EventSource
@@ -45,20 +47,33 @@ JSONObject = dict[str, Any]
 
 
 class ApiError(Exception):
-    """The server answered with a problem (or could not be reached: ``status`` 0)."""
+    """The server answered with a problem (or could not be reached: ``status`` 0).
+    ``path`` and ``sent`` are the request's path and JSON body, when known: the next step
+    :meth:`hint` gives depends on what was asked."""
 
-    def __init__(self, status: int, detail: str, problem: JSONObject | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        problem: JSONObject | None = None,
+        *,
+        path: str = "",
+        sent: Any = None,
+    ) -> None:
         super().__init__(detail)
         self.status = status
         self.detail = detail
         self.problem = problem or {}
+        self.path = path
+        self.sent = sent
 
     @property
     def code(self) -> str:
         return str(self.problem.get("code", ""))
 
     def hint(self, url: str = "") -> str:
-        """What to do next, by status."""
+        """What to do next, by status and route; never the detail again ("" when there is
+        nothing to add)."""
         if self.status == 0:
             return (
                 f"is the server running at {url}? start one with `runplane serve`, "
@@ -72,15 +87,72 @@ class ApiError(Exception):
         if self.status == 403:
             return "your token lacks the scope this needs: ask an org admin for a role that has it"
         if self.status == 404:
-            return "check the id (`runplane ls` lists your jobs)"
+            return _LISTED_BY.get(_area(self.path), _LISTED_BY["jobs"])
         if self.status == 429:
             return "your org or user is at its concurrency limit: wait for a run to finish"
         if self.status in (400, 422):
-            fields = [f"{e.get('key')}: {e.get('message')}" for e in self.problem.get("errors", [])]
-            return "; ".join(fields) if fields else "fix the request and try again"
+            return self._field_hint()
         if self.status >= 500:
             return "the server could not do it now: try again in a moment"
         return ""
+
+    def _field_hint(self) -> str:
+        """The field problems the detail does not already say (it states the first one),
+        then where to look: a config's fields (``stacks show``), the catalog, ``--org``."""
+        told = _plain(self.detail)
+        extra: list[str] = []
+        steps: dict[str, str] = {}
+        for n, problem in enumerate(self.problem.get("errors") or []):
+            key, message = str(problem.get("key") or ""), str(problem.get("message") or "")
+            leaf = key.removeprefix("job.")
+            if leaf.startswith("config."):
+                stack = _sent_stack(self.sent) or "STACK"
+                steps["config"] = (
+                    f"`runplane stacks show {stack}` lists the stack's config fields, their "
+                    "types and ranges"
+                )
+            elif leaf == "stack":
+                steps["stack"] = "`runplane stacks` lists the catalog"
+            elif key in ("org", "org_id") and problem.get("code") == "missing":
+                steps["org"] = "name the org with --org ORG_ID (the admin token acts for any)"
+            said = n == 0 or _plain(message) in told or told in _plain(message)
+            if message and not said:
+                extra.append(f"{key}: {message}" if key else message)
+        return "; ".join([*extra, *steps.values()])
+
+
+#: The command that lists what a 404 of each area could not find.
+_LISTED_BY = {
+    "jobs": "check the id (`runplane ls` lists your jobs)",
+    "stacks": "`runplane stacks` lists the catalog",
+    "secrets": "`runplane secret ls` lists the org's secrets",
+    "schedules": "check the id (`runplane schedule ls` lists your schedules)",
+    "webhooks": "check the id (`runplane webhook ls` lists the org's webhooks)",
+    "artifacts": "`runplane artifacts ls JOB` lists a job's artifacts",
+    "artifacts-zip": "check the job id (`runplane ls` lists your jobs)",
+    "pipelines": "check the id of the pipeline run",
+    "sessions": "check the id (`runplane session ls` lists your sessions)",
+}
+
+
+def _area(path: str) -> str:
+    """``jobs`` for ``/v1/jobs/...`` (the first segment after the version)."""
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    return parts[1] if len(parts) > 1 and parts[0] == "v1" else ""
+
+
+def _plain(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def _sent_stack(sent: Any) -> str | None:
+    """The stack a refused body named (a job's, or a schedule's job's)."""
+    if not isinstance(sent, dict):
+        return None
+    stack = sent.get("stack")
+    if isinstance(stack, str):
+        return stack
+    return _sent_stack(sent.get("job"))
 
 
 class Client:
@@ -138,7 +210,11 @@ class Client:
             if repeatable and passing and time.monotonic() < deadline:
                 time.sleep(_retry_after(response))
                 continue
-            return _answer(response)
+            try:
+                return _answer(response)
+            except ApiError as exc:
+                exc.path, exc.sent = path, kwargs.get("json")
+                raise
 
     # -- jobs ------------------------------------------------------------------------------
 
@@ -299,6 +375,124 @@ class Client:
     def keepalive(self, session_id: str) -> JSONObject:
         answer: JSONObject = self.request("POST", f"/v1/sessions/{session_id}/keepalive")
         return answer
+
+    # -- issue 40, CLI-A: stacks, secrets, schedules, webhooks, shares, artifacts ------------
+
+    def stack(self, name: str) -> JSONObject:
+        """One stack's catalog entry (404 naming the nearest stack)."""
+        answer: JSONObject = self.request("GET", f"/v1/stacks/{quote(name, safe='')}")
+        return answer
+
+    def secrets(self, *, org: str | None = None) -> list[JSONObject]:
+        """The org's secrets: names and times, never values."""
+        answer: list[JSONObject] = self.request("GET", "/v1/secrets", params=_org(org))
+        return answer
+
+    def set_secret(self, name: str, value: str, *, org: str | None = None) -> JSONObject:
+        answer: JSONObject = self.request(
+            "PUT", f"/v1/secrets/{quote(name, safe='')}", json={"value": value}, params=_org(org)
+        )
+        return answer
+
+    def delete_secret(self, name: str, *, org: str | None = None) -> None:
+        self.request("DELETE", f"/v1/secrets/{quote(name, safe='')}", params=_org(org))
+
+    def schedules(self, *, limit: int = 100) -> list[JSONObject]:
+        answer: list[JSONObject] = self.request("GET", "/v1/schedules", params={"limit": limit})
+        return answer
+
+    def create_schedule(self, body: JSONObject) -> JSONObject:
+        answer: JSONObject = self.request("POST", "/v1/schedules", json=body)
+        return answer
+
+    def schedule(self, schedule_id: str) -> JSONObject:
+        answer: JSONObject = self.request("GET", f"/v1/schedules/{schedule_id}")
+        return answer
+
+    def patch_schedule(self, schedule_id: str, body: JSONObject) -> JSONObject:
+        answer: JSONObject = self.request("PATCH", f"/v1/schedules/{schedule_id}", json=body)
+        return answer
+
+    def delete_schedule(self, schedule_id: str) -> JSONObject:
+        answer: JSONObject = self.request("DELETE", f"/v1/schedules/{schedule_id}")
+        return answer
+
+    def webhooks(self, *, org: str | None = None) -> list[JSONObject]:
+        answer: list[JSONObject] = self.request("GET", "/v1/webhooks", params=_org(org))
+        return answer
+
+    def create_webhook(self, body: JSONObject) -> JSONObject:
+        """WebhookCreated: its signing ``secret`` is in this answer only."""
+        answer: JSONObject = self.request("POST", "/v1/webhooks", json=body)
+        return answer
+
+    def delete_webhook(self, webhook_id: str) -> JSONObject:
+        answer: JSONObject = self.request("DELETE", f"/v1/webhooks/{webhook_id}")
+        return answer
+
+    def test_webhook(self, webhook_id: str) -> JSONObject:
+        answer: JSONObject = self.request("POST", f"/v1/webhooks/{webhook_id}/test")
+        return answer
+
+    def deliveries(self, webhook_id: str) -> list[JSONObject]:
+        answer: list[JSONObject] = self.request("GET", f"/v1/webhooks/{webhook_id}/deliveries")
+        return answer
+
+    def share(self, job_id: str, *, ttl_hours: int | None = None) -> JSONObject:
+        """ShareResult ``{token, code, url, expires_at}``: ``url`` is absolute."""
+        body = {"ttl_hours": ttl_hours} if ttl_hours is not None else None
+        answer: JSONObject = self.request("POST", f"/v1/jobs/{job_id}/share", json=body)
+        return answer
+
+    def unshare(self, job_id: str) -> JSONObject:
+        answer: JSONObject = self.request("DELETE", f"/v1/jobs/{job_id}/share")
+        return answer
+
+    def embed(self, job_id: str, body: JSONObject) -> JSONObject:
+        """EmbedMintResult ``{token, url, expires_at}``."""
+        answer: JSONObject = self.request("POST", f"/v1/jobs/{job_id}/embed", json=body)
+        return answer
+
+    def artifacts(self, job_id: str) -> list[JSONObject]:
+        """The job's stored files ``[{artifact, ref, sha256, size}]``."""
+        answer: list[JSONObject] = self.request("GET", f"/v1/jobs/{job_id}/artifacts")
+        return answer
+
+    def download(
+        self, path: str, dest: Path, on_chunk: Callable[[bytes], None] | None = None
+    ) -> int:
+        """Stream ``GET path`` (an artifact's ``ref``, or ``/v1/artifacts-zip/JOB``) into
+        ``dest`` (written beside it, then renamed: a failed download leaves no partial
+        file); the bytes written. ``on_chunk(data)`` for each chunk as it is written (to
+        hash it, or show progress)."""
+        part = dest.with_name(f".{dest.name}.part")
+        try:
+            with self._http.stream("GET", path, timeout=httpx.Timeout(30.0, read=300.0)) as got:
+                if got.status_code >= 400:
+                    got.read()
+                    try:
+                        _answer(got)
+                    except ApiError as exc:
+                        exc.path = path
+                        raise
+                done = 0
+                with part.open("wb") as out:
+                    for chunk in got.iter_bytes(1 << 20):
+                        out.write(chunk)
+                        done += len(chunk)
+                        if on_chunk is not None:
+                            on_chunk(chunk)
+            part.replace(dest)
+            return done
+        except httpx.TransportError as exc:
+            raise ApiError(0, f"cannot reach {self.url}: {exc}", path=path) from None
+        finally:
+            part.unlink(missing_ok=True)
+
+
+def _org(org: str | None) -> dict[str, str]:
+    """``?org=`` (the admin token names the org it acts for)."""
+    return {"org": org} if org else {}
 
 
 def _answer(response: httpx.Response) -> Any:

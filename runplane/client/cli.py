@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import click
 
-from . import catalog, flows
+from . import catalog, files, flows, manage
 from .api import ApiError, Client, JSONObject
 from .common import (
     client_of,
@@ -324,18 +324,23 @@ def logs(ctx: click.Context, job_id: str, follow: bool, output: str) -> None:
 @output_option
 @click.pass_context
 def cancel(ctx: click.Context, job_id: str, output: str) -> None:
-    """Cancel a job, or every live job of a job array (an arr_ id)."""
+    """Cancel a job, or every live job of a job array (an arr_ id). A job that had already
+    ended is left as it was: stderr says so and the exit status is 0."""
     if job_id.startswith("arr_"):
         done = fetch(ctx, lambda c: c.cancel_array(job_id))
         if not shown(output, done):
             click.echo(f"{done['array_id']}: {done['cancelled']} cancelled")
         return
     result = fetch(ctx, lambda c: c.cancel(job_id))
-    if not shown(output, result):
-        click.echo(
-            f"{result['job_id']} {result['phase']}"
-            + (" (killed on its node)" if result.get("killed_on_node") else "")
-        )
+    if shown(output, result):
+        return
+    if result.get("cancelled") is False:
+        err.print(f"{result['job_id']} already {result['phase']}: nothing to cancel")
+        return
+    click.echo(
+        f"{result['job_id']} {result['phase']}"
+        + (" (killed on its node)" if result.get("killed_on_node") else "")
+    )
 
 
 @cli.command()
@@ -348,7 +353,15 @@ def rerun(ctx: click.Context, job_id: str, follow: bool, output: str) -> None:
     _started(ctx, fetch(ctx, lambda c: c.rerun(job_id)), follow, output)
 
 
-for verb in (catalog.stacks, catalog.nodes, catalog.whoami, flows.pipeline, flows.session):
+for verb in (
+    catalog.stacks,
+    catalog.nodes,
+    catalog.whoami,
+    flows.pipeline,
+    flows.session,
+    *manage.VERBS,
+    *files.VERBS,
+):
     cli.add_command(verb)
 add_server_options(cli)  # before runplane/cli.py adds serve and agent: they take neither
 

@@ -13,12 +13,14 @@ from typing import Any, NoReturn, TypeVar
 import click
 import yaml
 from rich.console import Console
+from rich.markup import escape
 
 from .api import ApiError, Client, JSONObject
 from .options import Server
 
 R = TypeVar("R")
-err = Console(stderr=True, highlight=False)
+#: stderr; a message is never wrapped mid-phrase (a non-TTY console would cut at 80 columns)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 #: Exit statuses of ``--follow`` (and of a refused or unreachable server).
 EXIT_TIMEOUT, EXIT_CANCELLED, EXIT_API = 124, 130, 3
@@ -51,10 +53,16 @@ def token_sent() -> bool:
 def fail(error: ApiError, url: str) -> NoReturn:
     """Print the problem and the next step; exit 3 (a 401 included: with a token sent,
     the advice says the token was refused)."""
-    err.print(f"[red]error:[/red] {error.detail}")
     hint = REFUSED_TOKEN_HINT if error.status == 401 and token_sent() else error.hint(url)
+    refuse(error.detail, hint)
+
+
+def refuse(detail: str, hint: str = "") -> NoReturn:
+    """``error: detail`` and ``next: hint`` on stderr (each one line, however long: never
+    wrapped, never read as markup); exit 3."""
+    err.print(f"[red]error:[/red] {escape(detail)}")
     if hint:
-        err.print(f"[dim]next:[/dim] {hint}")
+        err.print(f"[dim]next:[/dim] {escape(hint)}")
     sys.exit(EXIT_API)
 
 
@@ -87,12 +95,19 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
 
 
+#: The form each option of pairs takes, as its help's metavar names it.
+PAIR_FORMS = {"--input": "PATH=REF", "--output": "ARTIFACT=GLOB", "--sweep": "KEY=V1,V2,..."}
+
+
 def pairs(values: Iterable[str], what: str) -> dict[str, str]:
+    """``KEY=VALUE`` items of the option ``what`` as a dict; a usage error naming the
+    option's own form (``--output``: ARTIFACT=GLOB) for one without ``=``."""
     found = {}
     for item in values:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint=what)
+            form = PAIR_FORMS.get(what, "KEY=VALUE")
+            raise click.BadParameter(f"{item!r} is not {form}", param_hint=what)
         found[key] = value
     return found
 

@@ -70,8 +70,7 @@ def attempt_note(before: JobState, after: JobState, event: PhaseEvent) -> str | 
     if before.phase is Phase.QUEUED and after.phase is Phase.ASSIGNED:
         try_ = f" (try {after.retries + 1})" if after.retries else ""
         return (
-            f"attempt {after.attempt}{try_} on node {after.node_id} "
-            f"(requeues so far: {after.attempts})"
+            f"attempt {after.attempt}{try_} on {after.node_id} (requeues so far: {after.attempts})"
         )
     if isinstance(event, NodeLost) and after.phase is Phase.QUEUED:
         return (

@@ -148,7 +148,7 @@ async def test_job_actor_crash_loses_no_event_and_repeats_none(
         ]
         assert len(lines) == 3
         notes = [e.data for e in events if e.kind == "log" and '"stream":"system"' in e.data]
-        assert len(notes) == 1 and "attempt 1 on node node_a (requeues so far: 0)" in notes[0]
+        assert len(notes) == 1 and "attempt 1 on node_a (requeues so far: 0)" in notes[0]
         phases = [e.data for e in events if e.kind == "phase"]
         assert sum('"succeeded"' in x for x in phases) == 1
         # the SSE follower sees the same, once, and ends

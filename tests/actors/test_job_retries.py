@@ -108,10 +108,10 @@ async def test_a_failed_try_runs_again_after_its_backoff_and_succeeds(
         assert done["job_id"] == job and len(done["tries"]) == 1
         lines = await system_lines(root, job)
         assert lines == [
-            "attempt 1 on node node_a (requeues so far: 0)",
+            "attempt 1 on node_a (requeues so far: 0)",
             "try 1 failed: exit code 1; retry 1 (try 2) after a 1 s backoff",
             "retry 1: try 2 goes back in the queue",
-            "attempt 2 (try 2) on node node_a (requeues so far: 0)",
+            "attempt 2 (try 2) on node_a (requeues so far: 0)",
         ]
         events = await repo.events_after(root.store, job, 0, kinds=("phase",))
         retried = [json.loads(e.data) for e in events if "retry" in json.loads(e.data)]

@@ -138,9 +138,9 @@ async def test_a_job_off_the_queue_ignores_wait_reasons_until_requeued(store: St
         if e.kind == "log" and payload(e)["stream"] == "system"
     ]
     assert lines == [
-        "attempt 1 on node node_a (requeues so far: 0)",
+        "attempt 1 on node_a (requeues so far: 0)",
         "attempt 1 requeued (requeues so far: 1): node stopped heartbeating",
-        "attempt 2 on node node_b (requeues so far: 1)",
+        "attempt 2 on node_b (requeues so far: 1)",
     ]
     assert [m.attempt for m in fakes.node.orders() if isinstance(m, p.Run)] == [1, 2]
     reasons = [payload(e).get("reason") for e in await stored(store, row.id) if e.kind == "phase"]

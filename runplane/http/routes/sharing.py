@@ -151,7 +151,8 @@ async def mint_embed(job_id: str) -> tuple[dict[str, Any], int]:
 
 
 async def mint_grant(row: JobRow, body: EmbedMintBody, by: str) -> dict[str, Any]:
-    """EmbedMintResult ``{token, url, expires_at}`` for a new grant on ``row``."""
+    """EmbedMintResult ``{token, url, expires_at}`` for a new grant on ``row``; ``url`` is
+    absolute (the public origin), as a share's is."""
     minted = await _minted(
         row,
         "embed",
@@ -160,7 +161,7 @@ async def mint_grant(row: JobRow, body: EmbedMintBody, by: str) -> dict[str, Any
         allow=list(body.allow),
         branding=body.branding.model_dump(),
     )
-    return {**minted, "url": f"/embed/e/{minted['token']}"}
+    return {**minted, "url": f"{public_origin()}/embed/e/{minted['token']}"}
 
 
 @blueprint.get("/v1/embed/grant")
