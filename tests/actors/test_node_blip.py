@@ -121,6 +121,7 @@ async def test_an_undeliverable_run_order_requeues_uncounted_and_unreadies_the_n
         assert (waiting.phase.value, waiting.attempt, waiting.attempts) == ("queued", 1, 0)
         assert waiting.error == "node node_a went away before the run order"
         assert not await in_fleet(root, "node_a")
+
         async def counted() -> tuple[int, int] | None:
             node = await nodes_repo.get(root.store, "node_a")
             return None if node is None else (node.attempts_total, node.attempts_lost)
