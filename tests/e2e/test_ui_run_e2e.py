@@ -107,8 +107,8 @@ def live_run(base: str, job_id: str, gate: Path) -> dict[str, Any]:
     return seen
 
 
-@pytest.fixture
-def gate() -> Iterator[Path]:
+@pytest.fixture(name="gate")
+def gate_fixture() -> Iterator[Path]:
     """A file the job waits for, in a directory the job's user can look into."""
     top = Path(tempfile.mkdtemp(prefix="runplane-uib-"))
     top.chmod(0o755)
@@ -159,13 +159,13 @@ async def test_the_run_view_stays_live_and_ends_equal_to_the_api(
     assert seen["unnamed"] == []
 
 
-def shared_and_embedded(base: str, job_id: str, share_url: str, embed_path: str) -> dict[str, Any]:
+def shared_and_embedded(base: str, job_id: str, share_url: str, embed_url: str) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     with chromium() as browser:
         for name, url in (
             ("run", f"{base}/jobs/{job_id}"),
             ("share", share_url),
-            ("embed", base + embed_path),
+            ("embed", embed_url),
         ):
             page = browser.new_page(viewport=PHONE)
             page.goto(url)
@@ -198,8 +198,10 @@ async def test_the_command_reads_in_the_run_share_and_embed_views(
         embed = await client.post(f"/v1/jobs/{job_id}/embed", json={"allow": []})
         assert embed.status_code == 201, embed.text
         base = server.url.rstrip("/")
+        embed_url = embed.json()["url"]  # (absolute, or relative to the server)
+        embed_url = embed_url if embed_url.startswith("http") else base + embed_url
         seen = await trio.to_thread.run_sync(
-            shared_and_embedded, base, job_id, share["url"], embed.json()["url"]
+            shared_and_embedded, base, job_id, share["url"], embed_url
         )
     for name in ("run", "share", "embed"):
         assert seen[f"{name}_summary"] == "python3 -c 'import sys \u2026 (+3 lines)", name
