@@ -121,7 +121,7 @@ export function logsPanel(jobId, { categories = null, done = false, onPhase = ()
 // An empty artifacts panel says how a job keeps files (docs/jobs.md "Outputs").
 const artifactsHint = () => ["No artifacts. A job keeps files by naming them in its ",
   el("code", {}, "outputs"), ": ", el("code", {}, `"outputs": [{"artifact": "model", "glob": "out/*.pt"}]`),
-  " in the job body, or ", el("code", {}, "runplane submit --output model=out/*.pt"), "."];
+  " in the job body, or ", el("code", {}, "runplane submit STACK --output 'model=out/*.pt' -- COMMAND"), "."];
 
 export function artifactsPanel(job) {
   const body = el("div");
