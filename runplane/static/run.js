@@ -45,6 +45,7 @@ function factsList(job, names) {
     ["duration", el("dd", { id: "duration" }, jobDuration(job) || "—")],
     ["attempt", el("dd", {}, attemptText(job))],
   ];
+  if (job.wait_reason) pairs.splice(1, 0, ["waiting because", el("dd", { id: "wait-reason" }, job.wait_reason)]);
   if (exit !== null && exit !== undefined) pairs.push(["exit code", el("dd", { id: "exit-code" }, String(exit))]);
   if (job.error) pairs.push(["error", el("dd", { id: "job-error" }, job.error)]);
   return el("dl", { class: "facts", id: "facts" }, pairs.flatMap(([k, v]) => [el("dt", {}, k), v]));
