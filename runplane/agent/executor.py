@@ -253,7 +253,7 @@ class _Job:
         spec = self.spec
 
         if spec.setup:
-            script = shown(shlex.quote(spec.setup), spec.job_id, "spec.setup")
+            script = shown(shlex.quote(spec.setup))
             label = f"running setup: sh -c {script}"
             setup = await self._run_process(["sh", "-c", spec.setup], "setup", label)
             if setup.start_error is not None:
@@ -274,7 +274,7 @@ class _Job:
             return installed
 
         command = command_of(spec)
-        label = f"running: {shown(shlex.join(command), spec.job_id, 'spec.command')}"
+        label = f"running: {shown(shlex.join(command))}"
         result = await self._run_process(command, "command", label)
         if result.start_error is not None:
             return await self._fail(result.start_error)

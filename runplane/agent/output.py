@@ -153,12 +153,14 @@ _LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
 _ESCAPED = {ord(c): c.encode("unicode_escape").decode("ascii") for c in _LINE_BREAKS}
 
 
-def shown(text: str, job_id: str, field: str) -> str:
-    """``text`` (a shell-quoted command) for a system line: on one line (line breaks
-    escaped as ``\\n``) and cut after :data:`SHOWN_CHARS` characters, with where to read
-    the whole (``field`` of the job's spec, e.g. ``spec.command``)."""
-    line = text.translate(_ESCAPED)
-    if len(line) <= SHOWN_CHARS:
-        return line
-    name = field.rsplit(".", 1)[-1]
-    return f"{line[:SHOWN_CHARS]}\u2026 (full {name}: GET /v1/jobs/{job_id}, {field})"
+def shown(text: str) -> str:
+    """``text`` (a shell-quoted command) for a system line: its first line, cut after
+    :data:`SHOWN_CHARS` characters, then how many lines were left out (``… (+41 lines)``);
+    other line-break characters in that first line are escaped (a CR as ``\\r``)."""
+    first, *rest = text.split("\n")
+    line = first.translate(_ESCAPED)
+    if len(line) > SHOWN_CHARS:
+        line = f"{line[:SHOWN_CHARS]}\u2026"
+    elif rest:
+        line = f"{line} \u2026"
+    return f"{line} (+{len(rest)} lines)" if rest else line

@@ -210,7 +210,7 @@ class _Pod:
                 self.up[service.name].set()
 
         command = shlex.join(service.command)
-        label = f"service {service.name}: running: {shown(command, job.spec.job_id, 'pod')}"
+        label = f"service {service.name}: running: {shown(command)}"
         async with trio.open_nursery() as gate:
             if service.health is not None:
                 gate.start_soon(self._health, service, service.health, env, started, image)
