@@ -51,7 +51,7 @@ UNNAMED = """() => [...document.querySelectorAll("input, select, textarea, butto
   .map((c) => c.outerHTML)"""
 
 
-def browse(base: str, job_id: str, share_url: str, embed_path: str) -> dict[str, Any]:
+def browse(base: str, job_id: str, share_url: str, embed_url: str) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     with chromium() as browser:
         page = browser.new_page()
@@ -72,7 +72,7 @@ def browse(base: str, job_id: str, share_url: str, embed_path: str) -> dict[str,
         seen["token_box_hidden"] = shared.locator("#token-box").is_hidden()
         # the embed link: branding, logs only
         embedded = browser.new_page()
-        embedded.goto(base + embed_path)
+        embedded.goto(embed_url)  # absolute, like the share link
         embedded.wait_for_selector("#embed-title")
         seen["embed_title"] = embedded.locator("#embed-title").inner_text()
         embedded.wait_for_selector("#logs >> text=done")
