@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import click
 
-from . import catalog, flows
+from . import catalog, flows, tables
 from .api import ApiError, Client, JSONObject
 from .common import (
     client_of,
@@ -208,7 +208,9 @@ def _follow(
             elif kind == "phase" and not logs_only:
                 phase = event.get("phase")
                 reason = event.get("reason") or event.get("error") or ""
-                where = f" on {event['node_id']}" if event.get("node_id") else ""
+                where = (
+                    f" on {_node_name(client, event['node_id'])}" if event.get("node_id") else ""
+                )
                 err.print(f"[bold]{phase}[/bold]{where}" + (f": {reason}" if reason else ""))
             elif kind == "metric" and not logs_only:
                 values = ", ".join(f"{k}={v}" for k, v in (event.get("values") or {}).items())
@@ -220,10 +222,32 @@ def _follow(
         fail(exc, client.url)
 
 
-@cli.command(name="ls")
+ATTEMPT_HELP = (
+    "In -o json, `attempt` is the job's run number, 1-based: 1 at its first assignment to a "
+    "node, one more at each new assignment after a requeue or a preemption (0 before the "
+    "first); `attempts` counts infrastructure requeues: times the job went back to the "
+    "queue because its node was lost or drained mid-run (0 for a job that ran once). "
+    "docs/jobs.md explains both."
+)
+
+
+def _node_name(client: Client, node_id: str) -> str:
+    """``local (node_...)``: the node's name beside its id (the id alone if unknown)."""
+    names = {n["id"]: n.get("name") for n in client.nodes()}
+    return f"{names[node_id]} ({node_id})" if names.get(node_id) else node_id
+
+
+@cli.command(name="ls", epilog=ATTEMPT_HELP)
 @click.option("--phase", help="only jobs in this phase")
 @click.option("--stack", help="only jobs of this stack")
-@click.option("--array", help="only the jobs of this job array (an arr_ id)")
+@click.option("--project", help="only jobs of this project")
+@click.option("--pipeline", help="only the stage jobs of this pipeline run (a plr_ id)")
+@click.option("--node", help="only jobs placed on this node (its name or id)")
+@click.option(
+    "--array",
+    help="the jobs of this job array (an arr_ id) as its sweep table: index, job, phase, "
+    "the config values that differ, the final metrics (the best of each marked *)",
+)
 @click.option("--limit", type=int, default=50, show_default=True)
 @output_option
 @click.pass_context
@@ -231,31 +255,44 @@ def list_jobs(
     ctx: click.Context,
     phase: str | None,
     stack: str | None,
+    project: str | None,
+    pipeline: str | None,
+    node: str | None,
     array: str | None,
     limit: int,
     output: str,
 ) -> None:
-    """List jobs, newest first."""
-    jobs = fetch(ctx, lambda c: c.jobs(phase=phase, stack=stack, array=array, limit=limit))
+    """List jobs, newest first: id, name (a stage's, else the command's first line), stack,
+    phase, node name, duration (live while running), created, why it waits."""
+    client = client_of(ctx)
+    try:
+        names = {n["id"]: n.get("name") or n["id"] for n in client.nodes()}
+        node_id = next((i for i, n in names.items() if node in (i, n)), node)
+        filters = {"phase": phase, "stack": stack, "project": project, "pipeline": pipeline}
+        limit = max(limit, 5000) if array else limit  # a sweep table has every job
+        jobs = client.find_jobs(limit=limit, node=node_id, array=array, **filters)
+        if array:
+            _sweep_table(client, array, jobs, output)
+            return
+    except ApiError as exc:
+        fail(exc, client.url)
     if shown(output, jobs):
         return
     table(
-        ("JOB", "STACK", "PHASE", "NODE", "CREATED", "WAITING"),
-        (
-            (
-                j["job_id"],
-                j["stack"],
-                j["phase"],
-                j.get("node_id"),
-                j.get("created_at"),
-                j.get("wait_reason"),
-            )
-            for j in jobs
-        ),
+        ("JOB", "NAME", "STACK", "PHASE", "NODE", "DURATION", "CREATED", "WAITING"),
+        tables.job_rows(jobs, names),
     )
 
 
-@cli.command()
+def _sweep_table(client: Client, array_id: str, jobs: list[JSONObject], output: str) -> None:
+    sweep = tables.sweep(array_id, jobs, client.stacks())
+    if shown(output, sweep):
+        return
+    headers, rows = tables.sweep_rows(sweep)
+    table(headers, rows)
+
+
+@cli.command(epilog=ATTEMPT_HELP)
 @click.argument("job_id")
 @output_option
 @click.pass_context
