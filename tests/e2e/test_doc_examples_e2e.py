@@ -7,6 +7,7 @@ An example is marked in its Markdown file by an HTML comment right before its fe
   ``runplane`` and ``.venv/bin/runplane`` are this tree's CLI, with ``RUNPLANE_URL``,
   ``RP`` and ``RUNPLANE_ADMIN_TOKEN`` set and ``localhost:8080`` read as the test
   server's address (the only change made to the text);
+* ``<!-- example: python -->``: a Python snippet, run the same way with this Python;
 * ``<!-- example: job -->``: a ``POST /v1/runs`` body; the job must succeed;
 * ``<!-- example: pipeline -->``: a pipeline body, run with ``runplane pipeline run -f``;
   it must succeed;
@@ -30,13 +31,15 @@ from tests.e2e.conftest import ADMIN, LiveServer, StartAgent, online_nodes, wait
 from tests.e2e.test_cli_e2e import cli, env_for
 
 ROOT = Path(__file__).resolve().parents[2]
-MARKER = re.compile(r"<!-- example: (\w+) -->")
-EXAMPLE = re.compile(r"<!-- example: (\w+) -->\n```(\w*)\n(.*?)\n```", re.S)
+MARKER = re.compile(r"^<!-- example: (\w+) -->$", re.M)  # a line of its own
+EXAMPLE = re.compile(r"^<!-- example: (\w+) -->\n```(\w*)\n(.*?)\n```", re.S | re.M)
 EXPECTED = Counter(
     {
         ("README.md", "sh"): 2,
         ("docs/api.md", "sh"): 2,
         ("docs/cli.md", "sh"): 1,
+        ("docs/cli.md", "python"): 1,
+        ("docs/schedules.md", "sh"): 1,
         ("docs/jobs.md", "sh"): 1,
         ("docs/jobs.md", "job"): 1,
         ("docs/pipelines.md", "pipeline"): 1,
@@ -76,21 +79,25 @@ def _runplane_dir(tmp_path: Path) -> Path:
     return tmp_path / "cwd"
 
 
-async def _run_sh(url: str, script: str, cwd: Path) -> None:
+async def _run_script(url: str, kind: str, script: str, cwd: Path) -> None:
     env = env_for(url)
     env["PATH"] = f"{cwd / '.venv' / 'bin'}:{env['PATH']}"
-    env.update(RP=url, RUNPLANE_ADMIN_TOKEN=ADMIN)
+    env["PYTHONPATH"] = f"{ROOT}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(ROOT)
+    env.update(RP=url, RUNPLANE_ADMIN_TOKEN=ADMIN, TOKEN=ADMIN)
     text = script.replace("localhost:8080", url.removeprefix("http://"))
+    shell = ["sh", "-e", "-c"] if kind == "sh" else [sys.executable, "-c"]
     with trio.fail_after(300):  # the server runs in this process: never block it
         ran = await trio.run_process(
-            ["sh", "-e", "-c", text],
+            [*shell, text],
             cwd=cwd,
             env=env,
             capture_stdout=True,
             capture_stderr=True,
             check=False,
         )
-    assert ran.returncode == 0, (script, ran.stdout.decode(), ran.stderr.decode())
+    out = ran.stdout.decode()
+    assert ran.returncode == 0, (script, out, ran.stderr.decode())
+    assert "runplane.dev/problems/" not in out, (script, out)  # curl -s exits 0 on a 4xx
 
 
 async def _all_ended(client: httpx.AsyncClient) -> None:
@@ -136,8 +143,8 @@ async def test_every_marked_example_runs_as_written(
     async with server.client() as client:
         await wait_for(lambda: online_nodes(client), 30, "the agent")
         for name, kind, body in examples():
-            if kind == "sh":
-                await _run_sh(server.url, body, cwd)
+            if kind in ("sh", "python"):
+                await _run_script(server.url, kind, body, cwd)
             elif kind == "job":
                 await _run_job(client, body)
             elif kind in ("pipeline", "session"):
