@@ -17,8 +17,9 @@ import sys
 from collections.abc import Sequence
 
 import click
+from rich.markup import escape
 
-from . import catalog, flows, tables
+from . import catalog, flows, tables, watch
 from .api import ApiError, Client, JSONObject
 from .common import (
     client_of,
@@ -211,7 +212,8 @@ def _follow(
                 where = (
                     f" on {_node_name(client, event['node_id'])}" if event.get("node_id") else ""
                 )
-                err.print(f"[bold]{phase}[/bold]{where}" + (f": {reason}" if reason else ""))
+                said = f"{where}: {reason}" if reason else where
+                err.print(f"[bold]{phase}[/bold]{escape(said)}", soft_wrap=True)
             elif kind == "metric" and not logs_only:
                 values = ", ".join(f"{k}={v}" for k, v in (event.get("values") or {}).items())
                 step = event.get("step")
@@ -220,6 +222,8 @@ def _follow(
         return client.job(job_id)
     except ApiError as exc:
         fail(exc, client.url)
+    except KeyboardInterrupt:
+        watch.stopped(f"{job_id} keeps running: cancel it with runplane cancel {job_id}")
 
 
 ATTEMPT_HELP = (

@@ -137,9 +137,12 @@ async def test_submit_and_session_follow_say_why_they_wait(
     job = Running(server.url, "submit", "-f", "--cpu", "64", "shell", "--", "echo", "hi")
     await job.wait_err(UNPLACEABLE)
     job_id = job.err.decode().split("submitted ")[1].split()[0]
-    job.proc.kill()
-    job.proc.wait()
-    await cli(server.url, "cancel", job_id)
+    assert await job.interrupt() == 130
+    assert (
+        f"stopped following; {job_id} keeps running: cancel it with runplane cancel {job_id}"
+        in job.err.decode()
+    )
+    assert (await cli(server.url, "cancel", job_id)).returncode == 0
 
     pod = tmp_path / "pod.yaml"
     pod.write_text(
