@@ -5,6 +5,7 @@ online and runs jobs. The lock is the kernel's: a holder killed with SIGKILL lea
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import socket
@@ -112,3 +113,30 @@ async def test_a_second_server_on_a_data_dir_in_use_exits_and_changes_nothing(
     finally:
         first.send_signal(signal.SIGTERM)
         first.wait(30)
+
+
+async def test_a_busy_local_agent_data_dir_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """Another agent holds ``<data dir>/local-agent``: the server stops with one line."""
+    agent_dir = tmp_path / "data" / "local-agent"
+    agent_dir.mkdir(parents=True)
+    fd = os.open(agent_dir / "agent.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as a running agent holds it
+    try:
+        with trio.fail_after(60):
+            served = await trio.run_process(
+                [*RUNPLANE, "serve", "--port", str(_free_port())],
+                env=dict(
+                    os.environ, RUNPLANE_DATA_DIR=str(tmp_path / "data"), RUNPLANE_LOCAL_AGENT="1"
+                ),
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+    finally:
+        os.close(fd)
+    err = served.stderr.decode()
+    assert served.returncode == 1, err
+    assert "Traceback" not in err and "ExceptionGroup" not in err
+    assert err.splitlines()[-1] == (
+        f"runplane: local agent: another agent is running with data dir {agent_dir}"
+    )
