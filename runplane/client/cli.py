@@ -301,33 +301,42 @@ def _sweep_table(client: Client, array_id: str, jobs: list[JSONObject], output: 
 @output_option
 @click.pass_context
 def get(ctx: click.Context, job_id: str, output: str) -> None:
-    """Show one job."""
+    """Show one job: its name, phase, node (name and id), run number, requeues, retries,
+    exit code, times (relative, then the absolute one), wait reason, final metrics and
+    artifacts."""
     job = fetch(ctx, lambda c: c.job(job_id))
     if shown(output, job):
         return
-    for key in (
-        "job_id",
-        "stack",
-        "phase",
-        "node_id",
-        "attempt",
-        "retries",
-        "preemptions",
-        "exit_code",
-        "error",
-        "created_at",
-        "started_at",
-        "finished_at",
-        "wait_reason",
+    node = job.get("node_id")
+    for key, value in (
+        ("job_id", job["job_id"]),
+        ("name", tables.job_name(job)),
+        ("stack", job["stack"]),
+        ("phase", job["phase"]),
+        ("node", node and fetch(ctx, lambda c: _node_name(c, node))),
+        ("attempt", job.get("attempt")),
+        ("attempts", job.get("attempts") or None),
+        ("retries", job.get("retries")),
+        ("preemptions", job.get("preemptions")),
+        ("exit_code", job.get("exit_code")),
+        ("error", job.get("error")),
+        ("duration", tables.job_duration(job)),
+        *((at, _when(job.get(at))) for at in ("created_at", "started_at", "finished_at")),
+        ("wait_reason", job.get("wait_reason")),
     ):
-        if job.get(key) not in (None, ""):
-            click.echo(f"{key:12} {job[key]}")
+        if value not in (None, ""):
+            click.echo(f"{key:12} {value}")
     for name, value in sorted((job.get("final_metrics") or {}).items()):
         click.echo(f"{'metric':12} {name}={value}")
     for artifact in job.get("artifacts") or []:
         click.echo(
             f"{'artifact':12} {artifact['artifact']} {artifact.get('size', '')} {artifact['ref']}"
         )
+
+
+def _when(iso: str | None) -> str:
+    """``3 min ago (2026-11-27T10:33:00.524Z)``."""
+    return f"{tables.ago(iso)} ({iso})" if iso else ""
 
 
 @cli.command()

@@ -187,6 +187,8 @@ async def test_ls_shows_names_nodes_and_times_and_the_sweep_table(
     assert "python3 -c 'import sys …" in row  # the first line only
     assert " tablenode " in row and "node_" not in row
     assert " s ago" in row and "succeeded" in row
+    shown = (await cli(server.url, "get", row.split()[0])).stdout.decode()
+    assert "\nnode         tablenode (node_" in shown and " ago (20" in shown
     by_node = (await cli(server.url, "ls", "--node", "tablenode")).stdout.decode()
     assert by_node.count("\n") >= 2
     assert (await cli(server.url, "ls", "--node", "othernode")).stdout.decode().count("\n") == 1
@@ -222,6 +224,7 @@ async def test_ls_shows_names_nodes_and_times_and_the_sweep_table(
     marked = [line.split()[1] for line in text[1:] if line.split()[column].endswith("*")]
     assert marked == [best]
 
-    helped = (await cli(server.url, "ls", "--help")).stdout.decode()
-    assert "`attempt` is the job's run number, 1-based" in " ".join(helped.split())
-    assert "infrastructure requeues" in " ".join(helped.split())
+    for verb in ("ls", "get"):
+        helped = " ".join((await cli(server.url, verb, "--help")).stdout.decode().split())
+        assert "`attempt` is the job's run number, 1-based" in helped
+        assert "infrastructure requeues" in helped
