@@ -40,6 +40,7 @@ EXPECTED = Counter(
         ("docs/cli.md", "sh"): 1,
         ("docs/cli.md", "python"): 1,
         ("docs/schedules.md", "sh"): 1,
+        ("docs/secrets.md", "sh"): 1,
         ("docs/jobs.md", "sh"): 1,
         ("docs/jobs.md", "job"): 1,
         ("docs/pipelines.md", "pipeline"): 1,
@@ -79,11 +80,11 @@ def _runplane_dir(tmp_path: Path) -> Path:
     return tmp_path / "cwd"
 
 
-async def _run_script(url: str, kind: str, script: str, cwd: Path) -> None:
+async def _run_script(url: str, kind: str, script: str, cwd: Path, token: str) -> None:
     env = env_for(url)
     env["PATH"] = f"{cwd / '.venv' / 'bin'}:{env['PATH']}"
     env["PYTHONPATH"] = f"{ROOT}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(ROOT)
-    env.update(RP=url, RUNPLANE_ADMIN_TOKEN=ADMIN, TOKEN=ADMIN)
+    env.update(RP=url, RUNPLANE_ADMIN_TOKEN=ADMIN, TOKEN=token, OWNER_TOKEN=token)
     text = script.replace("localhost:8080", url.removeprefix("http://"))
     shell = ["sh", "-e", "-c"] if kind == "sh" else [sys.executable, "-c"]
     with trio.fail_after(300):  # the server runs in this process: never block it
@@ -100,12 +101,32 @@ async def _run_script(url: str, kind: str, script: str, cwd: Path) -> None:
     assert "runplane.dev/problems/" not in out, (script, out)  # curl -s exits 0 on a 4xx
 
 
-async def _all_ended(client: httpx.AsyncClient) -> None:
-    async def ended() -> bool:
-        jobs = (await client.get("/v1/jobs", params={"limit": 5000})).json()
-        return not [j for j in jobs if j["phase"] in LIVE]
+async def _jobs(client: httpx.AsyncClient) -> dict[str, str]:
+    """job id -> phase of every job."""
+    jobs = (await client.get("/v1/jobs", params={"limit": 5000})).json()
+    return {j["job_id"]: j["phase"] for j in jobs}
 
-    await wait_for(ended, 180, "every job an example started to end")
+
+async def _all_ended(client: httpx.AsyncClient, before: set[str]) -> dict[str, str]:
+    """Wait until every job ended; the phases of those made since ``before``."""
+
+    async def ended() -> dict[str, str] | None:
+        now = await _jobs(client)
+        return None if any(p in LIVE for p in now.values()) else now
+
+    now = await wait_for(ended, 180, "every job an example started to end")
+    return {k: v for k, v in now.items() if k not in before}
+
+
+async def _owner_token(client: httpx.AsyncClient) -> str:
+    """An org owner's token (what ``$TOKEN`` and ``$OWNER_TOKEN`` stand for)."""
+    minted = await client.post(
+        "/v1/auth/tokens",
+        json={"subject": "docs-reader", "role": "owner"},
+        headers={"Authorization": f"Bearer {ADMIN}"},
+    )
+    assert minted.status_code == 201, minted.text
+    return str(minted.json()["token"])
 
 
 async def _run_job(client: httpx.AsyncClient, body: str) -> None:
@@ -142,13 +163,18 @@ async def test_every_marked_example_runs_as_written(
     cwd = _runplane_dir(tmp_path)
     async with server.client() as client:
         await wait_for(lambda: online_nodes(client), 30, "the agent")
+        token = await _owner_token(client)
         for name, kind, body in examples():
+            before = set(await _jobs(client))
             if kind in ("sh", "python"):
-                await _run_script(server.url, kind, body, cwd)
+                await _run_script(server.url, kind, body, cwd, token)
             elif kind == "job":
                 await _run_job(client, body)
             elif kind in ("pipeline", "session"):
                 await _run_flow(server.url, kind, body, tmp_path)
             else:
                 raise AssertionError(f"{name}: unknown example kind {kind!r}")
-            await _all_ended(client)
+            made = await _all_ended(client, before)
+            if kind in ("sh", "python"):  # what a snippet started ran (or it cancelled it)
+                bad = {k: v for k, v in made.items() if v not in ("succeeded", "cancelled")}
+                assert not bad, (name, body, bad)
