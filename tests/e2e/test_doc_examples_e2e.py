@@ -41,6 +41,7 @@ EXPECTED = Counter(
         ("docs/cli.md", "python"): 1,
         ("docs/schedules.md", "sh"): 1,
         ("docs/secrets.md", "sh"): 1,
+        ("docs/sharing.md", "sh"): 1,
         ("docs/jobs.md", "sh"): 1,
         ("docs/jobs.md", "job"): 1,
         ("docs/pipelines.md", "pipeline"): 1,
