@@ -97,6 +97,8 @@ async def test_pipeline_run_follow_shows_every_stage_to_its_end(
     assert rows["c"][1] == "skipped"
     as_json = json.loads((await cli(server.url, "pipeline", "get", run_id, "-o", "json")).stdout)
     assert as_json["status"] == "failed"
+    stages = (await cli(server.url, "ls", "--pipeline", run_id)).stdout.decode().splitlines()
+    assert sorted(line.split()[1] for line in stages[1:]) == ["a", "b"]  # c never had a job
 
 
 async def test_pipeline_follow_says_why_a_stage_waits_and_ctrl_c_leaves_it_running(
