@@ -94,7 +94,7 @@ def pipeline_get(ctx: click.Context, run_id: str, output: str) -> None:
     if shown(output, run):
         return
     jobs = fetch(ctx, lambda c: watch.stage_jobs(c, run_id))
-    click.echo(f"{run_id} {run.get('name') or ''} {run['status']}".replace("  ", " "))
+    click.echo(" ".join(x for x in (run_id, run.get("name"), run["status"]) if x))
     table(
         ("STAGE", "PHASE", "JOB", "EXIT", "WAITING / ERROR"),
         (_stage_row(s, jobs.get(s.get("job_id") or "")) for s in run.get("stages") or []),
@@ -143,7 +143,7 @@ def session_create(ctx: click.Context, file: Path, follow: bool, output: str) ->
         if follow:
             if output != "json":
                 click.echo(view["id"])
-            view = watch.follow_session(client, view, lambda v: None)
+            view = watch.follow_session(client, view)
     except ApiError as exc:
         fail(exc, client.url)
     if not shown(output, view):

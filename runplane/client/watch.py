@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
 from typing import NoReturn
 
 from .api import TERMINAL, Client, JSONObject
@@ -90,11 +89,9 @@ def pod_wait(client: Client, view: JSONObject) -> str:
     return f"pod job {job['job_id']} {job['phase']}" + (f": {reason}" if reason else "")
 
 
-def follow_session(
-    client: Client, view: JSONObject, show: Callable[[JSONObject], None]
-) -> JSONObject:
+def follow_session(client: Client, view: JSONObject) -> JSONObject:
     """Wait while the session is ``launching``, printing its pod job's wait reason as it
-    changes; ``show`` prints the session when it is up or ended. Ctrl-C: it keeps going."""
+    changes; the session once it is up or ended. Ctrl-C: it keeps going."""
     session_id = view["id"]
     said = ""
     try:
@@ -107,5 +104,4 @@ def follow_session(
             view = client.session(session_id)
     except KeyboardInterrupt:
         stopped(f"{session_id} keeps going: stop it with runplane session stop {session_id}")
-    show(view)
     return view
