@@ -10,13 +10,15 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import click
 import trio
 
 from runplane import __version__, logs
+from runplane.agent.errors import AgentError
 from runplane.client.cli import cli, run
+from runplane.datadir import DataDirInUse, lock_data_dir
 from runplane.settings import Settings, SettingsError, ensure_secret_key, load_settings
 
 log = logging.getLogger("runplane.cli")
@@ -24,6 +26,9 @@ log = logging.getLogger("runplane.cli")
 #: Seconds in-flight requests get to finish after SIGINT/SIGTERM before they are cut.
 GRACEFUL_TIMEOUT = 10.0
 LOG_LEVELS = click.Choice(["DEBUG", "INFO", "WARNING"])
+E = TypeVar("E", bound=BaseException)
+#: the data dir lock's fd: open for the process's life (the lock ends with it)
+_held: list[int] = []
 
 
 @click.command(short_help="Serve the API (settings: RUNPLANE_* env).")
@@ -39,15 +44,27 @@ def serve_command(host: str, port: int, log_level: str) -> int:
     replica lost its lease."""
     logs.configure(log_level)
     try:
-        settings = ensure_secret_key(load_settings())
+        settings = load_settings()
+        if not settings.ha:  # replicas share theirs (docs/operations.md)
+            _held.append(lock_data_dir(settings.data_dir))
+        settings = ensure_secret_key(settings)
     except SettingsError as exc:
         print(f"runplane: {exc}", file=sys.stderr)
         return 2
+    except DataDirInUse as exc:
+        print(f"runplane: {exc}", file=sys.stderr)
+        return 1
     failed: list[OSError] = []
+    agent_failed: list[AgentError] = []
     try:
         trio.run(serve, settings, host, port)
     except* OSError as group:
         failed.extend(_leaves(group))
+    except* AgentError as group:  # the local agent cannot go on (its data dir is busy)
+        agent_failed.extend(_leaves(group))
+    if agent_failed:
+        print(f"runplane: local agent: {agent_failed[0]}", file=sys.stderr)
+        return 1
     if failed:
         print(
             f"runplane: cannot serve on {host}:{port}: "
@@ -213,8 +230,8 @@ def _loopback(url: str) -> str:
     return url.replace("://0.0.0.0:", "://127.0.0.1:").replace("://[::]:", "://[::1]:")
 
 
-def _leaves(group: BaseExceptionGroup[OSError]) -> list[OSError]:
-    out: list[OSError] = []
+def _leaves(group: BaseExceptionGroup[E]) -> list[E]:
+    out: list[E] = []
     for exc in group.exceptions:
         out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
     return out

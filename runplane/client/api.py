@@ -489,6 +489,25 @@ class Client:
         finally:
             part.unlink(missing_ok=True)
 
+    # -- following runs, job tables (issue 40, CLI-B) -------------------------------------
+
+    def find_jobs(self, *, limit: int = 50, **filters: str | None) -> list[JSONObject]:
+        """``GET /v1/jobs`` with any of its filters (``phase``, ``stack``, ``project``,
+        ``node``, ``pipeline``, ``array``, ``spec``); a filter of None is left out."""
+        params: dict[str, Any] = {k: v for k, v in filters.items() if v}
+        params["limit"] = limit
+        answer: list[JSONObject] = self.request("GET", "/v1/jobs", params=params)
+        return answer
+
+    def pipelines(self, *, limit: int = 50) -> list[JSONObject]:
+        """Pipeline runs, newest first (without their stages)."""
+        answer: list[JSONObject] = self.request("GET", "/v1/pipelines", params={"limit": limit})
+        return answer
+
+    def cancel_pipeline(self, run_id: str) -> JSONObject:
+        answer: JSONObject = self.request("POST", f"/v1/pipelines/{run_id}/cancel")
+        return answer
+
 
 def _org(org: str | None) -> dict[str, str]:
     """``?org=`` (the admin token names the org it acts for)."""

@@ -17,8 +17,9 @@ import sys
 from collections.abc import Sequence
 
 import click
+from rich.markup import escape
 
-from . import catalog, files, flows, manage
+from . import catalog, files, flows, manage, tables, watch
 from .api import ApiError, Client, JSONObject
 from .common import (
     client_of,
@@ -208,8 +209,11 @@ def _follow(
             elif kind == "phase" and not logs_only:
                 phase = event.get("phase")
                 reason = event.get("reason") or event.get("error") or ""
-                where = f" on {event['node_id']}" if event.get("node_id") else ""
-                err.print(f"[bold]{phase}[/bold]{where}" + (f": {reason}" if reason else ""))
+                where = (
+                    f" on {_node_name(client, event['node_id'])}" if event.get("node_id") else ""
+                )
+                said = f"{where}: {reason}" if reason else where
+                err.print(f"[bold]{phase}[/bold]{escape(said)}", soft_wrap=True)
             elif kind == "metric" and not logs_only:
                 values = ", ".join(f"{k}={v}" for k, v in (event.get("values") or {}).items())
                 step = event.get("step")
@@ -218,12 +222,36 @@ def _follow(
         return client.job(job_id)
     except ApiError as exc:
         fail(exc, client.url)
+    except KeyboardInterrupt:
+        watch.stopped(f"{job_id} keeps running: cancel it with runplane cancel {job_id}")
 
 
-@cli.command(name="ls")
+ATTEMPT_HELP = (
+    "In -o json, `attempt` is the job's run number, 1-based: 1 at its first assignment to a "
+    "node, one more at each new assignment after a requeue or a preemption (0 before the "
+    "first); `attempts` counts infrastructure requeues: times the job went back to the "
+    "queue because its node was lost or drained mid-run (0 for a job that ran once). "
+    "docs/jobs.md explains both."
+)
+
+
+def _node_name(client: Client, node_id: str) -> str:
+    """``local (node_...)``: the node's name beside its id (the id alone if unknown)."""
+    names = {n["id"]: n.get("name") for n in client.nodes()}
+    return f"{names[node_id]} ({node_id})" if names.get(node_id) else node_id
+
+
+@cli.command(name="ls", epilog=ATTEMPT_HELP)
 @click.option("--phase", help="only jobs in this phase")
 @click.option("--stack", help="only jobs of this stack")
-@click.option("--array", help="only the jobs of this job array (an arr_ id)")
+@click.option("--project", help="only jobs of this project")
+@click.option("--pipeline", help="only the stage jobs of this pipeline run (a plr_ id)")
+@click.option("--node", help="only jobs placed on this node (its name or id)")
+@click.option(
+    "--array",
+    help="the jobs of this job array (an arr_ id) as its sweep table: index, job, phase, "
+    "the config values that differ, the final metrics (the best of each marked *)",
+)
 @click.option("--limit", type=int, default=50, show_default=True)
 @output_option
 @click.pass_context
@@ -231,62 +259,84 @@ def list_jobs(
     ctx: click.Context,
     phase: str | None,
     stack: str | None,
+    project: str | None,
+    pipeline: str | None,
+    node: str | None,
     array: str | None,
     limit: int,
     output: str,
 ) -> None:
-    """List jobs, newest first."""
-    jobs = fetch(ctx, lambda c: c.jobs(phase=phase, stack=stack, array=array, limit=limit))
+    """List jobs, newest first: id, name (a stage's, else the command's first line), stack,
+    phase, node name, duration (live while running), created, why it waits."""
+    client = client_of(ctx)
+    try:
+        names = {n["id"]: n.get("name") or n["id"] for n in client.nodes()}
+        node_id = next((i for i, n in names.items() if node in (i, n)), node)
+        filters = {"phase": phase, "stack": stack, "project": project, "pipeline": pipeline}
+        limit = max(limit, 5000) if array else limit  # a sweep table has every job
+        jobs = client.find_jobs(limit=limit, node=node_id, array=array, **filters)
+        if array:
+            _sweep_table(client, array, jobs, output)
+            return
+    except ApiError as exc:
+        fail(exc, client.url)
     if shown(output, jobs):
         return
     table(
-        ("JOB", "STACK", "PHASE", "NODE", "CREATED", "WAITING"),
-        (
-            (
-                j["job_id"],
-                j["stack"],
-                j["phase"],
-                j.get("node_id"),
-                j.get("created_at"),
-                j.get("wait_reason"),
-            )
-            for j in jobs
-        ),
+        ("JOB", "NAME", "STACK", "PHASE", "NODE", "DURATION", "CREATED", "WAITING"),
+        tables.job_rows(jobs, names),
     )
 
 
-@cli.command()
+def _sweep_table(client: Client, array_id: str, jobs: list[JSONObject], output: str) -> None:
+    sweep = tables.sweep(array_id, jobs, client.stacks())
+    if shown(output, sweep):
+        return
+    headers, rows = tables.sweep_rows(sweep)
+    table(headers, rows)
+
+
+@cli.command(epilog=ATTEMPT_HELP)
 @click.argument("job_id")
 @output_option
 @click.pass_context
 def get(ctx: click.Context, job_id: str, output: str) -> None:
-    """Show one job."""
+    """Show one job: its name, phase, node (name and id), run number, requeues, retries,
+    exit code, times (relative, then the absolute one), wait reason, final metrics and
+    artifacts."""
     job = fetch(ctx, lambda c: c.job(job_id))
     if shown(output, job):
         return
-    for key in (
-        "job_id",
-        "stack",
-        "phase",
-        "node_id",
-        "attempt",
-        "retries",
-        "preemptions",
-        "exit_code",
-        "error",
-        "created_at",
-        "started_at",
-        "finished_at",
-        "wait_reason",
+    node = job.get("node_id")
+    for key, value in (
+        ("job_id", job["job_id"]),
+        ("name", tables.job_name(job)),
+        ("stack", job["stack"]),
+        ("phase", job["phase"]),
+        ("node", node and fetch(ctx, lambda c: _node_name(c, node))),
+        ("attempt", job.get("attempt")),
+        ("attempts", job.get("attempts") or None),
+        ("retries", job.get("retries")),
+        ("preemptions", job.get("preemptions")),
+        ("exit_code", job.get("exit_code")),
+        ("error", job.get("error")),
+        ("duration", tables.job_duration(job)),
+        *((at, _when(job.get(at))) for at in ("created_at", "started_at", "finished_at")),
+        ("wait_reason", job.get("wait_reason")),
     ):
-        if job.get(key) not in (None, ""):
-            click.echo(f"{key:12} {job[key]}")
+        if value not in (None, ""):
+            click.echo(f"{key:12} {value}")
     for name, value in sorted((job.get("final_metrics") or {}).items()):
         click.echo(f"{'metric':12} {name}={value}")
     for artifact in job.get("artifacts") or []:
         click.echo(
             f"{'artifact':12} {artifact['artifact']} {artifact.get('size', '')} {artifact['ref']}"
         )
+
+
+def _when(iso: str | None) -> str:
+    """``3 min ago (2026-11-27T10:33:00.524Z)``."""
+    return f"{tables.ago(iso)} ({iso})" if iso else ""
 
 
 @cli.command()

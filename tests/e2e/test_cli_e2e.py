@@ -127,7 +127,7 @@ async def test_a_sweep_runs_one_job_per_combination_on_the_agent(
     assert outputs == [["a"], ["a", "a"], ["b"], ["b", "b"]]
     assert array["phases"] == {"succeeded": 4} and array["count"] == 4
     listed = json.loads((await cli(server.url, "ls", "--array", array_id, "-o", "json")).stdout)
-    assert sorted(j["job_id"] for j in listed) == sorted(job_ids)
+    assert sorted(r["job_id"] for r in listed["rows"]) == sorted(job_ids)  # the sweep table
     refused = await cli(server.url, "submit", "-f", "shell", "--sweep", "repeat=1,2")
     assert refused.returncode == 2 and "runplane logs -f" in refused.stderr.decode()
 
