@@ -43,10 +43,13 @@ function clock(ms, span) {
   return new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", ...seconds });
 }
 
-function extent(values) {
-  let lo = Math.min(...values), hi = Math.max(...values);
-  if (lo === hi) { const pad = Math.abs(lo) * 0.1 || 1; lo -= pad; hi += pad; }
-  return [lo, hi];
+// The range of some values; `margin` (a fraction of it) keeps dots off the axes.
+// A single value gets `single` either side (by default a tenth of it, or 1).
+function extent(values, margin = 0, single = null) {
+  const lo = Math.min(...values), hi = Math.max(...values);
+  if (lo === hi) { const pad = single ?? (Math.abs(lo) * 0.1 || 1); return [lo - pad, hi + pad]; }
+  const pad = (hi - lo) * margin;
+  return [lo - pad, hi + pad];
 }
 
 // One series: chart(key, points) as the run view always called it; options as for plot().
@@ -97,8 +100,8 @@ export function plot(options) {
 }
 
 function drawing({ series, all, xTime = false, categories = null, line = true, xLabel, yLabel, width, yMin, yMax }, state) {
-  const [x0, x1] = categories ? [-0.5, categories.length - 0.5] : extent(all.map((p) => p[0]));
-  let [y0, y1] = extent(all.map((p) => p[1]));
+  const [x0, x1] = categories ? [-0.5, categories.length - 0.5] : extent(all.map((p) => p[0]), line ? 0 : 0.05, xTime ? 60_000 : null);
+  let [y0, y1] = extent(all.map((p) => p[1]), 0.05);
   if (yMin !== undefined) y0 = Math.min(yMin, y0);
   if (yMax !== undefined) y1 = Math.max(yMax, y1);
   const px = (x) => PAD.left + ((x - x0) / (x1 - x0)) * (width - PAD.left - PAD.right);
@@ -149,7 +152,8 @@ function axes({ x0, x1, y0, y1, px, py, xTime, categories, xLabel, yLabel, width
   const xs = categories ? categories.map((_, i) => i) : xTime ? timeTicks(x0, x1, room) : ticks(x0, x1, Math.min(room, 6));
   for (const v of xs) {
     const label = categories ? String(categories[v]) : xTime ? clock(v, x1 - x0) : num(v);
-    g.append(svgEl("text", { x: px(v), y: bottom + 15, "text-anchor": "middle", class: "tick x-tick" }, label));
+    const anchor = px(v) > width - PAD.right - 30 ? "end" : "middle"; // the last one stays inside
+    g.append(svgEl("text", { x: px(v), y: bottom + 15, "text-anchor": anchor, class: "tick x-tick" }, label));
   }
   g.append(svgEl("text", { x: (PAD.left + width - PAD.right) / 2, y: H - 6, "text-anchor": "middle", class: "axis-title x-title" }, xLabel));
   g.append(svgEl("text", { x: 12, y: (PAD.top + bottom) / 2, "text-anchor": "middle", class: "axis-title y-title",
@@ -163,7 +167,7 @@ function timeTicks(lo, hi, count) {
   const step = steps.find((s) => (hi - lo) / s <= count) || steps[steps.length - 1];
   const out = [];
   for (let v = Math.ceil(lo / step) * step; v <= hi; v += step) out.push(v);
-  return out;
+  return out.length ? out : [lo, hi]; // under a second: its two ends
 }
 
 // The pointer's nearest point (by distance on the drawing): a ring on it and its values read out.

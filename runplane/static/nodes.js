@@ -8,9 +8,9 @@ function emptyNodes() {
   const server = location.origin;
   return el("div", { class: "empty", id: "nodes-empty" },
     el("p", {}, "No nodes yet. runplane serve starts one on its own machine (unless RUNPLANE_LOCAL_AGENT=0). "
-      + "To add a machine, mint a join token and start an agent on it (docs/agent.md):"),
+      + "To add a machine, mint a join token (the admin token) and start an agent on it (docs/enrollment.md):"),
     el("pre", { class: "cmd" },
-      `curl -X POST ${server}/v1/nodes/join-tokens -H 'Authorization: Bearer $TOKEN'\n`
+      `curl -X POST ${server}/v1/nodes/join-tokens -H 'Authorization: Bearer $ADMIN_TOKEN'\n`
       + `runplane agent --server ${server} --join-token rpj_...`));
 }
 
