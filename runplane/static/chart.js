@@ -106,7 +106,10 @@ function drawing({ series, all, xTime = false, categories = null, line = true, x
   if (yMax !== undefined) y1 = Math.max(yMax, y1);
   const px = (x) => PAD.left + ((x - x0) / (x1 - x0)) * (width - PAD.left - PAD.right);
   const py = (y) => H - PAD.bottom - ((y - y0) / (y1 - y0)) * (H - PAD.top - PAD.bottom);
-  const out = [axes({ x0, x1, y0, y1, px, py, xTime, categories, xLabel, yLabel, width })];
+  const xs = new Set(all.map((p) => p[0])), ys = new Set(all.map((p) => p[1]));
+  const only = { x: xs.size === 1 ? [...xs] : null, y: ys.size === 1 && yMin === undefined ? [...ys] : null,
+    integers: [...xs].every(Number.isInteger) };
+  const out = [axes({ x0, x1, y0, y1, px, py, xTime, categories, xLabel, yLabel, width, only })];
   const dots = all.length <= 60 || !line;
   series.forEach((s, i) => {
     const colour = COLOURS[i % COLOURS.length];
@@ -139,17 +142,20 @@ function xText(x, xTime, categories) {
   return xTime ? new Date(x).toLocaleTimeString() : num(x);
 }
 
-function axes({ x0, x1, y0, y1, px, py, xTime, categories, xLabel, yLabel, width }) {
+// `only`: the single x or y value when there is one (its only tick), and whether every x
+// is an integer (steps: no ticks between them).
+function axes({ x0, x1, y0, y1, px, py, xTime, categories, xLabel, yLabel, width, only }) {
   const g = svgEl("g", { class: "axes" });
   const bottom = H - PAD.bottom;
   g.append(svgEl("line", { x1: PAD.left, y1: bottom, x2: width - PAD.right, y2: bottom }));
   g.append(svgEl("line", { x1: PAD.left, y1: PAD.top, x2: PAD.left, y2: bottom }));
-  for (const v of ticks(y0, y1)) {
+  for (const v of only.y || ticks(y0, y1)) {
     g.append(svgEl("line", { x1: PAD.left, y1: py(v), x2: width - PAD.right, y2: py(v), class: "grid" }));
     g.append(svgEl("text", { x: PAD.left - 5, y: py(v) + 4, "text-anchor": "end", class: "tick y-tick" }, num(v)));
   }
   const room = Math.max(2, Math.floor((width - PAD.left - PAD.right) / 90)); // labels ~90 px apart
-  const xs = categories ? categories.map((_, i) => i) : xTime ? timeTicks(x0, x1, room) : ticks(x0, x1, Math.min(room, 6));
+  let xs = categories ? categories.map((_, i) => i) : only.x || (xTime ? timeTicks(x0, x1, room) : ticks(x0, x1, Math.min(room, 6)));
+  if (!categories && !xTime && only.integers && xs.some(Number.isInteger)) xs = xs.filter(Number.isInteger);
   for (const v of xs) {
     const label = categories ? String(categories[v]) : xTime ? clock(v, x1 - x0) : num(v);
     const anchor = px(v) > width - PAD.right - 30 ? "end" : "middle"; // the last one stays inside
