@@ -59,7 +59,8 @@ export function chart(key, points, options = {}) {
 
 // options: title, series [{name, points, href?}], xLabel ("step" by default; "time" with
 // xTime: x in unix ms), yLabel, unit, yMin/yMax (a fixed range), categories (x labels:
-// x is their index), line (false: dots only), caption (default "title: last value"), id.
+// x is their index), line (false: dots only), xMargin (room either side of x, a fraction
+// of its span), caption (default "title: last value"), id.
 // The drawing follows its box's width (a ResizeObserver redraws it), text keeps its size.
 export function plot(options) {
   const { title = "", series = [], xTime = false } = options;
@@ -99,8 +100,8 @@ export function plot(options) {
   return figure;
 }
 
-function drawing({ series, all, xTime = false, categories = null, line = true, xLabel, yLabel, width, yMin, yMax }, state) {
-  const [x0, x1] = categories ? [-0.5, categories.length - 0.5] : extent(all.map((p) => p[0]), line ? 0 : 0.05, xTime ? 60_000 : null);
+function drawing({ series, all, xTime = false, categories = null, line = true, xLabel, yLabel, width, yMin, yMax, xMargin }, state) {
+  const [x0, x1] = categories ? [-0.5, categories.length - 0.5] : extent(all.map((p) => p[0]), xMargin ?? (line ? 0 : 0.05), xTime ? 60_000 : null);
   let [y0, y1] = extent(all.map((p) => p[1]), 0.05);
   if (yMin !== undefined) y0 = Math.min(yMin, y0);
   if (yMax !== undefined) y1 = Math.max(yMax, y1);

@@ -105,16 +105,26 @@ function setOptions(select, keys) {
   select.disabled = !keys.length;
 }
 
-// A chosen metric against a chosen config key: one point per finished job with that metric.
+// A chosen metric against a chosen config key: one point per finished job with that metric;
+// the jobs sharing the other swept values are one series, joined (up to 10 series).
 function metricByConfig(data, metric, key) {
   const done = data.rows.filter((r) => TERMINAL.includes(r.phase) && typeof r.metrics[metric] === "number");
   const xs = done.map((r) => r.config[key]);
   const numeric = xs.every((x) => typeof x === "number");
   const categories = numeric ? null : [...new Set(xs.map(shown))].sort((a, b) => compare(a, b));
-  const points = done.map((r) => [numeric ? r.config[key] : categories.indexOf(shown(r.config[key])), r.metrics[metric]]);
-  return plot({ title: `${metric} by ${key}`, series: [{ name: metric, points }], xLabel: key,
-    yLabel: metric, categories, line: false, id: "metric-by-config",
-    caption: `${metric} against ${key}: ${points.length} finished job${points.length === 1 ? "" : "s"}` });
+  const others = data.configKeys.filter((k) => k !== key);
+  const groups = new Map();
+  for (const r of done) {
+    const name = others.map((k) => `${k}=${shown(r.config[k])}`).join(" ") || metric;
+    if (!groups.has(name)) groups.set(name, []);
+    groups.get(name).push([numeric ? r.config[key] : categories.indexOf(shown(r.config[key])), r.metrics[metric]]);
+  }
+  const joined = groups.size > 1 && groups.size <= 10;
+  const series = joined ? [...groups].map(([name, points]) => ({ name, points }))
+    : [{ name: metric, points: [...groups.values()].flat() }];
+  return plot({ title: `${metric} by ${key}`, series, xLabel: key, yLabel: metric, categories,
+    line: joined, xMargin: 0.05, id: "metric-by-config",
+    caption: `${metric} against ${key}: ${done.length} finished job${done.length === 1 ? "" : "s"}` });
 }
 
 export async function sweepPage(arrayId) {

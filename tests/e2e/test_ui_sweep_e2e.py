@@ -67,6 +67,9 @@ def browse_sweep(base: str, array_id: str, loss_array: str) -> dict[str, Any]:
         chart = "#metric-by-config"
         page.wait_for_selector(f"{chart} figcaption >> text=mean_reward against max_steps")
         seen["scatter_dots"] = page.locator(f"{chart} circle.dot").count()
+        seen["scatter_series"] = page.eval_on_selector_all(
+            f"{chart} .legend li", "(lis) => lis.map((li) => li.textContent)"
+        )
         seen["scatter_titles"] = page.eval_on_selector_all(
             f"{chart} .axis-title", "(ts) => ts.map((t) => t.textContent)"
         )
@@ -144,6 +147,8 @@ async def test_the_sweep_page_compares_an_arrays_jobs(
     assert seen["ascending"] == ("ascending", ["20", "20", "60", "60", "200", "200"])
     assert seen["descending"] == ("descending", ["200", "200", "60", "60", "20", "20"])
     assert seen["scatter_dots"] == 6
+    # the jobs of one epsilon joined across max_steps, a series each
+    assert seen["scatter_series"] == ["epsilon=0", "epsilon=0.5"]
     assert seen["scatter_titles"] == ["max_steps", "mean_reward"]
     assert seen["curve_series"] == 6 and seen["curve_caption"].startswith("reward over steps")
     assert seen["unnamed"] == []
