@@ -12,6 +12,7 @@ import { pipelinePage, pipelinesPage } from "./pipelines.js";
 import { embedPage, runPage } from "./run.js";
 import { sessionsPage } from "./sessions.js";
 import { submitPage } from "./submit.js";
+import { sweepPage } from "./sweep.js";
 
 const box = document.getElementById("token-box");
 const input = document.getElementById("token");
@@ -26,15 +27,17 @@ if (share || embed) box.hidden = true;
 const path = location.pathname;
 for (const link of document.querySelectorAll("nav a")) {
   const here = link.getAttribute("href");
-  if (here === path || (here !== "/" && path.startsWith(here)) || (here === "/" && path.startsWith("/jobs/"))) {
+  if (here === path || (here !== "/" && path.startsWith(here)) || (here === "/" && /^\/(jobs|arrays)\//.test(path))) {
     link.setAttribute("aria-current", "page");
   }
 }
 const run = path.match(/^\/jobs\/([^/]+)$/);
 const pipeline = path.match(/^\/pipelines\/([^/]+)$/);
+const array = path.match(/^\/arrays\/([^/]+)$/);
 const pages = { "/nodes": nodesPage, "/pipelines": pipelinesPage, "/sessions": sessionsPage, "/submit": submitPage };
 if (path === "/embed") embedPage();
 else if (run) runPage(decodeURIComponent(run[1]));
 else if (pipeline) pipelinePage(decodeURIComponent(pipeline[1]));
+else if (array) sweepPage(decodeURIComponent(array[1])).catch((error) => showError(error.message));
 else if (pages[path]) Promise.resolve().then(pages[path]).catch((error) => showError(error.message));
 else jobsPage();

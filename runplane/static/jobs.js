@@ -1,57 +1,127 @@
-// runplane web UI: the jobs list (/), with an array's counts and cancel (/?array=).
+// runplane web UI: the jobs list (/), with its filters in the URL (?phase=&stack=&project=
+// &array=&pipeline=&node=), and an array's counts and cancel (/?array=).
 
-import { api, el, keepingFocus, params, phaseBadge, showError, view } from "./core.js";
+import { api, el, keepingFocus, phaseBadge, showError, view } from "./core.js";
+import { commandSummary, jobDuration, nodeNames, when } from "./format.js";
 
+const PHASES = ["", "queued", "assigned", "pulling", "running", "succeeded", "failed", "timeout", "cancelled"];
+const FILTERS = ["phase", "stack", "project", "array", "pipeline", "node"];
+
+// What a person calls a job: its pipeline stage or session, else its command, else its stack.
+export function jobName(job) {
+  if (job.stage) return { text: job.stage, kind: "stage" };
+  if (job.session_id) return { text: job.session_id, kind: "session" };
+  const command = job.spec && job.spec.command;
+  if (command && command.length) return { text: commandSummary(command, 60), kind: "" };
+  return { text: job.stack, kind: "" };
+}
+
+function nameCell(job) {
+  const name = jobName(job);
+  const tags = [name.kind, job.stack, job.array_id !== null && job.array_id !== undefined ? `#${job.array_index}` : ""]
+    .filter(Boolean).join(" · ");
+  return el("td", { class: "job-cell" },
+    el("a", { href: `/jobs/${job.job_id}`, class: "job-name", title: name.text }, name.text),
+    el("div", { class: "job-sub muted" },
+      el("span", { class: "id", title: job.job_id }, job.job_id), tags ? ` · ${tags}` : ""));
+}
+
+function jobRow(job, names) {
+  const node = job.node_id ? names.get(job.node_id) || job.node_id : "";
+  return el("tr", { "data-job": job.job_id },
+    nameCell(job),
+    el("td", { class: "phase-cell" }, phaseBadge(job.phase)),
+    el("td", { class: "hide-narrow node-cell" }, node ? el("span", { title: job.node_id }, node) : ""),
+    el("td", { class: "duration" }, jobDuration(job)),
+    el("td", { class: "hide-narrow created" }, when(job.created_at)),
+    el("td", { class: "hide-narrow muted wait" }, job.phase === "queued" ? job.wait_reason || "" : ""));
+}
+
+// No job at all: how to make the first one (the CLI and the API).
+export function emptyJobs() {
+  return el("div", { class: "empty", id: "jobs-empty" },
+    el("p", {}, "No jobs yet. Submit one:"),
+    el("pre", { class: "cmd" }, "runplane submit shell -- echo hello"),
+    el("pre", { class: "cmd" }, `curl -X POST ${location.origin}/v1/jobs -H 'Authorization: Bearer $TOKEN' `
+      + `-H 'Content-Type: application/json' -d '{"stack":"shell","command":["echo","hello"]}'`),
+    el("p", {}, "or use the ", el("a", { href: "/submit" }, "Submit"), " page."));
+}
+
+function filterControls(query, names) {
+  const phase = el("select", { id: "phase-filter", "aria-label": "phase", "data-filter": "phase" },
+    ...PHASES.map((p) => el("option", { value: p }, p || "any phase")));
+  const nodes = [...names].sort((a, b) => a[1].localeCompare(b[1]));
+  if (query.get("node") && !names.has(query.get("node"))) nodes.push([query.get("node"), query.get("node")]);
+  const node = el("select", { id: "node-filter", "aria-label": "node", "data-filter": "node" },
+    el("option", { value: "" }, "any node"), ...nodes.map(([id, name]) => el("option", { value: id }, name)));
+  const text = (key, placeholder) => el("input",
+    { id: `${key}-filter`, placeholder, "aria-label": key, "data-filter": key, size: "12" });
+  const controls = [phase, text("stack", "stack"), text("project", "project"),
+    text("array", "array (arr_...)"), text("pipeline", "pipeline (plr_...)"), node];
+  for (const c of controls) c.value = query.get(c.dataset.filter) || "";
+  return controls;
+}
 
 export async function jobsPage() {
   document.title = "Jobs · runplane";
+  const query = new URLSearchParams(location.search);
   // an expired share link sent the browser here: say so for as long as the page is open
-  const notice = params.get("share_error")
+  const notice = query.get("share_error")
     ? "That share link has expired or was revoked; ask its owner for a new one." : "";
   showError(notice);
-  const phase = el("select", { id: "phase-filter", "aria-label": "phase" },
-    ...["", "queued", "running", "succeeded", "failed", "timeout", "cancelled"].map(
-      (p) => el("option", { value: p }, p || "any phase")));
-  const stack = el("input", { id: "stack-filter", placeholder: "stack", "aria-label": "stack" });
-  // a job array (a sweep from the submit page): its jobs only, its phase counts, a cancel
-  const array = params.get("array");
+  let names = await nodeNames();
+  const controls = filterControls(query, names);
   const arrayBox = el("div", { id: "array-box", hidden: "" });
+  const heading = el("h1", {}, "Jobs");
   const body = el("tbody");
-  const table = el("div", { class: "table-wrap" }, el("table", {},
-    el("thead", {}, el("tr", {}, el("th", {}, "job"), el("th", {}, "stack"), el("th", {}, "phase"),
-      el("th", { class: "hide-narrow" }, "waiting because"), el("th", { class: "hide-narrow" }, "created"))),
+  const empty = el("div", { id: "jobs-none" });
+  const table = el("div", { class: "table-wrap" }, el("table", { class: "jobs" },
+    el("thead", {}, el("tr", {}, el("th", {}, "job"), el("th", {}, "phase"),
+      el("th", { class: "hide-narrow" }, "node"), el("th", {}, "duration"),
+      el("th", { class: "hide-narrow" }, "created"), el("th", { class: "hide-narrow" }, "waiting because"))),
     body));
-  view.replaceChildren(el("h1", {}, array ? `Jobs of array ${array}` : "Jobs"), arrayBox,
-    el("div", { class: "filters" }, phase, stack), table);
+  view.replaceChildren(heading, arrayBox,
+    el("form", { class: "filters", id: "filters", role: "search", onsubmit: (e) => e.preventDefault() }, controls),
+    table, empty);
+  const value = (key) => controls.find((c) => c.dataset.filter === key).value.trim();
   async function refresh() {
-    const query = new URLSearchParams({ limit: array ? "1000" : "100" });
-    if (phase.value) query.set("phase", phase.value);
-    if (stack.value.trim()) query.set("stack", stack.value.trim());
-    if (array) query.set("array", array);
+    const filters = new URLSearchParams();
+    for (const key of FILTERS) if (value(key)) filters.set(key, value(key));
+    const array = value("array");
+    heading.textContent = array ? `Jobs of array ${array}` : "Jobs";
+    const listing = new URLSearchParams(filters);
+    listing.set("limit", array ? "1000" : "100");
     try {
-      if (array) await arrayStatus(array, arrayBox);
-      const jobs = await api(`/v1/jobs?${query}`);
+      if (array) await arrayStatus(array, arrayBox); else arrayBox.hidden = true;
+      const jobs = await api(`/v1/jobs?${listing}`);
+      if (jobs.some((j) => j.node_id && !names.has(j.node_id))) names = await nodeNames(true);
       showError(notice);
-      body.replaceChildren(...jobs.map((j) => el("tr", { "data-job": j.job_id },
-        el("td", {}, el("a", { href: `/jobs/${j.job_id}` }, j.job_id)),
-        el("td", {}, j.stack), el("td", {}, phaseBadge(j.phase)),
-        el("td", { class: "hide-narrow muted" }, j.wait_reason || ""),
-        el("td", { class: "hide-narrow muted" }, j.created_at))));
-      if (!jobs.length) body.replaceChildren(el("tr", {}, el("td", { colspan: "5", class: "muted" }, "no jobs")));
+      body.replaceChildren(...jobs.map((j) => jobRow(j, names)));
+      table.hidden = !jobs.length;
+      empty.replaceChildren(jobs.length ? "" : [...filters.keys()].length
+        ? el("p", { class: "empty", id: "jobs-no-match" }, "No job matches the filters. ",
+          el("a", { href: "/" }, "Show every job"))
+        : emptyJobs());
     } catch (error) { showError(error.message); }
   }
-  phase.addEventListener("change", refresh);
-  stack.addEventListener("change", refresh);
+  function filtered() {
+    const next = new URLSearchParams();
+    if (notice) next.set("share_error", query.get("share_error"));
+    for (const key of FILTERS) if (value(key)) next.set(key, value(key));
+    history.replaceState(null, "", next.size ? `/?${next}` : "/");
+    refresh();
+  }
+  for (const c of controls) c.addEventListener("change", filtered);
   await refresh();
-  setInterval(() => keepingFocus(refresh), 2000); // live phases
+  setInterval(() => keepingFocus(refresh), 2000); // live phases and durations
 }
 
-// An array's counts per phase and a button cancelling every live job of it.
-async function arrayStatus(arrayId, box) {
-  const info = await api(`/v1/arrays/${arrayId}`);
+// An array's counts per phase, a link to its sweep page and a button cancelling every live job.
+export async function arrayStatus(arrayId, box, { sweepLink = true } = {}) {
+  const info = await api(`/v1/arrays/${encodeURIComponent(arrayId)}`);
   const counts = Object.entries(info.phases).map(([p, n]) => `${n} ${p}`).join(", ");
   const live = ["queued", "assigned", "pulling", "running"].some((p) => info.phases[p]);
-  const cancel = el("button", { type: "button", id: "array-cancel" }, "Cancel the live jobs");
+  const cancel = el("button", { type: "button", id: "array-cancel", "data-focus": "array-cancel" }, "Cancel the live jobs");
   cancel.hidden = !live;
   cancel.addEventListener("click", async () => {
     try {
@@ -61,7 +131,7 @@ async function arrayStatus(arrayId, box) {
   });
   box.hidden = false;
   box.replaceChildren(el("p", { id: "array-counts", role: "status" },
-    `${info.count} jobs${info.sweep ? ` (a sweep of ${Object.keys(info.sweep).join(" x ")})` : ""}: ${counts}`), cancel);
+    `${info.count} jobs${info.sweep ? ` (a sweep of ${Object.keys(info.sweep).join(" x ")})` : ""}: ${counts}`),
+  el("p", {}, sweepLink ? el("a", { href: `/arrays/${arrayId}`, id: "sweep-link" }, "Compare them on the sweep page") : "",
+    " ", cancel));
 }
-
-// -- the run view ---------------------------------------------------------------------

@@ -456,6 +456,7 @@ CASES: dict[tuple[str, str], Case] = {
     ("GET", "/pipelines"): Case("public", path("/pipelines")),
     ("GET", "/sessions"): Case("public", path("/sessions")),
     ("GET", "/pipelines/<run_id>"): Case("public", path("/pipelines/plr_x")),
+    ("GET", "/arrays/<array_id>"): Case("public", path("/arrays/arr_x")),
     ("GET", "/v1/auth/whoami"): Case("public", path("/v1/auth/whoami")),
     ("GET", "/v1/roles"): Case("public", path("/v1/roles")),
     ("POST", "/v1/auth/token"): Case("public", _fresh_login_token),

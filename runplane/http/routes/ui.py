@@ -56,6 +56,14 @@ async def pipeline_page(run_id: str) -> Response:
     return await _shell()
 
 
+@blueprint.get("/arrays/<array_id>")
+@ignores_query
+@doc("The web UI: a job array's sweep page", content="html", rule=PUBLIC)
+async def array_page(array_id: str) -> Response:
+    """A job array's sweep table (config and final metrics), its charts and counts, live."""
+    return await _shell()
+
+
 @blueprint.get("/embed")
 @ignores_query
 @doc("The web UI: the embed view page", content="html", rule=PUBLIC)
