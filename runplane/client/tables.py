@@ -5,6 +5,7 @@ job, the swept config keys and final metrics as columns, the best of each metric
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -71,10 +72,20 @@ def command_summary(argv: list[str] | None, limit: int = SUMMARY_CHARS) -> str:
 
 
 def job_name(job: JSONObject) -> str:
-    """A pipeline stage's name, else the command's summary (the stack's default: '')."""
+    """A pipeline stage's name, else the command's summary; a command that is a script
+    (several lines: a stack's default program) says less than the stack and the config
+    the job was given, so those name it (``sim-cartpole episodes=50``), as in the UI."""
     if job.get("stage"):
         return str(job["stage"])
-    return command_summary((job.get("spec") or {}).get("command"))
+    spec = job.get("spec") or {}
+    command = spec.get("command") or []
+    if command and not any("\n" in word for word in command):
+        return command_summary(command)
+    config = " ".join(
+        f"{k}={json.dumps(v) if isinstance(v, dict | list) else v}"
+        for k, v in (spec.get("config") or {}).items()
+    )
+    return f"{job.get('stack', '')} {config}".strip()
 
 
 def job_rows(jobs: Iterable[JSONObject], node_names: dict[str, str]) -> Iterable[tuple[Any, ...]]:

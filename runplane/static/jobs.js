@@ -7,13 +7,18 @@ import { commandSummary, jobDuration, nodeNames, when } from "./format.js";
 const PHASES = ["", "queued", "assigned", "pulling", "running", "succeeded", "failed", "timeout", "cancelled"];
 const FILTERS = ["phase", "stack", "project", "array", "pipeline", "node"];
 
-// What a person calls a job: its pipeline stage or session, else its command, else its stack.
+// What a person calls a job: its pipeline stage or session, else its command; a command
+// that is a script (several lines: a stack's default program) says less than the stack
+// and the config the job was given, so those name it ("sim-cartpole episodes=50").
 export function jobName(job) {
   if (job.stage) return { text: job.stage, kind: "stage" };
   if (job.session_id) return { text: job.session_id, kind: "session" };
-  const command = job.spec && job.spec.command;
-  if (command && command.length) return { text: commandSummary(command, 60), kind: "" };
-  return { text: job.stack, kind: "" };
+  const command = (job.spec && job.spec.command) || [];
+  const script = command.some((word) => word.includes("\n"));
+  if (command.length && !script) return { text: commandSummary(command, 60), kind: "" };
+  const config = Object.entries((job.spec && job.spec.config) || {})
+    .map(([k, v]) => `${k}=${typeof v === "object" ? JSON.stringify(v) : v}`).join(" ");
+  return { text: config ? `${job.stack} ${config}` : job.stack, kind: "" };
 }
 
 function nameCell(job) {
