@@ -386,3 +386,18 @@ def _exited_pid() -> int:
     proc = subprocess.Popen(["true"])
     proc.wait()
     return proc.pid
+
+
+def test_a_node_without_bubblewrap_says_so_once_in_its_limits_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without a working bwrap the probe names why in the notes the agent's "job limits"
+    start line carries, and logs no line of its own (it used to, at every start)."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on this PATH
+    with caplog.at_level("DEBUG"):
+        found = probe(want_cgroups=False)
+    assert found.bwrap is None
+    assert any(
+        n.startswith("bubblewrap (bwrap) is not installed: no_internet") for n in found.notes
+    )
+    assert not [r for r in caplog.records if "bubblewrap" in r.getMessage()]
