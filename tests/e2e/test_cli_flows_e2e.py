@@ -35,8 +35,14 @@ class Running:
     """A CLI subprocess whose stdout and stderr are read as they come."""
 
     def __init__(self, url: str, *args: str) -> None:
+        # SIGINT as a terminal's Ctrl-C delivers it: a suite started in the background
+        # (`scripts/test &`) ignores SIGINT, which its children would inherit
         self.proc = subprocess.Popen(
-            [*RUNPLANE, *args], env=env_for(url), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            [*RUNPLANE, *args],
+            env=env_for(url),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         self.out = b""
         self.err = b""
@@ -46,20 +52,23 @@ class Running:
         assert self.proc.stderr is not None
         with trio.fail_after(within):
             while text.encode() not in self.err:
-                chunk = await trio.to_thread.run_sync(self.proc.stderr.read1, 4096)
+                chunk = await trio.to_thread.run_sync(
+                    self.proc.stderr.read1, 4096, abandon_on_cancel=True
+                )
                 assert chunk, f"ended without {text!r}: {self.err.decode()}"
                 self.err += chunk
 
     async def first_line(self) -> str:
         assert self.proc.stdout is not None
         with trio.fail_after(60):
-            return (await trio.to_thread.run_sync(self.proc.stdout.readline)).decode().strip()
+            line = await trio.to_thread.run_sync(self.proc.stdout.readline, abandon_on_cancel=True)
+            return line.decode().strip()
 
     async def interrupt(self) -> int:
         """SIGINT, then the exit status; the rest of its output is read."""
         self.proc.send_signal(signal.SIGINT)
         with trio.fail_after(30):
-            out, rest = await trio.to_thread.run_sync(self.proc.communicate)
+            out, rest = await trio.to_thread.run_sync(self.proc.communicate, abandon_on_cancel=True)
         self.out += out
         self.err += rest
         return self.proc.returncode
