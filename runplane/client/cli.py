@@ -284,8 +284,13 @@ def list_jobs(
         return
     table(
         ("JOB", "NAME", "STACK", "PHASE", "NODE", "DURATION", "CREATED", "WAITING"),
-        tables.job_rows(jobs, names),
+        tables.job_rows(jobs, names, fetch(ctx, _stacks)),
     )
+
+
+def _stacks(client: Client) -> dict[str, JSONObject]:
+    """The stack catalog by name (a job running its stack's own program is named by it)."""
+    return {s["name"]: s for s in client.stacks()}
 
 
 def _sweep_table(client: Client, array_id: str, jobs: list[JSONObject], output: str) -> None:
@@ -310,7 +315,7 @@ def get(ctx: click.Context, job_id: str, output: str) -> None:
     node = job.get("node_id")
     for key, value in (
         ("job_id", job["job_id"]),
-        ("name", tables.job_name(job)),
+        ("name", tables.job_name(job, fetch(ctx, _stacks))),
         ("stack", job["stack"]),
         ("phase", job["phase"]),
         ("node", node and fetch(ctx, lambda c: _node_name(c, node))),

@@ -71,30 +71,38 @@ def command_summary(argv: list[str] | None, limit: int = SUMMARY_CHARS) -> str:
     return first + " …" if len(lines) > 1 else first
 
 
-def job_name(job: JSONObject) -> str:
-    """A pipeline stage's name, else the command's summary; a command that is a script
-    (several lines: a stack's default program) says less than the stack and the config
-    the job was given, so those name it (``sim-cartpole episodes=50``), as in the UI."""
+def job_name(job: JSONObject, stacks: dict[str, JSONObject] | None = None) -> str:
+    """A pipeline stage's name, else the command's summary; a job running its stack's own
+    default program (a script that says little in one line) is named by the stack and the
+    config it was given, less the stack's defaults (``sim-cartpole episodes=50``), as in
+    the UI. ``stacks``: the catalog by name (GET /v1/stacks)."""
     if job.get("stage"):
         return str(job["stage"])
     spec = job.get("spec") or {}
     command = spec.get("command") or []
-    if command and not any("\n" in word for word in command):
+    stack = (stacks or {}).get(str(job.get("stack")), {})
+    if command and command != stack.get("default_command"):
         return command_summary(command)
+    defaults = {f.get("key"): f.get("default") for f in stack.get("config") or []}
     config = " ".join(
         f"{k}={json.dumps(v) if isinstance(v, dict | list) else v}"
         for k, v in (spec.get("config") or {}).items()
+        if k not in defaults or defaults[k] != v
     )
     return f"{job.get('stack', '')} {config}".strip()
 
 
-def job_rows(jobs: Iterable[JSONObject], node_names: dict[str, str]) -> Iterable[tuple[Any, ...]]:
+def job_rows(
+    jobs: Iterable[JSONObject],
+    node_names: dict[str, str],
+    stacks: dict[str, JSONObject] | None = None,
+) -> Iterable[tuple[Any, ...]]:
     """``runplane ls``'s rows: JOB, NAME, STACK, PHASE, NODE, DURATION, CREATED, WAITING."""
     for j in jobs:
         node = j.get("node_id")
         yield (
             j["job_id"],
-            job_name(j),
+            job_name(j, stacks),
             j["stack"],
             j["phase"],
             node_names.get(node, node) if node else "",

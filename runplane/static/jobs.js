@@ -7,22 +7,36 @@ import { commandSummary, jobDuration, nodeNames, when } from "./format.js";
 const PHASES = ["", "queued", "assigned", "pulling", "running", "succeeded", "failed", "timeout", "cancelled"];
 const FILTERS = ["phase", "stack", "project", "array", "pipeline", "node"];
 
-// What a person calls a job: its pipeline stage or session, else its command; a command
-// that is a script (several lines: a stack's default program) says less than the stack
-// and the config the job was given, so those name it ("sim-cartpole episodes=50").
-export function jobName(job) {
+// What a person calls a job: its pipeline stage or session, else its command; a job that
+// runs its stack's own default program (a script that says little in one line) is named by
+// the stack and the config it was given, less the stack's defaults ("sim-cartpole
+// episodes=50"). `stacks` maps a stack's name to its catalog entry (GET /v1/stacks).
+export function jobName(job, stacks = new Map()) {
   if (job.stage) return { text: job.stage, kind: "stage" };
   if (job.session_id) return { text: job.session_id, kind: "session" };
   const command = (job.spec && job.spec.command) || [];
-  const script = command.some((word) => word.includes("\n"));
-  if (command.length && !script) return { text: commandSummary(command, 60), kind: "" };
+  const stack = stacks.get(job.stack);
+  const own = stack && JSON.stringify(stack.default_command || []) === JSON.stringify(command);
+  if (command.length && !own) return { text: commandSummary(command, 60), kind: "" };
+  const defaults = new Map(((stack && stack.config) || []).map((f) => [f.key, f.default]));
   const config = Object.entries((job.spec && job.spec.config) || {})
+    .filter(([k, v]) => JSON.stringify(defaults.get(k)) !== JSON.stringify(v))
     .map(([k, v]) => `${k}=${typeof v === "object" ? JSON.stringify(v) : v}`).join(" ");
   return { text: config ? `${job.stack} ${config}` : job.stack, kind: "" };
 }
 
-function nameCell(job) {
-  const name = jobName(job);
+// The stack catalog by name, fetched once a page (an empty map when it cannot be read).
+let catalog = null;
+async function stacksByName() {
+  if (!catalog) {
+    try { catalog = new Map((await api("/v1/stacks")).map((s) => [s.name, s])); }
+    catch { catalog = new Map(); }
+  }
+  return catalog;
+}
+
+function nameCell(job, stacks) {
+  const name = jobName(job, stacks);
   const tags = [name.kind, job.stack, job.array_id !== null && job.array_id !== undefined ? `#${job.array_index}` : ""]
     .filter(Boolean).join(" · ");
   return el("td", { class: "job-cell" },
@@ -31,10 +45,10 @@ function nameCell(job) {
       el("span", { class: "id", title: job.job_id }, job.job_id), tags ? ` · ${tags}` : ""));
 }
 
-function jobRow(job, names) {
+function jobRow(job, names, stacks) {
   const node = job.node_id ? names.get(job.node_id) || job.node_id : "";
   return el("tr", { "data-job": job.job_id },
-    nameCell(job),
+    nameCell(job, stacks),
     el("td", { class: "phase-cell" }, phaseBadge(job.phase)),
     el("td", { class: "hide-narrow node-cell" }, node ? el("span", { title: job.node_id }, node) : ""),
     el("td", { class: "duration" }, jobDuration(job)),
@@ -75,6 +89,7 @@ export async function jobsPage() {
     ? "That share link has expired or was revoked; ask its owner for a new one." : "";
   showError(notice);
   let names = await nodeNames();
+  const stacks = await stacksByName();
   const controls = filterControls(query, names);
   const arrayBox = el("div", { id: "array-box", hidden: "" });
   const heading = el("h1", {}, "Jobs");
@@ -101,7 +116,7 @@ export async function jobsPage() {
       const jobs = await api(`/v1/jobs?${listing}`);
       if (jobs.some((j) => j.node_id && !names.has(j.node_id))) names = await nodeNames(true);
       showError(notice);
-      body.replaceChildren(...jobs.map((j) => jobRow(j, names)));
+      body.replaceChildren(...jobs.map((j) => jobRow(j, names, stacks)));
       table.hidden = !jobs.length;
       empty.replaceChildren(jobs.length ? "" : [...filters.keys()].length
         ? el("p", { class: "empty", id: "jobs-no-match" }, "No job matches the filters. ",

@@ -234,6 +234,10 @@ async def test_ls_shows_names_nodes_and_times_and_the_sweep_table(
     column = header.index("mean_reward")
     marked = [line.split()[1] for line in text[1:] if line.split()[column].endswith("*")]
     assert marked == [best]
+    # a job running its stack's own program is named by the stack and what it was given
+    # (the sweep's values; the stack's defaults left out), not by its script's first line
+    named = (await cli(server.url, "ls", "--stack", "sim-cartpole")).stdout.decode()
+    assert "sim-cartpole episodes=3 epsilon=1 " in named and "python3 -c" not in named
 
     for verb in ("ls", "get"):
         helped = " ".join((await cli(server.url, verb, "--help")).stdout.decode().split())

@@ -38,6 +38,10 @@ def browse_sweep(base: str, array_id: str, loss_array: str) -> dict[str, Any]:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(base + f"/?array={array_id}")
         page.wait_for_selector("#sweep-link")
+        page.wait_for_selector("tr[data-job] .job-name")
+        seen["names"] = page.eval_on_selector_all(
+            "tr[data-job] .job-name", "(links) => links.map((a) => a.textContent)"
+        )
         page.click("#sweep-link")
         page.wait_for_selector("#sweep-table td.best")
         seen["url"] = page.url
@@ -140,6 +144,9 @@ async def test_the_sweep_page_compares_an_arrays_jobs(
         "metric:reward",
     ]
     assert seen["rows"] == 6
+    # jobs running the stack's own program are named by the stack and what they were
+    # given (the stack's defaults left out), not by the first line of its script
+    assert "sim-cartpole episodes=3 epsilon=0.5 max_steps=60" in seen["names"], seen["names"]
     top = max(j["final_metrics"]["mean_reward"] for j in jobs)
     best = {j["job_id"] for j in jobs if j["final_metrics"]["mean_reward"] == top}
     assert seen["best_jobs"] and set(seen["best_jobs"]) == best

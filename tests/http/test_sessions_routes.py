@@ -172,7 +172,7 @@ async def test_the_example_in_the_docs_is_accepted(client: Any) -> None:
     assert [s["name"] for s in view["services"]] == ["sim", "controller"]
     assert view["teleop_stream"] == "control" and view["actions"] == example["actions"]
     job = await ok_json(await client.get(f"/v1/jobs/{view['job_id']}"), 200)
-    assert job["spec"]["resources"]["cpu_cores"] == 3
+    assert job["spec"]["resources"]["cpu_cores"] == 2  # two 1-core services
 
 
 async def test_a_pod_job_cannot_be_rerun_outside_its_session(client: Any) -> None:
