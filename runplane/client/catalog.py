@@ -7,7 +7,7 @@ import json
 import click
 
 from .api import JSONObject
-from .common import fetch, shown, table
+from .common import fetch, list_table, shown, table
 from .options import Verbs, output_option
 
 
@@ -19,20 +19,17 @@ def stacks(ctx: click.Context, output: str) -> None:
     NAME` prints one stack's config fields, metrics and examples."""
     if ctx.invoked_subcommand is not None:
         return
-    found = fetch(ctx, lambda c: c.stacks())
-    if shown(output, found):
-        return
-    table(
+    list_table(
+        ctx,
+        output,
+        lambda c: c.stacks(),
         ("STACK", "VERSION", "MODES", "CONFIG", "DESCRIPTION"),
-        (
-            (
-                s["name"],
-                s.get("version"),
-                ",".join(s.get("modes") or []),
-                ",".join(c["key"] for c in s.get("config") or []) or "-",
-                s.get("description", "") + (" (unavailable)" if s.get("unavailable") else ""),
-            )
-            for s in found
+        lambda s: (
+            s["name"],
+            s.get("version"),
+            ",".join(s.get("modes") or []),
+            ",".join(c["key"] for c in s.get("config") or []) or "-",
+            s.get("description", "") + (" (unavailable)" if s.get("unavailable") else ""),
         ),
     )
 
@@ -144,22 +141,19 @@ def _example(example: JSONObject) -> None:
 @click.pass_context
 def nodes(ctx: click.Context, output: str) -> None:
     """List the fleet."""
-    found = fetch(ctx, lambda c: c.nodes())
-    if shown(output, found):
-        return
-    table(
+    list_table(
+        ctx,
+        output,
+        lambda c: c.nodes(),
         ("NODE", "NAME", "STATUS", "CPU", "RAM GB", "GPUS", "JOBS"),
-        (
-            (
-                n["id"],
-                n.get("name"),
-                n.get("status"),
-                f"{n.get('used_cpu', 0)}/{n.get('cpu_cores', 0)}",
-                f"{n.get('used_ram', 0)}/{n.get('ram_gb', 0)}",
-                f"{n.get('used_gpu', 0)}/{n.get('gpus', 0)}",
-                len(n.get("running_jobs") or []),
-            )
-            for n in found
+        lambda n: (
+            n["id"],
+            n.get("name"),
+            n.get("status"),
+            f"{n.get('used_cpu', 0)}/{n.get('cpu_cores', 0)}",
+            f"{n.get('used_ram', 0)}/{n.get('ram_gb', 0)}",
+            f"{n.get('used_gpu', 0)}/{n.get('gpus', 0)}",
+            len(n.get("running_jobs") or []),
         ),
     )
 

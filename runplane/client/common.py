@@ -99,6 +99,21 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
 PAIR_FORMS = {"--input": "PATH=REF", "--output": "ARTIFACT=GLOB", "--sweep": "KEY=V1,V2,..."}
 
 
+def list_table(
+    ctx: click.Context,
+    output: str,
+    call: Callable[[Client], list[JSONObject]],
+    columns: Sequence[str],
+    row: Callable[[JSONObject], Sequence[Any]],
+) -> None:
+    """A list verb's output: ``call``'s items as JSON (``-o json``) or a table of
+    ``row(item)`` under ``columns``."""
+    found = fetch(ctx, call)
+    if shown(output, found):
+        return
+    table(columns, (row(item) for item in found))
+
+
 def pairs(values: Iterable[str], what: str) -> dict[str, str]:
     """``KEY=VALUE`` items of the option ``what`` as a dict; a usage error naming the
     option's own form (``--output``: ARTIFACT=GLOB) for one without ``=``."""

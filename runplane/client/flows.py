@@ -10,7 +10,7 @@ import click
 
 from . import tables, watch
 from .api import ApiError, Client, JSONObject
-from .common import client_of, err, fail, fetch, load_file, print_json, shown, table
+from .common import client_of, err, fail, fetch, list_table, load_file, print_json, shown, table
 from .options import Verbs, output_option
 
 
@@ -60,20 +60,17 @@ def pipeline_run(ctx: click.Context, file: Path, follow: bool, output: str) -> N
 @click.pass_context
 def pipeline_ls(ctx: click.Context, limit: int, output: str) -> None:
     """List pipeline runs, newest first."""
-    found = fetch(ctx, lambda c: c.pipelines(limit=limit))
-    if shown(output, found):
-        return
-    table(
+    list_table(
+        ctx,
+        output,
+        lambda c: c.pipelines(limit=limit),
         ("PIPELINE", "NAME", "STATUS", "STAGES", "CREATED"),
-        (
-            (
-                r["pipeline_run_id"],
-                r.get("name"),
-                r["status"],
-                _progress(r),
-                tables.ago(r.get("created_at")),
-            )
-            for r in found
+        lambda r: (
+            r["pipeline_run_id"],
+            r.get("name"),
+            r["status"],
+            _progress(r),
+            tables.ago(r.get("created_at")),
         ),
     )
 
@@ -155,15 +152,12 @@ def session_create(ctx: click.Context, file: Path, follow: bool, output: str) ->
 @click.pass_context
 def session_ls(ctx: click.Context, output: str) -> None:
     """List sessions."""
-    found = fetch(ctx, lambda c: c.sessions())
-    if shown(output, found):
-        return
-    table(
+    list_table(
+        ctx,
+        output,
+        lambda c: c.sessions(),
         ("SESSION", "NAME", "PHASE", "JOB", "KEEPALIVE"),
-        (
-            (s["id"], s.get("name"), s["phase"], s.get("job_id"), s.get("last_keepalive"))
-            for s in found
-        ),
+        lambda s: (s["id"], s.get("name"), s["phase"], s.get("job_id"), s.get("last_keepalive")),
     )
 
 

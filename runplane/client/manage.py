@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from .api import JSONObject
-from .common import err, fetch, load_file, print_json, shown, table
+from .common import err, fetch, list_table, load_file, print_json, shown, table
 from .options import Verbs, output_option
 
 ORG_HELP = "the org (only the admin token names one: it acts for every org)"
@@ -35,20 +35,17 @@ def secret() -> None:
 @click.pass_context
 def secret_ls(ctx: click.Context, org: str | None, output: str) -> None:
     """List the org's secrets: names, who set them and when, never values."""
-    found = fetch(ctx, lambda c: c.secrets(org=org))
-    if shown(output, found):
-        return
-    table(
+    list_table(
+        ctx,
+        output,
+        lambda c: c.secrets(org=org),
         ("NAME", "ORG", "UPDATED", "UPDATED BY", "CREATED"),
-        (
-            (
-                s["name"],
-                s.get("org_id"),
-                s.get("updated_at"),
-                s.get("updated_by"),
-                s.get("created_at"),
-            )
-            for s in found
+        lambda s: (
+            s["name"],
+            s.get("org_id"),
+            s.get("updated_at"),
+            s.get("updated_by"),
+            s.get("created_at"),
         ),
     )
 
@@ -132,22 +129,19 @@ def _when(s: JSONObject) -> str:
 @click.pass_context
 def schedule_ls(ctx: click.Context, limit: int, output: str) -> None:
     """List schedules, newest first."""
-    found = fetch(ctx, lambda c: c.schedules(limit=limit))
-    if shown(output, found):
-        return
-    table(
+    list_table(
+        ctx,
+        output,
+        lambda c: c.schedules(limit=limit),
         ("SCHEDULE", "NAME", "WHEN", "STATE", "NEXT RUN", "LAST RUN", "LAST ERROR"),
-        (
-            (
-                s["schedule_id"],
-                s.get("name"),
-                _when(s),
-                "paused" if s.get("suspend") else "active",
-                s.get("next_run_at") or "-",
-                s.get("last_run_at") or "-",
-                s.get("last_error") or "",
-            )
-            for s in found
+        lambda s: (
+            s["schedule_id"],
+            s.get("name"),
+            _when(s),
+            "paused" if s.get("suspend") else "active",
+            s.get("next_run_at") or "-",
+            s.get("last_run_at") or "-",
+            s.get("last_error") or "",
         ),
     )
 
@@ -268,20 +262,17 @@ def webhook() -> None:
 @click.pass_context
 def webhook_ls(ctx: click.Context, org: str | None, output: str) -> None:
     """List the org's webhook endpoints (never their secrets)."""
-    found = fetch(ctx, lambda c: c.webhooks(org=org))
-    if shown(output, found):
-        return
-    table(
+    list_table(
+        ctx,
+        output,
+        lambda c: c.webhooks(org=org),
         ("WEBHOOK", "URL", "EVENTS", "ENABLED", "CREATED"),
-        (
-            (
-                w["id"],
-                w.get("url"),
-                ",".join(w.get("events") or []) or "all",
-                "yes" if w.get("enabled", True) else "no",
-                w.get("created_at"),
-            )
-            for w in found
+        lambda w: (
+            w["id"],
+            w.get("url"),
+            ",".join(w.get("events") or []) or "all",
+            "yes" if w.get("enabled", True) else "no",
+            w.get("created_at"),
         ),
     )
 
@@ -345,23 +336,20 @@ def webhook_test(ctx: click.Context, webhook_id: str, output: str) -> None:
 @click.pass_context
 def webhook_deliveries(ctx: click.Context, webhook_id: str, output: str) -> None:
     """The endpoint's deliveries, newest first (up to 100)."""
-    found = fetch(ctx, lambda c: c.deliveries(webhook_id))
-    if shown(output, found):
-        return
-    table(
+    list_table(
+        ctx,
+        output,
+        lambda c: c.deliveries(webhook_id),
         ("DELIVERY", "EVENT", "STATUS", "ATTEMPTS", "HTTP", "JOB", "CREATED", "ERROR"),
-        (
-            (
-                d["id"],
-                d.get("event"),
-                d.get("status"),
-                d.get("attempts"),
-                d.get("response_code") or "-",
-                d.get("job_id") or "-",
-                d.get("created_at"),
-                d.get("error") or "",
-            )
-            for d in found
+        lambda d: (
+            d["id"],
+            d.get("event"),
+            d.get("status"),
+            d.get("attempts"),
+            d.get("response_code") or "-",
+            d.get("job_id") or "-",
+            d.get("created_at"),
+            d.get("error") or "",
         ),
     )
 
