@@ -7,10 +7,12 @@ A bad value stops start-up with one line that names the setting and what it acce
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import re
 import secrets
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -42,6 +44,45 @@ class SettingsError(ValueError):
 
 #: node trust tiers (``placement.Tier`` labels), for ``RUNPLANE_CROSS_ORG_PREEMPTION_TIERS``
 TIERS = ("community", "partner", "trusted")
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """A token bucket's shape: ``per_sec`` requests a second on average, ``burst`` at once
+    (``RUNPLANE_RATE_LIMIT``; docs/operations.md "Rate limits")."""
+
+    per_sec: float
+    burst: int
+
+
+#: ``RUNPLANE_RATE_LIMIT`` / ``_ADDRESS`` value ``off``: nothing is limited
+RATE_OFF = RateLimit(0.0, 0)
+#: the limits a deploy with ``RUNPLANE_AUTH=required`` has unless it sets its own (an open
+#: deploy has none): per credential, and per source address
+RATE_LIMIT_DEFAULT = RateLimit(50.0, 500)
+RATE_LIMIT_ADDRESS_DEFAULT = RateLimit(5.0, 50)
+_RATE_UNITS = {"s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0}
+_RATE = re.compile(
+    r"(?P<n>[0-9]+(?:\.[0-9]+)?)\s*/\s*(?P<unit>[a-z]+)(?:\s*,\s*burst\s*=\s*(?P<burst>[0-9]+))?"
+)
+RATE_SYNTAX = "accepted: off, or N/s, N/min or N/h with an optional ,burst=M (e.g. 20/s,burst=100)"
+
+
+def parse_rate(text: str) -> RateLimit:
+    """``off``, or ``N/s`` (``/min``, ``/h``) with an optional ``,burst=M`` (default: N, one
+    unit's worth at once); ``ValueError`` naming the syntax otherwise."""
+    value = text.strip().lower()
+    if value in ("off", "0"):
+        return RATE_OFF
+    match = _RATE.fullmatch(value)
+    unit = _RATE_UNITS.get(match.group("unit")) if match else None
+    if match is None or unit is None:
+        raise ValueError(RATE_SYNTAX)
+    count = float(match.group("n"))
+    burst = int(match.group("burst")) if match.group("burst") else math.ceil(count)
+    if count <= 0 or burst < 1 or count > 1e6 or burst > 1e9:
+        raise ValueError("N and burst must be above 0 (N at most 1000000); " + RATE_SYNTAX)
+    return RateLimit(count / unit, burst)
 
 
 def _comma_list(value: Any) -> list[str]:
@@ -116,6 +157,12 @@ class Settings(BaseSettings):
     #: whether a stack's declared image is resolved at submit (``resolve``: such jobs are
     #: image jobs) or left as written (``declared``: they run on the host as before)
     stack_images: Literal["declared", "resolve"] = "declared"
+    #: requests per credential (access token, login session): ``off`` or ``N/s[,burst=M]``;
+    #: unset: off on an open deploy, RATE_LIMIT_DEFAULT with ``auth=required``
+    rate_limit: Annotated[RateLimit | None, NoDecode] = None
+    #: requests per source address without a credential, and logins and node enrollments
+    #: from it whatever they present; unset as for ``rate_limit``
+    rate_limit_address: Annotated[RateLimit | None, NoDecode] = None
 
     @field_validator(
         "database_url",
@@ -234,6 +281,26 @@ class Settings(BaseSettings):
     @classmethod
     def _insecure_registries(cls, value: Any) -> tuple[str, ...]:
         return tuple(_registry_host(entry) for entry in _comma_list(value))
+
+    @field_validator("rate_limit", "rate_limit_address", mode="before")
+    @classmethod
+    def _rate_limit(cls, value: Any) -> RateLimit | None:
+        if value is None or isinstance(value, RateLimit):
+            return value
+        if isinstance(value, str) and not value.strip():
+            return None  # empty is unset: the mode's default
+        return parse_rate(str(value))
+
+    def rate_limits(self) -> tuple[RateLimit | None, RateLimit | None]:
+        """The limits in force (per credential, per address); None where off. Unset, they
+        are off on an open deploy and the defaults with ``RUNPLANE_AUTH=required``."""
+        required = self.auth == "required"
+        credential = self.rate_limit or (RATE_LIMIT_DEFAULT if required else None)
+        address = self.rate_limit_address or (RATE_LIMIT_ADDRESS_DEFAULT if required else None)
+        return (
+            None if credential == RATE_OFF else credential,
+            None if address == RATE_OFF else address,
+        )
 
     @field_validator("stacks_dir")
     @classmethod

@@ -88,6 +88,8 @@ class ApiError(Exception):
             return "your token lacks the scope this needs: ask an org admin for a role that has it"
         if self.status == 404:
             return _LISTED_BY.get(_area(self.path), _LISTED_BY["jobs"])
+        if self.status == 429 and self.code == "rate_limited":
+            return "too many requests with this credential or from this address: slow down"
         if self.status == 429:
             return "your org or user is at its concurrency limit: wait for a run to finish"
         if self.status in (400, 422):
@@ -191,7 +193,8 @@ class Client:
         Idempotency-Key) is sent again when the server answers 502 or 503 with Retry-After
         (overloaded, or an HA takeover under way: ``no_leader``, ``leader_lost``;
         docs/operations.md), after that delay (at most 2 s), or when the connection is cut
-        half way; for up to ``RETRY_FOR_SEC`` seconds in all."""
+        half way; any request after a 429 with Retry-After (``rate_limited``: nothing was
+        done); for up to ``RETRY_FOR_SEC`` seconds in all."""
         headers = kwargs.get("headers") or {}
         repeatable = method.upper() in _REPEATABLE or "Idempotency-Key" in headers
         deadline = time.monotonic() + RETRY_FOR_SEC
@@ -207,7 +210,10 @@ class Client:
                 raise ApiError(0, f"cannot reach {self.url}: {exc}") from None
             # a passing condition says when to come back; a switched-off area does not
             passing = response.status_code in (502, 503) and "Retry-After" in response.headers
-            if repeatable and passing and time.monotonic() < deadline:
+            # over a rate limit (429 with Retry-After; a quota's 429 has none): nothing was
+            # done, so any request may be sent again
+            limited = response.status_code == 429 and "Retry-After" in response.headers
+            if (limited or (repeatable and passing)) and time.monotonic() < deadline:
                 time.sleep(_retry_after(response))
                 continue
             try:

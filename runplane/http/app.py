@@ -24,6 +24,8 @@ from runplane.http.input_checks import check_request_text
 from runplane.http.middleware import RequestLogMiddleware
 from runplane.http.problems import problem_response
 from runplane.http.query import check_query
+from runplane.http.ratelimit import EXTENSION as RATE_LIMITER
+from runplane.http.ratelimit import Limiter
 from runplane.http.refusals import refusal_problem
 from runplane.http.routes import (
     admin,
@@ -323,6 +325,7 @@ def create_app(
     app.config["PROPAGATE_EXCEPTIONS"] = False
     app.extensions["runplane.ha"] = ha_status
     app.extensions["runplane.ha.leading"] = ha_leading
+    app.extensions[RATE_LIMITER] = Limiter.of(settings)  # None: nothing is limited
     _install_error_handlers(app)
     _install_routes(app)
     catalog = load_catalog(settings.stacks_dir)

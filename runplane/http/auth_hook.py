@@ -39,6 +39,7 @@ from runplane.auth.principal import NO_ORG, InvalidCredential, Principal, anonym
 from runplane.auth.rules import WEBSOCKET, Rule
 from runplane.http.context import services
 from runplane.http.openapi.route_doc import doc_of
+from runplane.http.ratelimit import limiter_of
 from runplane.problems import Problem, not_found
 from runplane.streams.tickets import looks_like_ticket
 
@@ -89,12 +90,26 @@ async def _authenticate(*, is_websocket: bool) -> None:
             "users, orgs and login sessions need a database; this server runs with "
             "RUNPLANE_DATABASE_URL=memory",
         )
-    found = await _credential(req, rule)
+    try:
+        found = await _credential(req, rule)
+    except Problem:  # a share code or embed token that is not valid: counted by address
+        _count(url_rule.endpoint, anonymous(sees_all=False), is_websocket=is_websocket)
+        raise
+    if found is not None:
+        g.principal = found[0]
+    _count(url_rule.endpoint, g.principal, is_websocket=is_websocket)
     if found is None:  # a share grant or a stream ticket: decided already
         return
     principal, invalid = found
-    g.principal = principal
     await _decide(req, rule, principal, invalid, route)
+
+
+def _count(endpoint: str, principal: Principal, *, is_websocket: bool) -> None:
+    """Count the request against its rate limit (runplane/http/ratelimit.py): the 429
+    comes before any 401 or 403. The agents' WebSocket is counted at its hello."""
+    limiter = limiter_of(current_app.extensions)
+    if limiter is not None and not is_websocket:
+        limiter.check(endpoint, principal, request.remote_addr)
 
 
 def _declared_rule(endpoint: str, route: str) -> Rule:

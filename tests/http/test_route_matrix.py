@@ -717,7 +717,12 @@ WEBSOCKETS = {("WEBSOCKET", "/v1/nodes/connect")}
 
 @pytest.fixture
 async def served(make_settings: Callable[..., Any]) -> Any:
-    app = create_app(make_settings(auth="required", egress_allow="127.0.0.1"))
+    # rate limits off: the matrix sends many requests per persona (tests/http/test_rate_limits.py)
+    app = create_app(
+        make_settings(
+            auth="required", egress_allow="127.0.0.1", rate_limit="off", rate_limit_address="off"
+        )
+    )
     async with app.test_app():
         client = app.test_client()
         world = await build_world(client, store_of(app))

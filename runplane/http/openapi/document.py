@@ -30,6 +30,7 @@ from quart import Quart
 
 from runplane.auth.rules import PUBLIC, WEBSOCKET, Rule
 from runplane.http.query import NO_CONTROL, Param, declared_params, text
+from runplane.http.ratelimit import counted
 
 from .body_rules import REF_PREFIX, with_edge_checks, with_rules
 from .route_doc import RouteDoc, declared_routes
@@ -254,14 +255,18 @@ def _operation(
     query: tuple[Param, ...],
     schemas: _Schemas,
     anonymous: bool,
+    rate_limited: bool = False,
 ) -> dict[str, Any]:
     params = _parameters(rule, route, query)
     responses: dict[str, Any] = {str(route.status): _success(route, schemas)}
+    statuses = error_statuses(rule, auth, route, bool(query))
+    if rate_limited and counted(endpoint):  # 429 rate_limited (runplane/http/ratelimit.py)
+        statuses = sorted({*statuses, 429})
     for status in route.also:
         responses[str(status)] = _success(replace(route, status=status), schemas)
     for status in route.bodiless:
         responses[str(status)] = {"description": HTTPStatus(status).phrase}
-    for status in error_statuses(rule, auth, route, bool(query)):
+    for status in statuses:
         if str(status) in responses:
             continue
         responses[str(status)] = {
@@ -298,11 +303,18 @@ def _query(view: object, auth: Rule) -> tuple[Param, ...]:
     return query
 
 
-def build(app: Quart, server_url: str | None = None, *, anonymous: bool = False) -> dict[str, Any]:
+def build(
+    app: Quart,
+    server_url: str | None = None,
+    *,
+    anonymous: bool = False,
+    rate_limited: bool = False,
+) -> dict[str, Any]:
     """The OpenAPI 3.1.0 document of ``app``; :class:`Undocumented` names a route that
     lacks its ``@doc``. ``anonymous``: the deploy takes anonymous calls (its auth mode is
     not ``required``), so operations that anonymous callers may use list ``{}`` among
-    their security requirements."""
+    their security requirements. ``rate_limited``: the deploy's rate limits are on, so
+    operations they count list 429."""
     found: list[tuple[str, str, str, RouteDoc, Rule, tuple[Param, ...]]] = []
     missing: list[str] = []
     for d in declared_routes(app):
@@ -319,7 +331,7 @@ def build(app: Quart, server_url: str | None = None, *, anonymous: bool = False)
     paths: dict[str, dict[str, Any]] = {}
     ids: set[str] = set()
     for method, rule, endpoint, route, auth, query in sorted(found, key=lambda f: (f[1], f[0])):
-        op = _operation(rule, endpoint, route, auth, query, schemas, anonymous)
+        op = _operation(rule, endpoint, route, auth, query, schemas, anonymous, rate_limited)
         if op["operationId"] in ids:  # one view serving several paths
             op["operationId"] += "_" + re.sub(r"\W+", "_", rule).strip("_")
         ids.add(op["operationId"])

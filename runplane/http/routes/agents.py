@@ -32,6 +32,7 @@ from runplane.agent import protocol as p
 from runplane.auth.rules import OWN_CREDENTIAL
 from runplane.http.context import services
 from runplane.http.openapi import doc
+from runplane.http.ratelimit import CLOSE_RATE_LIMITED, limiter_of, retry_after
 from runplane.nodes.connect import ConnectRefused
 from runplane.nodes.enrollment import NodeIdentity
 from runplane.runtime import ActorGone, ActorRef, MailboxClosed, Registry
@@ -125,6 +126,8 @@ async def _hello(fleet: Fleet) -> tuple[p.Hello, NodeIdentity, str | None] | Non
         hello = p.decode_agent(first)
         if not isinstance(hello, p.Hello):
             raise ValueError("the first message must be hello")
+        if await _enrollment_limited(hello):
+            return None
         identity, credential = await fleet.identify(hello)
     except (ValidationError, ValueError) as exc:
         await _close(p.CLOSE_PROTOCOL_ERROR, f"bad hello: {exc}".splitlines()[0])
@@ -134,6 +137,23 @@ async def _hello(fleet: Fleet) -> tuple[p.Hello, NodeIdentity, str | None] | Non
         await _refuse(exc.code, exc.reason)
         return None
     return hello, identity, credential
+
+
+async def _enrollment_limited(hello: p.Hello) -> bool:
+    """An enrollment (a hello without a node credential) over its address's rate limit
+    (``RUNPLANE_RATE_LIMIT_ADDRESS``) is closed with 4429, which the agent retries after
+    its backoff; True when it was. A node's reconnects with its credential are not
+    counted."""
+    limiter = limiter_of(current_app.extensions)
+    if limiter is None or hello.credential:
+        return False
+    wait = limiter.enrollment(websocket.remote_addr)
+    if wait <= 0.0:
+        return False
+    reason = f"too many node enrollments from this address; retry after {retry_after(wait)} s"
+    log.warning("agent enrollment rate limited", extra={"remote": websocket.remote_addr})
+    await _close(CLOSE_RATE_LIMITED, reason)
+    return True
 
 
 async def _write(

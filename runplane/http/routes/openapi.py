@@ -2,7 +2,8 @@
 and its versioned alias ``GET /v1/openapi.json``, generated from the routes once per
 process and served to anyone (it holds no data). Its security follows the deploy's auth
 mode: where anonymous calls are taken (``RUNPLANE_AUTH`` off or shadow), the operations an
-anonymous caller may use list ``{}`` (no credential) among their requirements."""
+anonymous caller may use list ``{}`` (no credential) among their requirements. Where rate
+limits are on (``RUNPLANE_RATE_LIMIT``), each operation they count lists 429."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from runplane.http.context import services
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 from runplane.http.openapi.document import build
+from runplane.http.ratelimit import limiter_of
 
 blueprint = Blueprint("openapi", __name__)
 
@@ -26,7 +28,10 @@ def document() -> dict[str, Any]:
     built = current_app.config.get(_BUILT)
     if built is None:
         anonymous = services().settings.auth != "required"
-        built = current_app.config[_BUILT] = build(current_app, anonymous=anonymous)
+        limited = limiter_of(current_app.extensions) is not None
+        built = current_app.config[_BUILT] = build(
+            current_app, anonymous=anonymous, rate_limited=limited
+        )
     return dict(built)
 
 
