@@ -59,8 +59,8 @@ class RateLimit:
 RATE_OFF = RateLimit(0.0, 0)
 #: the limits a deploy with ``RUNPLANE_AUTH=required`` has unless it sets its own (an open
 #: deploy has none): per credential, and per source address
-RATE_LIMIT_DEFAULT = RateLimit(50.0, 500)
-RATE_LIMIT_ADDRESS_DEFAULT = RateLimit(5.0, 50)
+RATE_LIMIT_DEFAULT = RateLimit(2000.0, 4000)
+RATE_LIMIT_ADDRESS_DEFAULT = RateLimit(10.0, 100)
 _RATE_UNITS = {"s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0}
 _RATE = re.compile(
     r"(?P<n>[0-9]+(?:\.[0-9]+)?)\s*/\s*(?P<unit>[a-z]+)(?:\s*,\s*burst\s*=\s*(?P<burst>[0-9]+))?"
