@@ -81,9 +81,16 @@ def parse_checked(raw: str | bytes) -> Any:
     number that is not finite, or ``NaN``/``Infinity`` is an :class:`Unfit` where it was,
     for a walk to name (the agents' WebSocket checks its frames so too,
     ``wire_checks.py``). Raises what ``json.loads`` raises, ``RecursionError`` included."""
+    if isinstance(raw, str) and not raw.startswith("\ufeff"):
+        return _DECODER.decode(raw)  # what json.loads does, without a decoder per call
     return json.loads(
         raw, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant
     )
+
+
+_DECODER = json.JSONDecoder(
+    parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant
+)
 
 
 def decode_json(raw: str | bytes) -> Any:

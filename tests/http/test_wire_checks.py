@@ -11,6 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from runplane.agent import protocol as p
+from runplane.agent.metrics_line import MetricLineError, parse_metric_line
 from runplane.http.wire_checks import (
     MAX_FRAME_BYTES,
     Dropped,
@@ -216,3 +217,37 @@ def test_dropped_messages_are_logged_once_per_field_and_counted(
     lines = [r for r in caplog.records if r.getMessage() == "agent message dropped"]
     assert [r.__dict__["field"] for r in lines] == ["values.a\\x00", "step"]
     assert dropped.count == 4
+
+
+def test_the_agent_leaves_out_metric_names_the_server_would_refuse() -> None:
+    """A job's ``::metric`` line: names with a control character or too long are ignored
+    by the agent, so an honest agent never sends a metric the server drops."""
+    line = '::metric {"step": 1, "loss": 0.5, "lo\\nss": 1, "' + "m" * 257 + '": 2}'
+    parsed = parse_metric_line(line)
+    assert parsed is not None and parsed.values == {"loss": 0.5}
+    frame = {"type": "job_metric", "job_id": "j1", "attempt": 1, "values": parsed.values}
+    assert isinstance(check_frame(json.dumps(frame)), p.JobMetric)
+    with pytest.raises(MetricLineError, match="step must be a non-negative integer"):
+        parse_metric_line('::metric {"step": 9223372036854775808, "a": 1}')
+
+
+def test_the_fast_paths_for_lines_and_chunks_check_as_the_walk_does() -> None:
+    logs = {"type": "job_logs", "job_id": "j1", "attempt": 1}
+    lines = [["stdout", "ok"]] * 5 + [["stderr", "x", "svc\x1b"]]
+    assert refused({**logs, "lines": lines}).field == "lines.5.2"
+    assert refused({**logs, "lines": [["stdout", "ok"], ["std\x00out", "x"]]}).field == "lines.1.0"
+    with pytest.raises(ValidationError):  # not shaped as lines: the walk, then validation
+        check_frame(json.dumps({**logs, "lines": [["stdout", "ok"], "bare"]}))
+    assert refused({**logs, "lines": [["stdout", 1e999]]}).field == "lines.0.1"
+    stream = {"type": "job_stream", "job_id": "j1", "attempt": 1, "stream": "cam"}
+    chunks: list[dict[str, Any]] = [{"data": "d", "ts": i} for i in range(5)]
+    gpus = [{"model": "m", "vram_gb": 80}, {"model": "m", "vram_gb": 10**9}]
+    assert refused(hello(gpus=gpus)).field == "facts.gpus.1.vram_gb"  # a list, field by field
+    huge = '{"data": "d", "ts": 99999999999999999999}'
+    frame = json.dumps({**stream, "chunks": chunks})[:-2] + ", " + huge + "]}"
+    assert refused(frame).field == "chunks.5.ts"
+    with pytest.raises(ValidationError):
+        check_frame(json.dumps({**stream, "chunks": [{"data": "d", "ts": 1, "more": 1}]}))
+    assert refused({**stream, "chunks": [{"data": "d", "ts": 1, "mo\x00re": 1}]})
+    msg = check_frame(json.dumps({**stream, "chunks": [{"data": "a\x00", "ts": 1}] * 3}))
+    assert isinstance(msg, p.JobStream) and {c.data for c in msg.chunks} == {"a\ufffd"}
