@@ -3,8 +3,10 @@
 A metric line is ``::metric`` followed by whitespace and one JSON object, e.g.
 ``::metric {"step": 3, "loss": 0.25}``. ``step`` is optional (a non-negative integer or
 ``null``); every other key whose value is a finite JSON number (booleans excluded) is a
-metric value. Keys with other values (strings, lists, ``NaN``, ...) are ignored; a line left
-with no numeric value at all is malformed.
+metric value. Keys with other values (strings, lists, ``NaN``, ...) are ignored, and so are
+keys the server would not take as a metric's name (a control character, more than
+``NAME_MAX`` characters: docs/agent.md "Checks on what an agent sends"); a line left with no
+numeric value at all is malformed.
 
 This module is pure (no I/O, no trio) so the rules can be tested on their own.
 """
@@ -13,9 +15,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 
 METRIC_PREFIX = "::metric"
+
+#: The longest metric name the server takes.
+NAME_MAX = 256
+_NOT_IN_NAME = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
 
 # How much of a malformed line is quoted back in the system log line that reports it.
 QUOTE_LIMIT = 200
@@ -69,14 +76,16 @@ def parse_metric_line(line: str) -> ParsedMetric | None:
         raise MetricLineError(f"expected a JSON object, got {_json_kind(data)}")
 
     step = data.pop("step", None)
-    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+    if step is not None and (
+        isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 2**63
+    ):
         raise MetricLineError(f"step must be a non-negative integer, got {json.dumps(step)}")
 
     values: dict[str, float] = {}
     ignored: list[str] = []
     for key, value in data.items():
         number = _number(value)
-        if number is None:
+        if number is None or len(key) > NAME_MAX or _NOT_IN_NAME.search(key):
             ignored.append(key)
         else:
             values[key] = number

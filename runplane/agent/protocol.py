@@ -10,7 +10,6 @@ older peer refuses unknown fields); new server messages are new types.
 
 from __future__ import annotations
 
-import json
 import typing
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -483,17 +482,6 @@ def decode_server(text: str | bytes) -> ServerMsg:
 AGENT_TYPES: frozenset[str] = frozenset(
     m.model_fields["type"].default for m in typing.get_args(AgentMsg)
 )
-
-
-def unknown_type(text: str | bytes, known: frozenset[str]) -> str | None:
-    """The ``type`` of a frame that is a JSON object with a string ``type`` not in
-    ``known`` (a message of a newer peer: ignored, not an error); None otherwise."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    kind = data.get("type") if isinstance(data, dict) else None
-    return kind if isinstance(kind, str) and kind not in known else None
 
 
 def encode(msg: _Msg) -> str:

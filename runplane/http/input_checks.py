@@ -34,7 +34,7 @@ _BAD_IN_BODY = re.compile("[\x00\ud800-\udfff]")
 _BAD_IN_PARAM = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
 
 
-class _Unfit:
+class Unfit:
     """A JSON number that no field can take, kept where it was for the walk to name."""
 
     __slots__ = ("why",)
@@ -43,24 +43,24 @@ class _Unfit:
         self.why = why
 
 
-def _parse_int(text: str) -> int | _Unfit:
+def _parse_int(text: str) -> int | Unfit:
     if len(text) > _INT64_CHARS:  # before int(): no work on a 4,400-digit literal
-        return _Unfit(f"integer of {len(text.lstrip('-'))} digits is outside int64")
+        return Unfit(f"integer of {len(text.lstrip('-'))} digits is outside int64")
     value = int(text)
     if not INT64_MIN <= value <= INT64_MAX:
-        return _Unfit(f"integer {text} is outside int64 ({INT64_MIN} to {INT64_MAX})")
+        return Unfit(f"integer {text} is outside int64 ({INT64_MIN} to {INT64_MAX})")
     return value
 
 
-def _parse_float(text: str) -> float | _Unfit:
+def _parse_float(text: str) -> float | Unfit:
     value = float(text)
     if not math.isfinite(value):
-        return _Unfit(f"number {text[:40]} is not finite")
+        return Unfit(f"number {text[:40]} is not finite")
     return value
 
 
-def _parse_constant(name: str) -> _Unfit:
-    return _Unfit(f"{name} is not a JSON number")
+def _parse_constant(name: str) -> Unfit:
+    return Unfit(f"{name} is not a JSON number")
 
 
 def _refuse(key: str, code: str, message: str) -> Problem:
@@ -76,15 +76,27 @@ def _text_problem(text: str) -> str | None:
     return f"contains a lone UTF-16 surrogate (\\u{ord(found.group()):04x}), which is not text"
 
 
+def parse_checked(raw: str | bytes) -> Any:
+    """``raw`` parsed as JSON by the edge's number rules: an integer outside int64, a
+    number that is not finite, or ``NaN``/``Infinity`` is an :class:`Unfit` where it was,
+    for a walk to name (the agents' WebSocket checks its frames so too,
+    ``wire_checks.py``). Raises what ``json.loads`` raises, ``RecursionError`` included."""
+    if isinstance(raw, str) and not raw.startswith("\ufeff"):
+        return _DECODER.decode(raw)  # what json.loads does, without a decoder per call
+    return json.loads(
+        raw, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant
+    )
+
+
+_DECODER = json.JSONDecoder(
+    parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant
+)
+
+
 def decode_json(raw: str | bytes) -> Any:
     """Parse and check a JSON body; a 400 Problem naming where it is wrong."""
     try:
-        data = json.loads(
-            raw,
-            parse_int=_parse_int,
-            parse_float=_parse_float,
-            parse_constant=_parse_constant,
-        )
+        data = parse_checked(raw)
     except UnicodeDecodeError:
         raise Problem(400, "malformed_json", "request body is not UTF-8") from None
     except RecursionError:
@@ -114,7 +126,7 @@ def _walk(data: Any) -> None:
             for name, item in value.items():
                 problem = _text_problem(name)
                 if problem is not None:
-                    raise _refuse(_key((*path, _printable(name))), "invalid_text", "key " + problem)
+                    raise _refuse(_key((*path, printable(name))), "invalid_text", "key " + problem)
                 stack.append((item, (*path, name)))
         elif isinstance(value, list):
             stack.extend((item, (*path, str(i))) for i, item in enumerate(value))
@@ -122,7 +134,7 @@ def _walk(data: Any) -> None:
             problem = _text_problem(value)
             if problem is not None:
                 raise _refuse(_key(path), "invalid_text", problem)
-        elif isinstance(value, _Unfit):
+        elif isinstance(value, Unfit):
             raise _refuse(_key(path), "out_of_range", value.why)
 
 
@@ -130,7 +142,7 @@ def _key(path: tuple[str, ...]) -> str:
     return ".".join(path) or "(body)"
 
 
-def _printable(text: str) -> str:
+def printable(text: str) -> str:
     """A refused name as it can be shown: escapes for what is not printable ASCII."""
     return text.encode("unicode_escape").decode("ascii")
 
@@ -152,4 +164,4 @@ async def check_request_text() -> None:
     for name, value in request.args.items(multi=True):
         problem = param_problem(name) or param_problem(value)
         if problem is not None:
-            raise _refuse(_printable(name), "invalid_text", f"query parameter {problem}")
+            raise _refuse(printable(name), "invalid_text", f"query parameter {problem}")

@@ -2,9 +2,13 @@
 
 The handler is transport only: it identifies the agent (credential, join token, or open
 enrollment), hands the session's outbox to the node actor, forwards each frame to the
-actor it concerns, and writes what the actors send back. A malformed frame closes the
-session with 4400 and a reason; an unknown credential 4401; an old protocol 4426. A
-frame of a type this server does not know (a newer agent's) is logged and ignored.
+actor it concerns, and writes what the actors send back. Every frame is checked first
+(``wire_checks.py``: sizes, nesting, names, numbers): a hello the checks refuse is answered
+``refused`` naming the field and closed with 4400; a later message they refuse is dropped
+(logged once per field) and a refused ``job_finished`` ends its attempt failed. A frame
+that is not a message of the protocol closes the session with 4400 and a reason; an
+unknown credential 4401; an old protocol 4426. A frame of a type this server does not
+know (a newer agent's) is logged and ignored.
 """
 
 from __future__ import annotations
@@ -33,6 +37,14 @@ from runplane.auth.rules import OWN_CREDENTIAL
 from runplane.http.context import services
 from runplane.http.openapi import doc
 from runplane.http.ratelimit import CLOSE_RATE_LIMITED, limiter_of, retry_after
+from runplane.http.wire_checks import (
+    Dropped,
+    Unknown,
+    WireRefused,
+    check_frame,
+    failed_finish,
+    one_line,
+)
 from runplane.nodes.connect import ConnectRefused
 from runplane.nodes.enrollment import NodeIdentity
 from runplane.runtime import ActorGone, ActorRef, MailboxClosed, Registry
@@ -108,6 +120,7 @@ async def connect() -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_write, node_id, receive, nursery.cancel_scope)
             await _read(node_id, node, send)
+            nursery.cancel_scope.cancel()  # _read closed the session: nothing more is sent
     finally:
         with trio.CancelScope(shield=True):
             await fleet.detach(node, node_id, send)
@@ -118,18 +131,26 @@ async def _hello(fleet: Fleet) -> tuple[p.Hello, NodeIdentity, str | None] | Non
     """The agent's hello and who it is; None when the session was closed instead (no
     hello in time, a malformed one, a refused credential)."""
     with trio.move_on_after(HELLO_TIMEOUT) as waited:
-        first = await websocket.receive()
+        first = await websocket.receive() or ""  # an empty binary frame reads as None
     if waited.cancelled_caught:
         await _close(p.CLOSE_PROTOCOL_ERROR, "no hello within 10 s")
         return None
     try:
-        hello = p.decode_agent(first)
+        hello = check_frame(first)
         if not isinstance(hello, p.Hello):
             raise ValueError("the first message must be hello")
         if await _enrollment_limited(hello):
             return None
         identity, credential = await fleet.identify(hello)
-    except (ValidationError, ValueError) as exc:
+    except WireRefused as exc:
+        # the agent would say the same hello again: it prints this and stops
+        log.warning("agent hello refused", extra={"field": exc.field, "reason": exc.why[:200]})
+        await _refuse(p.CLOSE_PROTOCOL_ERROR, f"bad hello: {exc}")
+        return None
+    except ValidationError as exc:
+        await _close(p.CLOSE_PROTOCOL_ERROR, f"bad hello: {one_line(exc)}")
+        return None
+    except ValueError as exc:
         await _close(p.CLOSE_PROTOCOL_ERROR, f"bad hello: {exc}".splitlines()[0])
         return None
     except ConnectRefused as exc:
@@ -176,22 +197,34 @@ async def _write(
 
 async def _read(node_id: str, node: ActorRef[NodeMsg], send: trio.MemorySendChannel[str]) -> None:
     """Forward each frame to the actor it concerns until the agent goes, or sends a
-    malformed frame (closed with 4400)."""
-    while True:
-        raw = await websocket.receive()
-        try:
-            msg = p.decode_agent(raw)
-        except ValidationError as exc:
-            kind = p.unknown_type(raw, p.AGENT_TYPES)
-            if kind is not None:
+    malformed frame (closed with 4400: returns)."""
+    dropped = Dropped(node_id)
+    try:
+        while True:
+            raw = await websocket.receive() or ""  # (as above)
+            try:
+                msg = check_frame(raw)
+            except WireRefused as exc:
+                dropped.note(exc)
+                finish = failed_finish(exc)
+                if finish is not None:  # acknowledged, so the agent stops resending it
+                    await _dispatch(node_id, node, send, finish)
+                continue
+            except ValidationError as exc:
+                await _close(p.CLOSE_PROTOCOL_ERROR, f"bad message: {one_line(exc)}")
+                return
+            if isinstance(msg, Unknown):
                 log.warning(
                     "agent message of an unknown type ignored",
-                    extra={"node_id": node_id, "type": kind[:64]},
+                    extra={"node_id": node_id, "type": msg.kind},
                 )
                 continue
-            await _close(p.CLOSE_PROTOCOL_ERROR, f"bad message: {exc}".splitlines()[0])
-            return
-        await _dispatch(node_id, node, send, msg)
+            await _dispatch(node_id, node, send, msg)
+    finally:
+        if dropped.count:
+            log.warning(
+                "agent messages dropped", extra={"node_id": node_id, "count": dropped.count}
+            )
 
 
 async def _dispatch(
