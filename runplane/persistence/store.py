@@ -18,11 +18,12 @@ UPDATE/NOTHING``. See docs/persistence.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import TracebackType
@@ -32,7 +33,13 @@ import outcome
 import trio
 
 from runplane.histogram import Histogram
-from runplane.persistence.errors import StoreClosedError, TransactionAbortedError, WriteBatchError
+from runplane.persistence.errors import (
+    StoreClosedError,
+    StoreUnavailableError,
+    StoreUnavailableWriteError,
+    TransactionAbortedError,
+    WriteBatchError,
+)
 from runplane.persistence.migrate import Migration, apply_migrations, load_migrations
 from runplane.persistence.writer import GroupCommitWriter, WriterStatistics
 
@@ -50,6 +57,7 @@ __all__ = [
     "StoreClosedError",
     "StoreKind",
     "StoreStatistics",
+    "StoreUnavailableError",
     "TransactionAbortedError",
     "Tx",
     "WriteBatchError",
@@ -180,6 +188,14 @@ class Store(ABC):
         """Driver / server versions, for diagnostics and benchmarks."""
         return {}
 
+    async def ping(self) -> None:
+        """Answer a trivial read and an empty write transaction (the readiness probe):
+        returns once both did, raises :class:`StoreUnavailableError` when the store
+        cannot be reached. (Fenced under ``RUNPLANE_HA=1``: the write's commit checks the
+        epoch, so a replica that no longer leads gets :class:`WriteBatchError`.)"""
+        await self.fetchone("SELECT 1 AS ok")
+        await self.transaction(lambda tx: tx.fetchone("SELECT 1 AS ok"))
+
     async def __aenter__(self) -> Self:
         await self.open()
         return self
@@ -292,6 +308,17 @@ class Dialect(ABC):
     def versions(self, conn: Any) -> dict[str, str]:
         return {}
 
+    def unreachable(self, exc: BaseException) -> bool:
+        """True when the driver's ``exc`` says the database cannot be reached right now
+        (connection refused or lost, no connection in time, file locked or disk
+        failing), not that the statement is wrong: the store then raises
+        :class:`StoreUnavailableError` in its place."""
+        return False
+
+
+def _unavailable(kind: str, cause: BaseException) -> str:
+    return f"the {kind} store cannot be reached: {cause}"
+
 
 def _rows(cursor: Any) -> list[Row]:
     return list(cursor.fetchall()) if cursor.description is not None else []
@@ -387,6 +414,25 @@ class SqlStore(Store):
             self._closed_stats = writer.stats
             await trio.to_thread.run_sync(self._dialect.close_readers)
 
+    @contextlib.contextmanager
+    def _outage(self) -> Iterator[None]:
+        """Translate the driver's "cannot reach the database" errors (the dialect says
+        which) into :class:`StoreUnavailableError`; every other exception passes as is."""
+        try:
+            yield
+        except StoreUnavailableError:
+            raise
+        except WriteBatchError as exc:
+            if not self._dialect.unreachable(exc.cause):
+                raise
+            raise StoreUnavailableWriteError(_unavailable(self.kind, exc.cause), exc.cause) from (
+                exc.cause
+            )
+        except Exception as exc:
+            if not self._dialect.unreachable(exc):
+                raise
+            raise StoreUnavailableError(_unavailable(self.kind, exc)) from exc
+
     def _live_writer(self) -> GroupCommitWriter:
         if self._writer is None:
             raise StoreClosedError(f"{self.kind} store is not open")
@@ -401,16 +447,18 @@ class SqlStore(Store):
         def run() -> T:
             return dialect.run_read(lambda conn: fn(_ConnTx(conn, dialect)))
 
-        return await trio.to_thread.run_sync(run, limiter=self._read_limiter)
+        with self._outage():
+            return await trio.to_thread.run_sync(run, limiter=self._read_limiter)
 
     async def fetchone(self, sql: str, params: Params = ()) -> Row | None:
         """One row. A point read is run inline where the backend allows it (the SQLite
         file: ~8 us instead of ~290 us for the round trip to a worker thread)."""
         self._live_writer()
         dialect = self._dialect
-        done, row = dialect.run_inline_read(
-            lambda conn: _ConnTx(conn, dialect).fetchone(sql, params)
-        )
+        with self._outage():
+            done, row = dialect.run_inline_read(
+                lambda conn: _ConnTx(conn, dialect).fetchone(sql, params)
+            )
         if done:
             await trio.lowlevel.checkpoint()
             return row
@@ -428,7 +476,8 @@ class SqlStore(Store):
         def run(conn: Any) -> int:
             return int(conn.execute(query, args).rowcount)
 
-        return await self._live_writer().submit(run, (query, args))
+        with self._outage():
+            return await self._live_writer().submit(run, (query, args))
 
     async def execute_many(self, sql: str, seq_of_params: Iterable[Params]) -> int:
         dialect = self._dialect
@@ -437,13 +486,15 @@ class SqlStore(Store):
             self._live_writer()
             await trio.lowlevel.checkpoint()
             return 0
-        return await self._live_writer().submit(
-            lambda conn: _ConnTx(conn, dialect).execute_many(sql, rows)
-        )
+        with self._outage():
+            return await self._live_writer().submit(
+                lambda conn: _ConnTx(conn, dialect).execute_many(sql, rows)
+            )
 
     async def transaction(self, fn: Callable[[Tx], T]) -> T:
         dialect = self._dialect
-        return await self._live_writer().submit(lambda conn: fn(_ConnTx(conn, dialect)))
+        with self._outage():
+            return await self._live_writer().submit(lambda conn: fn(_ConnTx(conn, dialect)))
 
     # -- introspection -----------------------------------------------------
 
