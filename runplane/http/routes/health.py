@@ -35,7 +35,6 @@ async def healthz() -> Response:
     "Readiness: the text ok when the store answers, the actor tree runs and this replica "
     "leads; else 503 with the reason",
     content="text",
-    errors=(503,),
     rule=PUBLIC,
 )
 async def readyz() -> Response:
