@@ -18,12 +18,11 @@ UPDATE/NOTHING``. See docs/persistence.md.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import TracebackType
@@ -41,7 +40,7 @@ from runplane.persistence.errors import (
     WriteBatchError,
 )
 from runplane.persistence.migrate import Migration, apply_migrations, load_migrations
-from runplane.persistence.writer import GroupCommitWriter, WriterStatistics
+from runplane.persistence.writer import GroupCommitWriter, Statement, WriterStatistics
 
 StoreKind = Literal["sqlite", "postgres", "memory"]
 Params = Sequence[Any]
@@ -414,24 +413,21 @@ class SqlStore(Store):
             self._closed_stats = writer.stats
             await trio.to_thread.run_sync(self._dialect.close_readers)
 
-    @contextlib.contextmanager
-    def _outage(self) -> Iterator[None]:
-        """Translate the driver's "cannot reach the database" errors (the dialect says
-        which) into :class:`StoreUnavailableError`; every other exception passes as is."""
-        try:
-            yield
-        except StoreUnavailableError:
-            raise
-        except WriteBatchError as exc:
+    def _outage(self, exc: Exception) -> StoreUnavailableError | None:
+        """``exc`` as a :class:`StoreUnavailableError` when the driver's error (or a
+        failed batch's cause) says the database cannot be reached (the dialect says
+        which); None for every other error, which the caller re-raises as it is."""
+        if isinstance(exc, StoreUnavailableError):
+            return None
+        if isinstance(exc, WriteBatchError):
             if not self._dialect.unreachable(exc.cause):
-                raise
-            raise StoreUnavailableWriteError(_unavailable(self.kind, exc.cause), exc.cause) from (
-                exc.cause
-            )
-        except Exception as exc:
-            if not self._dialect.unreachable(exc):
-                raise
-            raise StoreUnavailableError(_unavailable(self.kind, exc)) from exc
+                return None
+            return StoreUnavailableWriteError(_unavailable(self.kind, exc.cause), exc.cause)
+        if not self._dialect.unreachable(exc):
+            return None
+        outage = StoreUnavailableError(_unavailable(self.kind, exc))
+        outage.__cause__ = exc
+        return outage
 
     def _live_writer(self) -> GroupCommitWriter:
         if self._writer is None:
@@ -447,18 +443,28 @@ class SqlStore(Store):
         def run() -> T:
             return dialect.run_read(lambda conn: fn(_ConnTx(conn, dialect)))
 
-        with self._outage():
+        try:
             return await trio.to_thread.run_sync(run, limiter=self._read_limiter)
+        except Exception as exc:
+            outage = self._outage(exc)
+            if outage is None:
+                raise
+            raise outage from outage.__cause__
 
     async def fetchone(self, sql: str, params: Params = ()) -> Row | None:
         """One row. A point read is run inline where the backend allows it (the SQLite
         file: ~8 us instead of ~290 us for the round trip to a worker thread)."""
         self._live_writer()
         dialect = self._dialect
-        with self._outage():
+        try:
             done, row = dialect.run_inline_read(
                 lambda conn: _ConnTx(conn, dialect).fetchone(sql, params)
             )
+        except Exception as exc:
+            outage = self._outage(exc)
+            if outage is None:
+                raise
+            raise outage from outage.__cause__
         if done:
             await trio.lowlevel.checkpoint()
             return row
@@ -476,8 +482,7 @@ class SqlStore(Store):
         def run(conn: Any) -> int:
             return int(conn.execute(query, args).rowcount)
 
-        with self._outage():
-            return await self._live_writer().submit(run, (query, args))
+        return await self._write(run, (query, args))
 
     async def execute_many(self, sql: str, seq_of_params: Iterable[Params]) -> int:
         dialect = self._dialect
@@ -486,15 +491,20 @@ class SqlStore(Store):
             self._live_writer()
             await trio.lowlevel.checkpoint()
             return 0
-        with self._outage():
-            return await self._live_writer().submit(
-                lambda conn: _ConnTx(conn, dialect).execute_many(sql, rows)
-            )
+        return await self._write(lambda conn: _ConnTx(conn, dialect).execute_many(sql, rows))
 
     async def transaction(self, fn: Callable[[Tx], T]) -> T:
         dialect = self._dialect
-        with self._outage():
-            return await self._live_writer().submit(lambda conn: fn(_ConnTx(conn, dialect)))
+        return await self._write(lambda conn: fn(_ConnTx(conn, dialect)))
+
+    async def _write(self, fn: Callable[[Any], T], stmt: Statement | None = None) -> T:
+        try:
+            return await self._live_writer().submit(fn, stmt)
+        except Exception as exc:
+            outage = self._outage(exc)
+            if outage is None:
+                raise
+            raise outage from outage.__cause__
 
     # -- introspection -----------------------------------------------------
 

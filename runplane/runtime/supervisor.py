@@ -24,7 +24,7 @@ logger = logging.getLogger("runplane.runtime")
 #: :data:`RESTART_BACKOFF_BASE` up to :data:`RESTART_BACKOFF_MAX`: a child failing on
 #: something outside it (the store unreachable) retries a few times a second at first,
 #: then every few seconds, instead of spinning. A run longer than the period resets it.
-#: (A supervisor's intensity still applies: one of 3 restarts in 5 s escalates as before.)
+#: Only the restarts made at once count toward the supervisor's intensity.
 RESTART_AT_ONCE = 3
 RESTART_BACKOFF_BASE = 0.1
 RESTART_BACKOFF_MAX = 5.0
@@ -341,10 +341,11 @@ class Supervisor:
                                 extra=self._log_extra(child, "exit", error),
                             )
                         return
-                    if not self._allow_restart():
+                    delay = self._restart_delay(child, error)
+                    if not self._allow_restart(counted=delay == 0):
                         self._escalate(child, error)
                         return
-                    if not await self._back_off(child, error):
+                    if not await self._back_off(child, error, delay):
                         return
         finally:
             if child.mailbox is not None:
@@ -358,13 +359,17 @@ class Supervisor:
                     logger.exception("on_exit failed", extra=self._log_extra(child, "exit"))
             child.done.set()
 
-    async def _back_off(self, child: _Child, error: Exception | None) -> bool:
-        """Log the restart (at most once per RESTART_LOG_INTERVAL while the child keeps
-        crashing) and wait out its backoff delay; False if it was stopped meanwhile."""
-        now = clock.now()
-        quick = error is not None and now - child.began < self.period
+    def _restart_delay(self, child: _Child, error: Exception | None) -> float:
+        """The backoff before restarting ``child`` (:func:`restart_delay`), counting its
+        crashes in a row that each came within a period of its start."""
+        quick = error is not None and clock.now() - child.began < self.period
         child.quick_crashes = child.quick_crashes + 1 if quick else 0
-        delay = restart_delay(child.quick_crashes)
+        return restart_delay(child.quick_crashes)
+
+    async def _back_off(self, child: _Child, error: Exception | None, delay: float) -> bool:
+        """Log the restart (at most once per RESTART_LOG_INTERVAL while the child keeps
+        crashing) and wait out its backoff ``delay``; False if it was stopped meanwhile."""
+        now = clock.now()
         child.unlogged += 1
         if delay == 0 or now - child.logged_at >= RESTART_LOG_INTERVAL:
             extra = self._log_extra(child, "restart", error)
@@ -404,11 +409,15 @@ class Supervisor:
         while self._restart_times and self._restart_times[0] <= horizon:
             self._restart_times.popleft()
 
-    def _allow_restart(self) -> bool:
+    def _allow_restart(self, *, counted: bool = True) -> bool:
+        """Whether one more restart keeps within the intensity. A restart after a backoff
+        delay is not ``counted`` there: a child failing through an outage backs off for
+        as long as it lasts instead of escalating (and taking the tree down)."""
         self._forget_old_restarts()
-        if len(self._restart_times) >= self.intensity:
-            return False
-        self._restart_times.append(clock.now())
+        if counted:
+            if len(self._restart_times) >= self.intensity:
+                return False
+            self._restart_times.append(clock.now())
         self._restarts += 1
         return True
 

@@ -9,7 +9,8 @@
   its file stalls: the write lock is not granted within the busy timeout) gives the same
   503, and the server recovers when the lock goes.
 
-In both, no request of the outage logs an unhandled error.
+In both, no request of the outage logs an unhandled error. Under ``RUNPLANE_HA=1`` a
+follower's ``/readyz`` is the leader's, and 503 while none answers.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ import httpx
 import pytest
 import trio
 
+from bench.ha_cluster import Cluster
 from runplane.persistence import DB_FILENAME
 from tests.e2e.conftest import (
+    ADMIN,
     LiveServer,
     StartAgent,
     e2e_settings,
@@ -160,3 +163,32 @@ async def test_sqlite_file_locked_by_another_process_answers_503_and_recovers(
         done = await wait_phase(client, job_id, "succeeded", "failed", within=60)
         assert done["phase"] == "succeeded", done
     assert not _unhandled(caplog)
+
+
+@pytest.mark.postgres
+async def test_replicas_are_ready_only_while_a_leader_answers(
+    pg_database: str, tmp_path: Path
+) -> None:
+    """``RUNPLANE_HA=1``: the leader's ``/readyz`` is its own, a follower's is the
+    leader's (relayed); with the leader killed a follower is not ready (``503``) until it
+    leads itself."""
+    cluster = Cluster(pg_database, tmp_path, replicas=2, env={"RUNPLANE_ADMIN_TOKEN": ADMIN})
+    try:
+        leader = await trio.to_thread.run_sync(cluster.start_all)
+        (follower,) = [r for r in cluster.replicas if r is not leader]
+        async with httpx.AsyncClient(timeout=10) as client:
+            for replica in (leader, follower):
+                ready = await client.get(f"{replica.url}/readyz")
+                assert (ready.status_code, ready.text) == (200, "ok"), replica.url
+            cluster.kill(leader)
+            refused = await client.get(f"{follower.url}/v1/readyz")
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["code"] == "no_leader" and "Retry-After" in refused.headers
+
+            async def follower_ready() -> bool:
+                return (await client.get(f"{follower.url}/readyz")).status_code == 200
+
+            await wait_for(follower_ready, 60, "the follower to take over and be ready")
+        assert cluster.leader() is follower
+    finally:
+        await trio.to_thread.run_sync(cluster.stop_all)
