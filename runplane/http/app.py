@@ -12,7 +12,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from quart import Response, current_app, request
+from quart import Response, current_app, has_request_context, request, websocket
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import MapAdapter
@@ -134,7 +134,10 @@ async def _on_overload(exc: MailboxFull | AskTimeout) -> Any:
 async def _on_store_unavailable(exc: StoreUnavailableError) -> Any:
     """The store cannot be reached (runplane/http/readiness.py): 503 with Retry-After,
     nothing was done, the client retries. Logged once per interval, not per request."""
-    log_request_outage(exc, request.method, request.path)
+    if has_request_context():
+        log_request_outage(exc, request.method, request.path)
+    else:  # the agents' WebSocket
+        log_request_outage(exc, "WEBSOCKET", websocket.path)
     return problem_response(
         503,
         "store_unavailable",

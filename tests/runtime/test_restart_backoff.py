@@ -90,7 +90,8 @@ async def test_a_child_failing_through_an_outage_backs_off_and_resumes(
                 <= RESTART_AT_ONCE + minutes * 60 / (RESTART_LOG_INTERVAL - RESTART_BACKOFF_MAX)
             )
             counted = sum(getattr(r, "restarts_since_last_line", 0) for r in lines)
-            assert counted <= restarts and lines[-1].backoff_sec == RESTART_BACKOFF_MAX  # type: ignore[attr-defined]
+            # (the last line may be of a restart still waiting out its delay)
+            assert counted <= restarts + 1 and lines[-1].backoff_sec == RESTART_BACKOFF_MAX  # type: ignore[attr-defined]
 
             outage.down, outage.value = False, 8  # the store is back, with newer state
             answer = await ref.ask("get", timeout=RESTART_BACKOFF_MAX + 1)
