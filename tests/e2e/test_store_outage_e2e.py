@@ -187,18 +187,19 @@ async def test_replicas_are_ready_only_while_a_leader_answers(
         leader = await trio.to_thread.run_sync(cluster.start_all)
         (follower,) = [r for r in cluster.replicas if r is not leader]
         async with httpx.AsyncClient(timeout=10) as client:
-            for replica in (leader, follower):
-                ready = await client.get(f"{replica.url}/readyz")
-                assert (ready.status_code, ready.text) == (200, "ok"), replica.url
+
+            async def ready(url: str) -> bool:
+                answer = await client.get(f"{url}/readyz")
+                return (answer.status_code, answer.text) == (200, "ok")
+
+            # (the leader may still be rebuilding its actor tree: 503 until it is done)
+            await wait_for(lambda: ready(leader.url), 60, "the leader to be ready")
+            assert await ready(follower.url)  # relayed to the leader
             cluster.kill(leader)
             refused = await client.get(f"{follower.url}/v1/readyz")
             assert refused.status_code == 503, refused.text
             assert refused.json()["code"] == "no_leader" and "Retry-After" in refused.headers
-
-            async def follower_ready() -> bool:
-                return (await client.get(f"{follower.url}/readyz")).status_code == 200
-
-            await wait_for(follower_ready, 60, "the follower to take over and be ready")
+            await wait_for(lambda: ready(follower.url), 60, "the follower to take over")
         assert cluster.leader() is follower
     finally:
         await trio.to_thread.run_sync(cluster.stop_all)
