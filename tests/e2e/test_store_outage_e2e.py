@@ -203,3 +203,14 @@ async def test_replicas_are_ready_only_while_a_leader_answers(
         assert cluster.leader() is follower
     finally:
         await trio.to_thread.run_sync(cluster.stop_all)
+
+
+async def test_not_ready_once_the_actor_tree_stopped(server: LiveServer) -> None:
+    """The store answers but the actor tree is gone (stopping): 503 ``not_ready``."""
+    async with server.client() as client:
+        assert (await client.get("/readyz")).text == "ok"
+        await server.root.stop()
+        refused = await client.get("/readyz")
+        assert refused.status_code == 503 and refused.json()["code"] == "not_ready"
+        assert int(refused.headers["Retry-After"]) > 0
+        assert (await client.get("/healthz")).text == "ok"
