@@ -12,7 +12,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from quart import Response, current_app, request
+from quart import Response, current_app, has_request_context, request, websocket
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import MapAdapter
@@ -26,6 +26,13 @@ from runplane.http.problems import problem_response
 from runplane.http.query import check_query
 from runplane.http.ratelimit import EXTENSION as RATE_LIMITER
 from runplane.http.ratelimit import Limiter
+from runplane.http.readiness import (
+    STORE_RETRY_AFTER_SEC,
+    STORE_UNAVAILABLE_DETAIL,
+    Readiness,
+    log_request_outage,
+    store_outage,
+)
 from runplane.http.refusals import refusal_problem
 from runplane.http.routes import (
     admin,
@@ -62,7 +69,7 @@ from runplane.http.routes import (
 from runplane.http.strict import check_answer, strict_views
 from runplane.nodes.metrics import SAMPLE_SEC
 from runplane.persistence import Store, open_store
-from runplane.persistence.errors import FencedError, WriteBatchError
+from runplane.persistence.errors import FencedError, StoreUnavailableError, WriteBatchError
 from runplane.policy.refusal import AdmissionRefused
 from runplane.problems import Problem
 from runplane.runtime import AskTimeout, MailboxFull
@@ -126,9 +133,28 @@ async def _on_overload(exc: MailboxFull | AskTimeout) -> Any:
     )
 
 
+async def _on_store_unavailable(exc: StoreUnavailableError) -> Any:
+    """The store cannot be reached (runplane/http/readiness.py): 503 with Retry-After,
+    nothing was done, the client retries. Logged once per interval, not per request."""
+    if has_request_context():
+        log_request_outage(exc, request.method, request.path)
+    else:  # the agents' WebSocket
+        log_request_outage(exc, "WEBSOCKET", websocket.path)
+    return problem_response(
+        503,
+        "store_unavailable",
+        STORE_UNAVAILABLE_DETAIL,
+        request_id=_request_id(),
+        headers={"Retry-After": str(STORE_RETRY_AFTER_SEC)},
+    )
+
+
 async def _on_write_failed(exc: WriteBatchError) -> Any:
     """A write that did not commit. Fenced (``RUNPLANE_HA=1``: another replica took the
-    lease): 503, nothing was done, the client retries and reaches the new leader."""
+    lease): 503, nothing was done, the client retries and reaches the new leader. The
+    store unreachable: 503 ``store_unavailable``."""
+    if isinstance(exc, StoreUnavailableError):
+        return await _on_store_unavailable(exc)
     if isinstance(exc.cause, FencedError):
         return problem_response(
             503,
@@ -186,6 +212,9 @@ async def _on_http_exception(exc: HTTPException) -> Any:
 
 
 async def _on_unexpected(exc: Exception) -> Any:
+    outage = store_outage(exc)  # e.g. an actor that crashed on the store's outage
+    if outage is not None:
+        return await _on_store_unavailable(outage)
     request_id = _request_id()
     log.error(
         "unhandled error",
@@ -241,6 +270,7 @@ def _install_error_handlers(app: QuartTrio) -> None:
     app.register_error_handler(MailboxFull, _on_overload)
     app.register_error_handler(AskTimeout, _on_overload)
     app.register_error_handler(WriteBatchError, _on_write_failed)
+    app.register_error_handler(StoreUnavailableError, _on_store_unavailable)
     app.register_error_handler(HTTPException, _on_http_exception)
     app.register_error_handler(Exception, _on_unexpected)
 
@@ -286,6 +316,12 @@ def _lifespan(
         )
         try:
             await app.nursery.start(root.run)
+            app.extensions["runplane.readiness"] = Readiness(
+                active,
+                app.nursery,
+                tree_running=lambda: root.supervisor.running,
+                leading=app.extensions.get("runplane.ha.leading"),
+            )
             app.extensions["runplane"] = Services(
                 settings=settings,
                 store=active,

@@ -13,7 +13,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runplane.persistence.errors import StoreClosedError, TransactionAbortedError, WriteBatchError
+from runplane.persistence.errors import (
+    StoreClosedError,
+    StoreUnavailableError,
+    TransactionAbortedError,
+    WriteBatchError,
+)
 from runplane.persistence.migrate import Migration, MigrationError, load_migrations
 from runplane.persistence.store import (
     Params,
@@ -38,6 +43,7 @@ __all__ = [
     "StoreClosedError",
     "StoreKind",
     "StoreStatistics",
+    "StoreUnavailableError",
     "TransactionAbortedError",
     "Tx",
     "WriteBatchError",

@@ -1,4 +1,8 @@
-"""Exceptions of the persistence layer (driver errors pass through unchanged)."""
+"""Exceptions of the persistence layer.
+
+Driver errors pass through unchanged, except those that say the store cannot be reached
+(:class:`StoreUnavailableError`: the dialect classifies them, runplane/persistence/store.py).
+"""
 
 from __future__ import annotations
 
@@ -41,3 +45,21 @@ class FencedError(RuntimeError):
     COMMIT met another leader's epoch, and by a replica that never led. See
     docs/operations.md "High availability".
     """
+
+
+class StoreUnavailableError(RuntimeError):
+    """The store cannot be reached right now: PostgreSQL down, refusing connections or
+    out of connection slots, the read pool found no connection in time, SQLite's file
+    locked by another process past the busy timeout or its disk failing (I/O errors).
+
+    Raised by the store in place of the driver's exception (kept as ``__cause__``), for
+    reads and writes alike, so the layers above tell "retry later" from a bug without
+    knowing the driver: the HTTP layer answers ``503 store_unavailable`` with
+    ``Retry-After``. A write that raises it was not committed (see
+    :class:`StoreUnavailableWriteError`).
+    """
+
+
+class StoreUnavailableWriteError(WriteBatchError, StoreUnavailableError):
+    """A write whose batch failed because the store could not be reached: nothing of it
+    was committed (a :class:`WriteBatchError` and a :class:`StoreUnavailableError`)."""

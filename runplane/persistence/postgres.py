@@ -44,6 +44,24 @@ _OK = (psycopg.pq.ExecStatus.COMMAND_OK, psycopg.pq.ExecStatus.TUPLES_OK)
 FENCE_SQL = "SELECT 1 / (epoch = %s)::int AS ok FROM ha_lease WHERE name = 'leader' FOR SHARE"
 
 
+#: SQLSTATEs that say the server cannot serve this connection (not that a statement is
+#: wrong): class 08 (connection exceptions), 57P01-57P03 (shut down, crashed, not accepting
+#: connections yet), 53300 (too many connections).
+UNREACHABLE_STATES = ("08", "57P01", "57P02", "57P03", "53300")
+
+
+def postgres_unreachable(exc: BaseException) -> bool:
+    """True for a psycopg error that says PostgreSQL cannot be reached right now: no
+    connection (refused, lost, timed out: no SQLSTATE, the client's own error), a pool
+    that found none in time (``PoolTimeout``), or one of :data:`UNREACHABLE_STATES`."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    if isinstance(exc, psycopg_pool.PoolTimeout):
+        return True
+    state = exc.sqlstate
+    return state is None or state.startswith(UNREACHABLE_STATES)
+
+
 class Fence:
     """A replica's fencing token: ``epoch`` is set while it leads, None otherwise (its
     writes are then refused). ``on_fenced`` is called (from the writer thread) when a
@@ -154,6 +172,12 @@ def qmark_to_pyformat(sql: str) -> str:
     return "".join(out)
 
 
+#: How long a read waits for a pooled connection before it fails (PoolTimeout: the store
+#: is unavailable). Reads never queue for one (the store's limiter is the pool's size), so
+#: a wait is the pool reconnecting to a server that went away.
+POOL_WAIT_SEC = 5.0
+
+
 class PostgresDialect(Dialect):
     name = "postgres"
     begin_sql = "BEGIN"
@@ -220,6 +244,9 @@ class PostgresDialect(Dialect):
             ) from error
         if error is not None:
             raise error
+
+    def unreachable(self, exc: BaseException) -> bool:
+        return postgres_unreachable(exc)
 
     def writer_usable(self, conn: psycopg.Connection[Any]) -> bool:
         return not (conn.closed or conn.broken)
@@ -340,7 +367,7 @@ class PostgresDialect(Dialect):
     def reader(self) -> Iterator[psycopg.Connection[Any]]:
         if self._pool is None:
             raise psycopg.OperationalError("the read pool is closed")
-        with self._pool.connection() as conn:
+        with self._pool.connection(timeout=POOL_WAIT_SEC) as conn:
             yield conn
 
     def run_read(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:

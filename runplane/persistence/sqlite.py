@@ -114,6 +114,28 @@ def _enable_wal(conn: sqlite3.Connection, path: Path) -> None:
         return
 
 
+#: SQLite's error names (``sqlite3.Error.sqlite_errorname``, extended codes included) that
+#: say the file cannot be used right now, not that the statement is wrong: locked by
+#: another process past the busy timeout, the disk failing, the file gone or read-only.
+#: (SQLITE_FULL, a full disk, is not among them.)
+UNREACHABLE_ERRORS = (
+    "SQLITE_BUSY",
+    "SQLITE_LOCKED",
+    "SQLITE_IOERR",
+    "SQLITE_CANTOPEN",
+    "SQLITE_READONLY",
+    "SQLITE_PROTOCOL",
+)
+
+
+def sqlite_unreachable(exc: BaseException) -> bool:
+    """True for an SQLite error that says the database file cannot be used right now."""
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    return name.startswith(UNREACHABLE_ERRORS)
+
+
 class _SQLiteBase(Dialect):
     name = "sqlite"
     begin_sql = "BEGIN IMMEDIATE"  # take the write lock up front: no upgrade deadlocks
@@ -137,6 +159,9 @@ class _SQLiteBase(Dialect):
 
     def versions(self, conn: Any) -> dict[str, str]:
         return {"sqlite": sqlite3.sqlite_version}
+
+    def unreachable(self, exc: BaseException) -> bool:
+        return sqlite_unreachable(exc)
 
 
 class SQLiteDialect(_SQLiteBase):

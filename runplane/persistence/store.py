@@ -32,9 +32,15 @@ import outcome
 import trio
 
 from runplane.histogram import Histogram
-from runplane.persistence.errors import StoreClosedError, TransactionAbortedError, WriteBatchError
+from runplane.persistence.errors import (
+    StoreClosedError,
+    StoreUnavailableError,
+    StoreUnavailableWriteError,
+    TransactionAbortedError,
+    WriteBatchError,
+)
 from runplane.persistence.migrate import Migration, apply_migrations, load_migrations
-from runplane.persistence.writer import GroupCommitWriter, WriterStatistics
+from runplane.persistence.writer import GroupCommitWriter, Statement, WriterStatistics
 
 StoreKind = Literal["sqlite", "postgres", "memory"]
 Params = Sequence[Any]
@@ -50,6 +56,7 @@ __all__ = [
     "StoreClosedError",
     "StoreKind",
     "StoreStatistics",
+    "StoreUnavailableError",
     "TransactionAbortedError",
     "Tx",
     "WriteBatchError",
@@ -180,6 +187,14 @@ class Store(ABC):
         """Driver / server versions, for diagnostics and benchmarks."""
         return {}
 
+    async def ping(self) -> None:
+        """Answer a trivial read and an empty write transaction (the readiness probe):
+        returns once both did, raises :class:`StoreUnavailableError` when the store
+        cannot be reached. (Fenced under ``RUNPLANE_HA=1``: the write's commit checks the
+        epoch, so a replica that no longer leads gets :class:`WriteBatchError`.)"""
+        await self.fetchone("SELECT 1 AS ok")
+        await self.transaction(lambda tx: tx.fetchone("SELECT 1 AS ok"))
+
     async def __aenter__(self) -> Self:
         await self.open()
         return self
@@ -292,6 +307,17 @@ class Dialect(ABC):
     def versions(self, conn: Any) -> dict[str, str]:
         return {}
 
+    def unreachable(self, exc: BaseException) -> bool:
+        """True when the driver's ``exc`` says the database cannot be reached right now
+        (connection refused or lost, no connection in time, file locked or disk
+        failing), not that the statement is wrong: the store then raises
+        :class:`StoreUnavailableError` in its place."""
+        return False
+
+
+def _unavailable(kind: str, cause: BaseException) -> str:
+    return f"the {kind} store cannot be reached: {cause}"
+
 
 def _rows(cursor: Any) -> list[Row]:
     return list(cursor.fetchall()) if cursor.description is not None else []
@@ -387,6 +413,22 @@ class SqlStore(Store):
             self._closed_stats = writer.stats
             await trio.to_thread.run_sync(self._dialect.close_readers)
 
+    def _outage(self, exc: Exception) -> StoreUnavailableError | None:
+        """``exc`` as a :class:`StoreUnavailableError` when the driver's error (or a
+        failed batch's cause) says the database cannot be reached (the dialect says
+        which); None for every other error, which the caller re-raises as it is."""
+        if isinstance(exc, StoreUnavailableError):
+            return None
+        if isinstance(exc, WriteBatchError):
+            if not self._dialect.unreachable(exc.cause):
+                return None
+            return StoreUnavailableWriteError(_unavailable(self.kind, exc.cause), exc.cause)
+        if not self._dialect.unreachable(exc):
+            return None
+        outage = StoreUnavailableError(_unavailable(self.kind, exc))
+        outage.__cause__ = exc
+        return outage
+
     def _live_writer(self) -> GroupCommitWriter:
         if self._writer is None:
             raise StoreClosedError(f"{self.kind} store is not open")
@@ -401,16 +443,28 @@ class SqlStore(Store):
         def run() -> T:
             return dialect.run_read(lambda conn: fn(_ConnTx(conn, dialect)))
 
-        return await trio.to_thread.run_sync(run, limiter=self._read_limiter)
+        try:
+            return await trio.to_thread.run_sync(run, limiter=self._read_limiter)
+        except Exception as exc:
+            outage = self._outage(exc)
+            if outage is None:
+                raise
+            raise outage from outage.__cause__
 
     async def fetchone(self, sql: str, params: Params = ()) -> Row | None:
         """One row. A point read is run inline where the backend allows it (the SQLite
         file: ~8 us instead of ~290 us for the round trip to a worker thread)."""
         self._live_writer()
         dialect = self._dialect
-        done, row = dialect.run_inline_read(
-            lambda conn: _ConnTx(conn, dialect).fetchone(sql, params)
-        )
+        try:
+            done, row = dialect.run_inline_read(
+                lambda conn: _ConnTx(conn, dialect).fetchone(sql, params)
+            )
+        except Exception as exc:
+            outage = self._outage(exc)
+            if outage is None:
+                raise
+            raise outage from outage.__cause__
         if done:
             await trio.lowlevel.checkpoint()
             return row
@@ -428,7 +482,7 @@ class SqlStore(Store):
         def run(conn: Any) -> int:
             return int(conn.execute(query, args).rowcount)
 
-        return await self._live_writer().submit(run, (query, args))
+        return await self._write(run, (query, args))
 
     async def execute_many(self, sql: str, seq_of_params: Iterable[Params]) -> int:
         dialect = self._dialect
@@ -437,13 +491,20 @@ class SqlStore(Store):
             self._live_writer()
             await trio.lowlevel.checkpoint()
             return 0
-        return await self._live_writer().submit(
-            lambda conn: _ConnTx(conn, dialect).execute_many(sql, rows)
-        )
+        return await self._write(lambda conn: _ConnTx(conn, dialect).execute_many(sql, rows))
 
     async def transaction(self, fn: Callable[[Tx], T]) -> T:
         dialect = self._dialect
-        return await self._live_writer().submit(lambda conn: fn(_ConnTx(conn, dialect)))
+        return await self._write(lambda conn: fn(_ConnTx(conn, dialect)))
+
+    async def _write(self, fn: Callable[[Any], T], stmt: Statement | None = None) -> T:
+        try:
+            return await self._live_writer().submit(fn, stmt)
+        except Exception as exc:
+            outage = self._outage(exc)
+            if outage is None:
+                raise
+            raise outage from outage.__cause__
 
     # -- introspection -----------------------------------------------------
 

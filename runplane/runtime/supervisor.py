@@ -19,6 +19,29 @@ from .mailbox import Mailbox
 
 logger = logging.getLogger("runplane.runtime")
 
+#: A child that crashes less than its supervisor's period after it (re)started, more than
+#: :data:`RESTART_AT_ONCE` times in a row, is restarted after a delay that doubles from
+#: :data:`RESTART_BACKOFF_BASE` up to :data:`RESTART_BACKOFF_MAX`: a child failing on
+#: something outside it (the store unreachable) retries a few times a second at first,
+#: then every few seconds, instead of spinning. A run longer than the period resets it.
+#: Only the restarts made at once count toward the supervisor's intensity.
+RESTART_AT_ONCE = 3
+RESTART_BACKOFF_BASE = 0.1
+RESTART_BACKOFF_MAX = 5.0
+#: While a child keeps crashing, "child restarted" is logged at most once per this many
+#: seconds (with the number of restarts since the last line), not once per restart.
+RESTART_LOG_INTERVAL = 10.0
+
+
+def restart_delay(quick_crashes: int) -> float:
+    """Seconds to wait before restarting a child after its ``quick_crashes``-th crash in a
+    row that came less than a period after its start (0: restart at once)."""
+    if quick_crashes <= RESTART_AT_ONCE:
+        return 0.0
+    doublings = quick_crashes - RESTART_AT_ONCE - 1
+    return min(RESTART_BACKOFF_BASE * float(2**doublings), RESTART_BACKOFF_MAX)
+
+
 M = TypeVar("M")
 ChildT = TypeVar("ChildT", bound="Actor[Any] | Supervisor", covariant=True)
 
@@ -87,6 +110,14 @@ class _Child:
         self.scope = trio.CancelScope()
         self.done = trio.Event()
         self.stopping = False
+        #: restart backoff (:func:`restart_delay`): when the current run began, crashes in
+        #: a row each within a period of its start, the wait before the next restart
+        self.began = 0.0
+        self.quick_crashes = 0
+        self.backoff = trio.CancelScope()
+        #: restart log lines (RESTART_LOG_INTERVAL): when the last went out, restarts since
+        self.logged_at = -float("inf")
+        self.unlogged = 0
 
     @property
     def handle(self) -> ActorRef[Any] | Supervisor:
@@ -249,6 +280,7 @@ class Supervisor:
         ``on_stop``) or ask a nested supervisor to stop; cancel it after
         ``shutdown_timeout`` seconds."""
         child.stopping = True
+        child.backoff.cancel()  # a restart waiting out its backoff: not any more
         if child.mailbox is not None:
             child.mailbox.close()
         if isinstance(child.instance, Supervisor):
@@ -309,14 +341,12 @@ class Supervisor:
                                 extra=self._log_extra(child, "exit", error),
                             )
                         return
-                    if not self._allow_restart():
+                    delay = self._restart_delay(child, error)
+                    if not self._allow_restart(counted=delay == 0):
                         self._escalate(child, error)
                         return
-                    logger.warning(
-                        "child restarted",
-                        exc_info=error,
-                        extra=self._log_extra(child, "restart", error),
-                    )
+                    if not await self._back_off(child, error, delay):
+                        return
         finally:
             if child.mailbox is not None:
                 child.mailbox.terminate(cause=error)
@@ -329,8 +359,32 @@ class Supervisor:
                     logger.exception("on_exit failed", extra=self._log_extra(child, "exit"))
             child.done.set()
 
+    def _restart_delay(self, child: _Child, error: Exception | None) -> float:
+        """The backoff before restarting ``child`` (:func:`restart_delay`), counting its
+        crashes in a row that each came within a period of its start."""
+        quick = error is not None and clock.now() - child.began < self.period
+        child.quick_crashes = child.quick_crashes + 1 if quick else 0
+        return restart_delay(child.quick_crashes)
+
+    async def _back_off(self, child: _Child, error: Exception | None, delay: float) -> bool:
+        """Log the restart (at most once per RESTART_LOG_INTERVAL while the child keeps
+        crashing) and wait out its backoff ``delay``; False if it was stopped meanwhile."""
+        now = clock.now()
+        child.unlogged += 1
+        if delay == 0 or now - child.logged_at >= RESTART_LOG_INTERVAL:
+            extra = self._log_extra(child, "restart", error)
+            extra.update(restarts_since_last_line=child.unlogged, backoff_sec=delay)
+            logger.warning("child restarted", exc_info=error, extra=extra)
+            child.logged_at, child.unlogged = now, 0
+        if delay > 0:
+            child.backoff = trio.CancelScope(deadline=trio.current_time() + delay)
+            with child.backoff:
+                await trio.sleep_forever()
+        return not (child.stopping or self._closing)
+
     async def _run_once(self, child: _Child, on_started: Callable[[], None]) -> None:
         spec = child.spec
+        child.began = clock.now()
         made = spec.factory()
         instance = await made if inspect.isawaitable(made) else made
         child.instance = instance
@@ -355,11 +409,15 @@ class Supervisor:
         while self._restart_times and self._restart_times[0] <= horizon:
             self._restart_times.popleft()
 
-    def _allow_restart(self) -> bool:
+    def _allow_restart(self, *, counted: bool = True) -> bool:
+        """Whether one more restart keeps within the intensity. A restart after a backoff
+        delay is not ``counted`` there: a child failing through an outage backs off for
+        as long as it lasts instead of escalating (and taking the tree down)."""
         self._forget_old_restarts()
-        if len(self._restart_times) >= self.intensity:
-            return False
-        self._restart_times.append(clock.now())
+        if counted:
+            if len(self._restart_times) >= self.intensity:
+                return False
+            self._restart_times.append(clock.now())
         self._restarts += 1
         return True
 

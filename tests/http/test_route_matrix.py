@@ -435,6 +435,8 @@ CASES: dict[tuple[str, str], Case] = {
     # public
     ("GET", "/healthz"): Case("public", path("/healthz")),
     ("GET", "/v1/healthz"): Case("public", path("/v1/healthz")),
+    ("GET", "/readyz"): Case("public", path("/readyz")),
+    ("GET", "/v1/readyz"): Case("public", path("/v1/readyz")),
     ("GET", "/v1/ha"): Case("public", path("/v1/ha")),
     ("GET", "/openapi.json"): Case("public", path("/openapi.json")),
     ("GET", "/v1/openapi.json"): Case("public", path("/v1/openapi.json")),
