@@ -194,7 +194,8 @@ async def test_replicas_are_ready_only_while_a_leader_answers(
 
             # (the leader may still be rebuilding its actor tree: 503 until it is done)
             await wait_for(lambda: ready(leader.url), 60, "the leader to be ready")
-            assert await ready(follower.url)  # relayed to the leader
+            # relayed to the leader once the follower has read who leads (its lease poll)
+            await wait_for(lambda: ready(follower.url), 30, "the follower to relay")
             cluster.kill(leader)
             refused = await client.get(f"{follower.url}/v1/readyz")
             assert refused.status_code == 503, refused.text
