@@ -179,6 +179,8 @@ def _empty_dest(dest: Path) -> None:
 def backup(settings: Settings, dest: Path) -> dict[str, Any]:
     """Take a backup of what ``settings`` name into ``dest`` (new or empty); the manifest."""
     kind = store_kind(settings)
+    if kind == "postgresql":
+        _pg_tool("pg_dump")  # before anything is written
     _empty_dest(dest)
     _say(f"backing up the {kind} store into {dest}")
     if kind == "sqlite":

@@ -269,3 +269,24 @@ async def test_postgres_backup_while_serving_restores_into_another_database(
     dest = await round_trip(nursery, start_agent, tmp_path, source, target)
     again = await runplane(settings_env(tmp_path / "other", target), "restore", str(dest))
     assert again.returncode == 1 and b"not empty: pass --force" in again.stderr
+
+
+async def test_backup_without_pg_dump_or_store_fails_in_one_line(tmp_path: Path) -> None:
+    url = "postgresql://runplane@127.0.0.1:1/runplane"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RUNPLANE_")}
+    with trio.fail_after(120):
+        done = await trio.run_process(
+            [sys.executable, "-m", "runplane", "backup", str(tmp_path / "b")],
+            env={**base, "PATH": str(tmp_path), **settings_env(tmp_path / "d", url)},
+            capture_stderr=True,
+            check=False,
+        )
+    assert done.returncode == 1
+    assert (
+        done.stderr
+        == b"runplane backup: pg_dump is not on PATH: install the PostgreSQL client tools\n"
+    )
+    nothing = await runplane(settings_env(tmp_path / "d", None), "backup", str(tmp_path / "c"))
+    assert nothing.returncode == 1 and b"no database at" in nothing.stderr
+    assert not (tmp_path / "c" / "manifest.json").exists()
+    assert not (tmp_path / "b").exists()
