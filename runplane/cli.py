@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sqlite3
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
@@ -390,8 +391,58 @@ def agent_command(log_level: str, **options: Any) -> int:
     return agent_main(**options)
 
 
+def _settings_for(verb: str) -> Settings | int:
+    """The settings ``serve`` would read (RUNPLANE_* env), or the exit code 2."""
+    try:
+        return load_settings()
+    except SettingsError as exc:
+        print(f"runplane {verb}: {exc}", file=sys.stderr)
+        return 2
+
+
+@click.command(short_help="Back up the store, artifacts and secret key (while serving).")
+@click.argument("dest", type=DIR)
+def backup_command(dest: Path) -> int:
+    """Back up what `serve` uses (RUNPLANE_DATA_DIR, RUNPLANE_DATABASE_URL) into the new or
+    empty directory DEST, while the server runs (docs/operations.md "Backups"). DEST holds
+    the secret key: protect it. Exits 0 when complete, 1 when it failed."""
+    from runplane.backup import BackupError, backup
+
+    settings = _settings_for("backup")
+    if isinstance(settings, int):
+        return settings
+    try:
+        backup(settings, dest)
+    except (BackupError, OSError, sqlite3.Error) as exc:
+        print(f"runplane backup: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+@click.command(short_help="Restore a backup into an empty data dir / database.")
+@click.argument("src", type=DIR)
+@click.option("--force", is_flag=True, help="restore over a target that is not empty")
+def restore_command(src: Path, force: bool) -> int:
+    """Restore the backup SRC into what `serve` would use (RUNPLANE_DATA_DIR,
+    RUNPLANE_DATABASE_URL), with no server running on it (docs/operations.md "Backups").
+    Exits 0 when restored, 1 when refused or failed."""
+    from runplane.backup import BackupError, restore
+
+    settings = _settings_for("restore")
+    if isinstance(settings, int):
+        return settings
+    try:
+        restore(settings, src, force=force)
+    except (BackupError, DataDirInUse, OSError, sqlite3.Error) as exc:
+        print(f"runplane restore: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 cli.add_command(serve_command, "serve")
 cli.add_command(agent_command, "agent")
+cli.add_command(backup_command, "backup")
+cli.add_command(restore_command, "restore")
 click.version_option(__version__, prog_name="runplane", message="%(prog)s %(version)s")(cli)
 
 
