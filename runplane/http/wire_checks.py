@@ -73,7 +73,8 @@ _RANGES: dict[str, tuple[int, int] | tuple[float, float]] = {
     "seq": (0, INT64_MAX),
     "free_bytes": (0, INT64_MAX),
     "limit_bytes": (0, INT64_MAX),
-    "deadline_sec": (0, 7 * 86_400),
+    # a drain without a deadline (a self-update's) says 1e9 (agent/lifecycle.py NO_DEADLINE_SEC)
+    "deadline_sec": (0, 1e10),
 }
 _BAD_IN_TEXT = re.compile("[\x00\ud800-\udfff]")
 _BAD_IN_NAME = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")

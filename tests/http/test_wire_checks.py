@@ -251,3 +251,14 @@ def test_the_fast_paths_for_lines_and_chunks_check_as_the_walk_does() -> None:
     assert refused({**stream, "chunks": [{"data": "d", "ts": 1, "mo\x00re": 1}]})
     msg = check_frame(json.dumps({**stream, "chunks": [{"data": "a\x00", "ts": 1}] * 3}))
     assert isinstance(msg, p.JobStream) and {c.data for c in msg.chunks} == {"a\ufffd"}
+
+
+def test_what_a_real_agent_sends_while_it_drains_passes() -> None:
+    """A self-update's drain has no deadline: the agent says 1e9 s (it was once dropped
+    as out of range, so the server never saw the node draining)."""
+    from runplane.agent.lifecycle import NO_DEADLINE_SEC
+
+    msg = check_frame(p.encode(p.Draining(deadline_sec=NO_DEADLINE_SEC)))
+    assert isinstance(msg, p.Draining) and msg.deadline_sec == NO_DEADLINE_SEC
+    with pytest.raises(WireRefused, match="deadline_sec"):
+        check_frame(json.dumps({"type": "draining", "deadline_sec": 1e300}))
