@@ -32,9 +32,23 @@ async def unpack(layout: Path, rootfs: Path) -> None:
         return
     err = done.stderr.decode(errors="replace").strip()
     last = err.splitlines()[-1] if err else f"exit status {done.returncode}"
-    if "no space left on device" in err.lower():
+    if "no space left on device" in err.lower() or _nearly_full(rootfs.parent):
+        # umoci does not always say so: on a full disk it may die in its gzip reader
+        # with a Go panic, so the disk itself is asked too
         raise CacheFull(f"image cache full: no space left on the disk while unpacking ({last})")
     raise ImageError(f"unpacking the image failed: {last[:500]}")
+
+
+#: Free bytes under which a failed unpack is taken for a full disk.
+NEARLY_FULL_BYTES = 1 << 20
+
+
+def _nearly_full(path: Path) -> bool:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < NEARLY_FULL_BYTES
 
 
 def tree_size(root: Path) -> int:
