@@ -17,13 +17,13 @@ store. See docs/operations.md "Health and readiness".
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
 import trio
 
 from runplane.persistence import Store, StoreUnavailableError
 from runplane.persistence.errors import FencedError, WriteBatchError
+from runplane.runtime.throttle import OnceEvery
 
 log = logging.getLogger("runplane.http")
 
@@ -62,30 +62,8 @@ def store_outage(exc: BaseException) -> StoreUnavailableError | None:
     return None
 
 
-class OnceEvery:
-    """True at most once per ``interval`` seconds: rate-limits a repeated log line."""
-
-    def __init__(self, interval: float = LOG_INTERVAL_SEC) -> None:
-        self.interval = interval
-        self._last = -float("inf")
-        #: how many calls were refused since the last one allowed
-        self.suppressed = 0
-
-    def __call__(self) -> bool:
-        now = time.monotonic()
-        if now - self._last < self.interval:
-            self.suppressed += 1
-            return False
-        self._last = now
-        return True
-
-    def take_suppressed(self) -> int:
-        count, self.suppressed = self.suppressed, 0
-        return count
-
-
 #: logs of requests that met a store outage (one line per interval, with the count)
-request_outage_log = OnceEvery()
+request_outage_log = OnceEvery(LOG_INTERVAL_SEC)
 
 
 def log_request_outage(error: StoreUnavailableError, method: str, path: str) -> None:
@@ -120,7 +98,7 @@ class Readiness:
         self._timeout = timeout
         self._probe: trio.Event | None = None
         self._answer: tuple[str, str] | None = None
-        self._log = OnceEvery()
+        self._log = OnceEvery(LOG_INTERVAL_SEC)
 
     async def reason(self) -> tuple[str, str] | None:
         """None when ready, else ``(code, detail)`` of the 503."""

@@ -16,6 +16,7 @@ from . import clock
 from .actor import Actor, ActorRef, run_actor
 from .errors import ActorError, SupervisorEscalated
 from .mailbox import Mailbox
+from .throttle import OnceEvery
 
 logger = logging.getLogger("runplane.runtime")
 
@@ -115,9 +116,8 @@ class _Child:
         self.began = 0.0
         self.quick_crashes = 0
         self.backoff = trio.CancelScope()
-        #: restart log lines (RESTART_LOG_INTERVAL): when the last went out, restarts since
-        self.logged_at = -float("inf")
-        self.unlogged = 0
+        #: "child restarted" lines: at most one per RESTART_LOG_INTERVAL while it crashes
+        self.restart_log = OnceEvery(RESTART_LOG_INTERVAL, clock.now)
 
     @property
     def handle(self) -> ActorRef[Any] | Supervisor:
@@ -369,13 +369,11 @@ class Supervisor:
     async def _back_off(self, child: _Child, error: Exception | None, delay: float) -> bool:
         """Log the restart (at most once per RESTART_LOG_INTERVAL while the child keeps
         crashing) and wait out its backoff ``delay``; False if it was stopped meanwhile."""
-        now = clock.now()
-        child.unlogged += 1
-        if delay == 0 or now - child.logged_at >= RESTART_LOG_INTERVAL:
+        if child.restart_log(force=delay == 0):
             extra = self._log_extra(child, "restart", error)
-            extra.update(restarts_since_last_line=child.unlogged, backoff_sec=delay)
+            since = child.restart_log.take_suppressed() + 1
+            extra.update(restarts_since_last_line=since, backoff_sec=delay)
             logger.warning("child restarted", exc_info=error, extra=extra)
-            child.logged_at, child.unlogged = now, 0
         if delay > 0:
             child.backoff = trio.CancelScope(deadline=trio.current_time() + delay)
             with child.backoff:

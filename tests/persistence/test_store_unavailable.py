@@ -15,13 +15,14 @@ import psycopg
 import psycopg_pool
 import pytest
 
-from runplane.http.readiness import OnceEvery, store_outage
+from runplane.http.readiness import store_outage
 from runplane.persistence import StoreUnavailableError, WriteBatchError
 from runplane.persistence import sqlite as sqlite_backend
 from runplane.persistence.errors import StoreUnavailableWriteError
 from runplane.persistence.postgres import PostgresStore, postgres_unreachable
 from runplane.persistence.sqlite import SQLiteStore, sqlite_unreachable
 from runplane.runtime.errors import ActorCrashed
+from runplane.runtime.throttle import OnceEvery
 from tests.conftest import pg_admin_url
 
 
@@ -167,6 +168,10 @@ def test_store_outage_is_found_behind_an_actor_crash_and_in_groups() -> None:
 
 
 def test_once_every_limits_a_repeated_line() -> None:
-    once = OnceEvery(interval=3600)
+    now = [0.0]
+    once = OnceEvery(interval=10, clock=lambda: now[0])
     assert once() and not once() and not once()
     assert once.take_suppressed() == 2 and once.take_suppressed() == 0
+    assert once(force=True) and not once()  # forced: goes ahead, starts a new interval
+    now[0] = 10.0
+    assert once() and once.take_suppressed() == 1
