@@ -17,6 +17,7 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import MapAdapter
 
+from runplane.artifacts import StoreFull as ArtifactStoreFull
 from runplane.artifacts import open_artifact_store
 from runplane.http.auth_hook import install as install_auth
 from runplane.http.context import Services
@@ -167,6 +168,13 @@ async def _on_store_full(exc: StoreFullError) -> Any:
     return problem_response(507, "insufficient_storage", str(exc), request_id=_request_id())
 
 
+async def _on_artifact_store_full(exc: ArtifactStoreFull) -> Any:
+    """An upload met the artifact store's full disk: 507, the write was discarded (no
+    file, not even a temp file, is left)."""
+    log_request_full(exc, request.method, request.path)
+    return problem_response(507, "insufficient_storage", str(exc), request_id=_request_id())
+
+
 async def _on_write_failed(exc: WriteBatchError) -> Any:
     """A write that did not commit. Fenced (``RUNPLANE_HA=1``: another replica took the
     lease): 503, nothing was done, the client retries and reaches the new leader. The
@@ -295,6 +303,7 @@ def _install_error_handlers(app: QuartTrio) -> None:
     app.register_error_handler(WriteBatchError, _on_write_failed)
     app.register_error_handler(StoreUnavailableError, _on_store_unavailable)
     app.register_error_handler(StoreFullError, _on_store_full)
+    app.register_error_handler(ArtifactStoreFull, _on_artifact_store_full)
     app.register_error_handler(HTTPException, _on_http_exception)
     app.register_error_handler(Exception, _on_unexpected)
 

@@ -118,7 +118,7 @@ def log_request_outage(error: StoreUnavailableError, method: str, path: str) -> 
 request_full_log = OnceEvery()
 
 
-def log_request_full(error: StoreFullError, method: str, path: str) -> None:
+def log_request_full(error: Exception, method: str, path: str) -> None:
     if request_full_log():
         log.warning(
             "store disk full",
