@@ -14,6 +14,8 @@ skipped, saying why, where mounting is not permitted), a live server and real ag
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -178,4 +180,55 @@ async def test_a_full_artifact_store_refuses_uploads_with_507_and_leaves_nothing
         view = await wait_phase(client, job_id, *TERMINAL, within=60)
         assert view["phase"] == "succeeded", view
         assert [a["size"] for a in view["artifacts"]] == [300_000]
+    assert not _unhandled(caplog)
+
+
+@pytest.fixture
+def small_work_root() -> Iterator[Path]:
+    """An agent's ``--work-dir`` on its own 4 MiB tmpfs, reachable by a job user."""
+    top = Path(tempfile.mkdtemp(prefix="runplane-e2e-full-"))
+    top.chmod(0o711)
+    mount_tmpfs(top, "4m")
+    try:
+        top.chmod(0o711)
+        yield top
+    finally:
+        unmount(top)
+        shutil.rmtree(top, ignore_errors=True)
+
+
+async def test_a_full_work_root_fails_the_job_naming_the_node_and_recovers(
+    server: LiveServer,
+    start_agent: StartAgent,
+    small_work_root: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    work = small_work_root / "jobs"
+    start_agent(server.url, "full-node", "--work-dir", str(work))
+    writes = {
+        "stack": "shell",
+        "command": ["sh", "-c", "echo data > out.txt && cat out.txt"],
+    }
+    async with server.client() as client:
+        await wait_for(lambda: online_nodes(client), 30, "the agent to come online")
+        filler = fill(small_work_root)
+        try:
+            job_id = await submit(client, writes)
+            view = await wait_phase(client, job_id, *TERMINAL, within=60)
+            assert view["phase"] == "failed", view
+            assert "full-node" in view["error"] and "work root" in view["error"], view["error"]
+            assert "full" in view["error"], view["error"]
+            nodes = await online_nodes(client)
+            assert [n["name"] for n in nodes] == ["full-node"]
+            # a job that needs no room still runs on the full node
+            quiet = await submit(client, {"stack": "shell", "command": ["echo", "no room needed"]})
+            done = await wait_phase(client, quiet, *TERMINAL, within=60)
+            assert done["phase"] == "succeeded", done
+            assert await job_logs(client, quiet, "stdout") == ["no room needed"]
+        finally:
+            filler.unlink()
+        job_id = await submit(client, writes)
+        view = await wait_phase(client, job_id, *TERMINAL, within=60)
+        assert view["phase"] == "succeeded", view
+        assert await job_logs(client, job_id, "stdout") == ["data"]
     assert not _unhandled(caplog)
