@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import errno
 import os
+import pwd
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -18,7 +22,7 @@ import pytest
 from runplane.http.readiness import store_full
 from runplane.persistence import StoreFullError, StoreUnavailableError, WriteBatchError
 from runplane.persistence.errors import StoreFullWriteError
-from runplane.persistence.postgres import postgres_full, postgres_unreachable
+from runplane.persistence.postgres import PostgresStore, postgres_full, postgres_unreachable
 from runplane.persistence.sqlite import SQLiteStore, sqlite_full, sqlite_unreachable
 from runplane.runtime.errors import ActorCrashed
 
@@ -134,3 +138,77 @@ async def test_a_full_data_dir_refuses_writes_and_recovers(small_disk: Path) -> 
         assert (await store.fetchone("SELECT length(body) AS n FROM t WHERE id = 200")) == {
             "n": len(big)
         }
+
+
+@pytest.fixture
+def pg_small_disk() -> Iterator[Path]:
+    """A 2 MiB tmpfs the test's PostgreSQL (on this machine, as the ``postgres`` user)
+    can hold a tablespace on."""
+    try:
+        owner = pwd.getpwnam("postgres")
+    except KeyError:
+        pytest.skip("no postgres OS user owns the test server")
+    top = Path(tempfile.mkdtemp(prefix="runplane-pg-full-"))
+    top.chmod(0o711)
+    mnt = top / "ts"
+    try:
+        mount_tmpfs(mnt, "2m")
+        os.chown(mnt, owner.pw_uid, owner.pw_gid)
+        yield mnt
+    finally:
+        unmount(mnt)
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.mark.postgres
+async def test_a_full_postgres_tablespace_refuses_writes_and_recovers(
+    pg_database: str, pg_small_disk: Path
+) -> None:
+    """PostgreSQL's own disk full (SQLSTATE 53100): a tablespace on a small tmpfs, filled:
+    a write that must extend the table raises StoreFullError naming the PostgreSQL server's
+    disk, reads go on, and the next write succeeds once space was freed."""
+    if urlsplit(pg_database).hostname not in ("127.0.0.1", "localhost", None):
+        pytest.skip("the PostgreSQL server is not on this machine (its tablespace dir is)")
+    space = f"rp_full_{os.getpid()}"
+    with psycopg.connect(pg_database, autocommit=True) as admin:
+        admin.execute(f"CREATE TABLESPACE {space} LOCATION '{pg_small_disk}'".encode())
+    try:
+        await _fill_a_postgres_table(pg_database, space, pg_small_disk)
+    finally:
+        with psycopg.connect(pg_database, autocommit=True) as admin:
+            admin.execute(b"DROP TABLE IF EXISTS big")
+            admin.execute(f"DROP TABLESPACE IF EXISTS {space}".encode())
+
+
+async def _fill_a_postgres_table(url: str, space: str, mnt: Path) -> None:
+    big = "x" * 1500  # stored inline (under the TOAST threshold): each row extends the heap
+    async with PostgresStore(url, migrations=[]) as store:
+        await store.execute(
+            f"CREATE TABLE big (id BIGINT PRIMARY KEY, body TEXT) TABLESPACE {space}"
+        )
+        await store.execute("ALTER TABLE big ALTER COLUMN body SET STORAGE PLAIN")
+        filler = None
+        refused = None
+        for i in range(1, 5000):
+            try:
+                await store.execute("INSERT INTO big VALUES (?, ?)", (i, big))
+            except StoreFullError as exc:
+                refused = exc
+                break
+            if i == 10:
+                filler = fill_as(mnt, pwd.getpwnam("postgres"))
+        assert refused is not None, "the full tablespace never refused a write"
+        assert "PostgreSQL server's disk is full" in str(refused) and "53100" in str(refused)
+        assert not isinstance(refused, StoreUnavailableError)
+        count = await store.fetchone("SELECT COUNT(*) AS n FROM big")
+        assert count is not None and count["n"] >= 10
+        assert filler is not None
+        filler.unlink()
+        await store.execute("INSERT INTO big VALUES (?, ?)", (100_000, big))
+        assert await store.fetchone("SELECT id FROM big WHERE id = 100000") == {"id": 100_000}
+
+
+def fill_as(path: Path, owner: pwd.struct_passwd) -> Path:
+    filler = fill(path)
+    os.chown(filler, owner.pw_uid, owner.pw_gid)
+    return filler
