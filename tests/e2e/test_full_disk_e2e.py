@@ -187,9 +187,8 @@ async def test_a_full_artifact_store_refuses_uploads_with_507_and_leaves_nothing
 def small_work_root() -> Iterator[Path]:
     """An agent's ``--work-dir`` on its own 4 MiB tmpfs, reachable by a job user."""
     top = Path(tempfile.mkdtemp(prefix="runplane-e2e-full-"))
-    top.chmod(0o711)
-    mount_tmpfs(top, "4m")
     try:
+        mount_tmpfs(top, "4m")
         top.chmod(0o711)
         yield top
     finally:
