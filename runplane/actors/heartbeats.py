@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import assert_never
 
 from runplane.nodes import repo as nodes_repo
-from runplane.persistence import Store, StoreUnavailableError
+from runplane.persistence import Store, StoreFullError, StoreUnavailableError
 from runplane.runtime import Actor, Asks
 
 log = logging.getLogger("runplane.nodes")
@@ -96,7 +96,7 @@ class HeartbeatLog(Actor[BeatMsg]):
             return 0
         try:
             await nodes_repo.write_beats(self.store, self.pending)
-        except StoreUnavailableError as exc:  # an outage: one line per flush, no traceback
+        except (StoreUnavailableError, StoreFullError) as exc:  # one line, no traceback
             log.warning(
                 "writing the nodes' last heartbeats failed; kept for the next flush",
                 extra={"nodes": len(self.pending), "error": str(exc)},

@@ -37,6 +37,7 @@ from runplane.agent.executor import (
     Started,
     run_job,
 )
+from runplane.agent.fullroot import blame_full_root
 from runplane.agent.gang import master_port_refusal
 from runplane.agent.images.jobimages import JobImages, image_refusal
 from runplane.agent.images.store import ImageStore
@@ -301,20 +302,22 @@ class JobRunner:
             async with AsyncExitStack() as pins:  # its images, until it ends
                 ready = await self._set_up(job, spec, plan, pins)
                 if isinstance(ready, Finished):
-                    await self._on_event(job, ready)
+                    await self._on_event(job, await self._blame_full_root(ready))
                     return
                 finished = await self._execute(job, spec, plan, ready)
-                await self._on_event(job, await self._outputs(job, spec, finished))
+                finished = await self._outputs(job, spec, finished)
+                await self._on_event(job, await self._blame_full_root(finished))
         except Exception as exc:
             log.exception("job failed inside the agent", extra=ids)
             if not job.finished:
                 job.finished = True
+                failed = Finished("failed", None, f"agent error: {exc}", {}, 0)
                 self.core.finish(
                     JobFinished(
                         job_id=job.job_id,
                         attempt=job.attempt,
                         outcome="failed",
-                        error=f"agent error: {exc}",
+                        error=(await self._blame_full_root(failed)).error,
                     )
                 )
         finally:
@@ -322,6 +325,11 @@ class JobRunner:
             del self.core.jobs[job.key]
             self.core.notify()
             await self._free_user(job)
+
+    async def _blame_full_root(self, finished: Finished) -> Finished:
+        """A job that failed while the work root is full fails for that (fullroot.py)."""
+        node, root = self.core.node_name(), self.work_root
+        return await trio.to_thread.run_sync(blame_full_root, finished, node, root)
 
     async def _admit(self, job: Job, spec: RunSpec) -> JobPlan | None:
         """The job's plan, once it is known to run here: None when it ended instead (handed

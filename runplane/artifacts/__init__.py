@@ -15,6 +15,7 @@ from runplane.artifacts.store import (
     ObjectInfo,
     ObjectReader,
     ObjectWriter,
+    StoreFull,
     TooLarge,
 )
 
@@ -27,6 +28,7 @@ __all__ = [
     "ObjectInfo",
     "ObjectReader",
     "ObjectWriter",
+    "StoreFull",
     "TooLarge",
     "check_key",
     "check_prefix",

@@ -15,7 +15,7 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import trio
@@ -29,12 +29,28 @@ from runplane.artifacts.store import (
     ObjectInfo,
     ObjectReader,
     ObjectWriter,
+    StoreFull,
     TooLarge,
 )
 
 #: Temp files not touched for this long when the store opens are leftovers of a crash.
 STALE_TEMP_SEC = 600.0
 TEMP_SUFFIX = ".part"
+
+
+#: OS errors of a full disk or a spent quota
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+@contextlib.contextmanager
+def _full_is_typed(root: Path) -> Iterator[None]:
+    """A full disk met inside becomes :class:`StoreFull` naming the store's root."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in FULL_ERRNOS:
+            raise StoreFull(str(root)) from exc
+        raise
 
 
 def _fsync_dir(path: Path) -> None:
@@ -75,7 +91,8 @@ class _FsWriter(ObjectWriter):
         if self.max_bytes is not None and self.size + len(data) > self.max_bytes:
             raise TooLarge(self.max_bytes)
         self.size += len(data)
-        await trio.to_thread.run_sync(self._write_sync, data)
+        with _full_is_typed(self.store.root):
+            await trio.to_thread.run_sync(self._write_sync, data)
 
     def _commit_sync(self) -> ObjectInfo:
         fd, self._fd = self._fd, None
@@ -105,7 +122,8 @@ class _FsWriter(ObjectWriter):
         if self._done or self._fd is None:
             raise RuntimeError("commit after commit or discard")
         try:
-            info = await trio.to_thread.run_sync(self._commit_sync)
+            with _full_is_typed(self.store.root):
+                info = await trio.to_thread.run_sync(self._commit_sync)
         except BaseException:
             self.discard()
             raise
@@ -186,7 +204,8 @@ class FilesystemStore(ArtifactStore):
 
     async def begin(self, key: str, *, max_bytes: int | None = None) -> ObjectWriter:
         check_key(key)
-        return await trio.to_thread.run_sync(_FsWriter, self, key, max_bytes)
+        with _full_is_typed(self.root):
+            return await trio.to_thread.run_sync(_FsWriter, self, key, max_bytes)
 
     # -- reading
 

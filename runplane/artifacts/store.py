@@ -50,6 +50,17 @@ class TooLarge(ValueError):
         self.max_bytes = max_bytes
 
 
+class StoreFull(RuntimeError):
+    """The artifact store's disk is full (ENOSPC) or its quota spent (EDQUOT): the write
+    was discarded, nothing of it is left (docs/operations.md "Full disks")."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(
+            f"the artifact store's disk ({where}) is full, so the artifact was not stored: "
+            "free space, then retry"
+        )
+
+
 class ObjectWriter(ABC):
     """One object being written. Use through :meth:`ArtifactStore.writer`."""
 

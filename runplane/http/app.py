@@ -17,6 +17,7 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import MapAdapter
 
+from runplane.artifacts import StoreFull as ArtifactStoreFull
 from runplane.artifacts import open_artifact_store
 from runplane.http.auth_hook import install as install_auth
 from runplane.http.context import Services
@@ -30,7 +31,9 @@ from runplane.http.readiness import (
     STORE_RETRY_AFTER_SEC,
     STORE_UNAVAILABLE_DETAIL,
     Readiness,
+    log_request_full,
     log_request_outage,
+    store_full,
     store_outage,
 )
 from runplane.http.refusals import refusal_problem
@@ -69,7 +72,12 @@ from runplane.http.routes import (
 from runplane.http.strict import check_answer, strict_views
 from runplane.nodes.metrics import SAMPLE_SEC
 from runplane.persistence import Store, open_store
-from runplane.persistence.errors import FencedError, StoreUnavailableError, WriteBatchError
+from runplane.persistence.errors import (
+    FencedError,
+    StoreFullError,
+    StoreUnavailableError,
+    WriteBatchError,
+)
 from runplane.policy.refusal import AdmissionRefused
 from runplane.problems import Problem
 from runplane.runtime import AskTimeout, MailboxFull
@@ -149,12 +157,32 @@ async def _on_store_unavailable(exc: StoreUnavailableError) -> Any:
     )
 
 
+async def _on_store_full(exc: StoreFullError) -> Any:
+    """The store's disk is full (docs/operations.md "Full disks"): 507, nothing was
+    written, the detail names what is full; reads keep being served. Logged once per
+    interval, not per request."""
+    if has_request_context():
+        log_request_full(exc, request.method, request.path)
+    else:  # the agents' WebSocket
+        log_request_full(exc, "WEBSOCKET", websocket.path)
+    return problem_response(507, "insufficient_storage", str(exc), request_id=_request_id())
+
+
+async def _on_artifact_store_full(exc: ArtifactStoreFull) -> Any:
+    """An upload met the artifact store's full disk: 507, the write was discarded (no
+    file, not even a temp file, is left)."""
+    log_request_full(exc, request.method, request.path)
+    return problem_response(507, "insufficient_storage", str(exc), request_id=_request_id())
+
+
 async def _on_write_failed(exc: WriteBatchError) -> Any:
     """A write that did not commit. Fenced (``RUNPLANE_HA=1``: another replica took the
     lease): 503, nothing was done, the client retries and reaches the new leader. The
     store unreachable: 503 ``store_unavailable``."""
     if isinstance(exc, StoreUnavailableError):
         return await _on_store_unavailable(exc)
+    if isinstance(exc, StoreFullError):
+        return await _on_store_full(exc)
     if isinstance(exc.cause, FencedError):
         return problem_response(
             503,
@@ -215,6 +243,9 @@ async def _on_unexpected(exc: Exception) -> Any:
     outage = store_outage(exc)  # e.g. an actor that crashed on the store's outage
     if outage is not None:
         return await _on_store_unavailable(outage)
+    full = store_full(exc)  # ... or on its full disk
+    if full is not None:
+        return await _on_store_full(full)
     request_id = _request_id()
     log.error(
         "unhandled error",
@@ -271,6 +302,8 @@ def _install_error_handlers(app: QuartTrio) -> None:
     app.register_error_handler(AskTimeout, _on_overload)
     app.register_error_handler(WriteBatchError, _on_write_failed)
     app.register_error_handler(StoreUnavailableError, _on_store_unavailable)
+    app.register_error_handler(StoreFullError, _on_store_full)
+    app.register_error_handler(ArtifactStoreFull, _on_artifact_store_full)
     app.register_error_handler(HTTPException, _on_http_exception)
     app.register_error_handler(Exception, _on_unexpected)
 

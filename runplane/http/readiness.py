@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TypeVar
 
 import trio
 
-from runplane.persistence import Store, StoreUnavailableError
+from runplane.persistence import Store, StoreFullError, StoreUnavailableError
 from runplane.persistence.errors import FencedError, WriteBatchError
 from runplane.runtime.throttle import OnceEvery
 
 log = logging.getLogger("runplane.http")
+
+E = TypeVar("E", bound=BaseException)
 
 #: Seconds a client should wait before retrying a request the store could not serve.
 STORE_RETRY_AFTER_SEC = 2
@@ -45,6 +48,16 @@ def store_outage(exc: BaseException) -> StoreUnavailableError | None:
     """The :class:`StoreUnavailableError` behind ``exc``: itself, its cause or context (an
     actor that crashed on it, ``ActorCrashed.__cause__``), or one inside an exception
     group; None when the store is not to blame."""
+    return _behind(exc, StoreUnavailableError)
+
+
+def store_full(exc: BaseException) -> StoreFullError | None:
+    """The :class:`StoreFullError` behind ``exc`` (found as :func:`store_outage` finds
+    an outage); None when the store's disk is not to blame."""
+    return _behind(exc, StoreFullError)
+
+
+def _behind(exc: BaseException, kind: type[E]) -> E | None:
     seen: set[int] = set()
     pending: list[BaseException] = [exc]
     while pending:
@@ -52,7 +65,7 @@ def store_outage(exc: BaseException) -> StoreUnavailableError | None:
         if id(error) in seen:
             continue
         seen.add(id(error))
-        if isinstance(error, StoreUnavailableError):
+        if isinstance(error, kind):
             return error
         if isinstance(error, BaseExceptionGroup):
             pending.extend(error.exceptions)
@@ -75,6 +88,23 @@ def log_request_outage(error: StoreUnavailableError, method: str, path: str) -> 
                 "method": method,
                 "path": path,
                 "also_refused": request_outage_log.take_suppressed(),
+            },
+        )
+
+
+#: logs of requests refused for a full store disk (one line per interval, with the count)
+request_full_log = OnceEvery()
+
+
+def log_request_full(error: Exception, method: str, path: str) -> None:
+    if request_full_log():
+        log.warning(
+            "store disk full",
+            extra={
+                "error": str(error),
+                "method": method,
+                "path": path,
+                "also_refused": request_full_log.take_suppressed(),
             },
         )
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from runplane.persistence.errors import (
     StoreClosedError,
+    StoreFullError,
     StoreUnavailableError,
     TransactionAbortedError,
     WriteBatchError,
@@ -41,6 +42,7 @@ __all__ = [
     "Row",
     "Store",
     "StoreClosedError",
+    "StoreFullError",
     "StoreKind",
     "StoreStatistics",
     "StoreUnavailableError",

@@ -63,3 +63,20 @@ class StoreUnavailableError(RuntimeError):
 class StoreUnavailableWriteError(WriteBatchError, StoreUnavailableError):
     """A write whose batch failed because the store could not be reached: nothing of it
     was committed (a :class:`WriteBatchError` and a :class:`StoreUnavailableError`)."""
+
+
+class StoreFullError(RuntimeError):
+    """The store's disk is full: SQLite answered SQLITE_FULL ("database or disk is full")
+    or the OS ENOSPC/EDQUOT, PostgreSQL SQLSTATE 53100 ``disk_full``. Its message names
+    what is full (the data dir, or the PostgreSQL server's disk).
+
+    Raised by the store in place of the driver's exception (kept as ``__cause__``). The
+    write was rolled back, nothing of it was committed; the writer keeps serving, reads
+    still work, and the next write succeeds once space was freed. The HTTP layer answers
+    ``507 insufficient_storage`` (docs/operations.md "Full disks").
+    """
+
+
+class StoreFullWriteError(WriteBatchError, StoreFullError):
+    """A write whose batch failed because the store's disk is full: nothing of it was
+    committed (a :class:`WriteBatchError` and a :class:`StoreFullError`)."""

@@ -62,6 +62,15 @@ def postgres_unreachable(exc: BaseException) -> bool:
     return state is None or state.startswith(UNREACHABLE_STATES)
 
 
+#: SQLSTATE 53100 ``disk_full``: the PostgreSQL server could not extend a file or its WAL.
+DISK_FULL_STATE = "53100"
+
+
+def postgres_full(exc: BaseException) -> bool:
+    """True for a psycopg error that says the PostgreSQL server's disk is full."""
+    return isinstance(exc, psycopg.Error) and exc.sqlstate == DISK_FULL_STATE
+
+
 class Fence:
     """A replica's fencing token: ``epoch`` is set while it leads, None otherwise (its
     writes are then refused). ``on_fenced`` is called (from the writer thread) when a
@@ -247,6 +256,14 @@ class PostgresDialect(Dialect):
 
     def unreachable(self, exc: BaseException) -> bool:
         return postgres_unreachable(exc)
+
+    def full(self, exc: BaseException) -> str | None:
+        if not postgres_full(exc):
+            return None
+        return (
+            "the PostgreSQL server's disk is full (SQLSTATE 53100 disk_full), so nothing "
+            "was written: free space on the database server, then retry"
+        )
 
     def writer_usable(self, conn: psycopg.Connection[Any]) -> bool:
         return not (conn.closed or conn.broken)

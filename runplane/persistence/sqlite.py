@@ -21,6 +21,7 @@ single connection avoids shared-cache table locks). Nothing survives close().
 from __future__ import annotations
 
 import contextlib
+import errno
 import queue
 import re
 import sqlite3
@@ -117,7 +118,7 @@ def _enable_wal(conn: sqlite3.Connection, path: Path) -> None:
 #: SQLite's error names (``sqlite3.Error.sqlite_errorname``, extended codes included) that
 #: say the file cannot be used right now, not that the statement is wrong: locked by
 #: another process past the busy timeout, the disk failing, the file gone or read-only.
-#: (SQLITE_FULL, a full disk, is not among them.)
+#: (SQLITE_FULL, a full disk, is not among them: :func:`sqlite_full`.)
 UNREACHABLE_ERRORS = (
     "SQLITE_BUSY",
     "SQLITE_LOCKED",
@@ -134,6 +135,21 @@ def sqlite_unreachable(exc: BaseException) -> bool:
         return False
     name = getattr(exc, "sqlite_errorname", None) or ""
     return name.startswith(UNREACHABLE_ERRORS)
+
+
+#: OS errors of a full disk or an exhausted quota
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def sqlite_full(exc: BaseException) -> bool:
+    """True for an error that says the database's disk is full: SQLITE_FULL ("database or
+    disk is full"), or ENOSPC/EDQUOT from the OS (an I/O error SQLite met writing)."""
+    if isinstance(exc, OSError):
+        return exc.errno in FULL_ERRNOS
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    return name.startswith("SQLITE_FULL") or "database or disk is full" in str(exc)
 
 
 class _SQLiteBase(Dialect):
@@ -185,6 +201,14 @@ class SQLiteDialect(_SQLiteBase):
             conn.close()
             raise
         return conn
+
+    def full(self, exc: BaseException) -> str | None:
+        if not sqlite_full(exc):
+            return None
+        return (
+            f"the store's disk (RUNPLANE_DATA_DIR={self.path.parent}) is full, so nothing "
+            "was written: free space, then retry"
+        )
 
     def open_readers(self, writer_conn: Any) -> None:
         self._readers = queue.SimpleQueue()

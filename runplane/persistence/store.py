@@ -34,6 +34,8 @@ import trio
 from runplane.histogram import Histogram
 from runplane.persistence.errors import (
     StoreClosedError,
+    StoreFullError,
+    StoreFullWriteError,
     StoreUnavailableError,
     StoreUnavailableWriteError,
     TransactionAbortedError,
@@ -54,6 +56,7 @@ __all__ = [
     "SqlStore",
     "Store",
     "StoreClosedError",
+    "StoreFullError",
     "StoreKind",
     "StoreStatistics",
     "StoreUnavailableError",
@@ -314,6 +317,12 @@ class Dialect(ABC):
         :class:`StoreUnavailableError` in its place."""
         return False
 
+    def full(self, exc: BaseException) -> str | None:
+        """What is full, when the driver's ``exc`` says the store's disk is full (SQLite's
+        SQLITE_FULL or ENOSPC, PostgreSQL's ``disk_full``): the detail of the
+        :class:`StoreFullError` the store raises in its place; None for any other error."""
+        return None
+
 
 def _unavailable(kind: str, cause: BaseException) -> str:
     return f"the {kind} store cannot be reached: {cause}"
@@ -413,12 +422,21 @@ class SqlStore(Store):
             self._closed_stats = writer.stats
             await trio.to_thread.run_sync(self._dialect.close_readers)
 
-    def _outage(self, exc: Exception) -> StoreUnavailableError | None:
-        """``exc`` as a :class:`StoreUnavailableError` when the driver's error (or a
-        failed batch's cause) says the database cannot be reached (the dialect says
-        which); None for every other error, which the caller re-raises as it is."""
-        if isinstance(exc, StoreUnavailableError):
+    def _outage(self, exc: Exception) -> StoreUnavailableError | StoreFullError | None:
+        """``exc`` as a :class:`StoreFullError` when the driver's error (or a failed
+        batch's cause) says the store's disk is full, as a :class:`StoreUnavailableError`
+        when it says the database cannot be reached (the dialect says which); None for
+        every other error, which the caller re-raises as it is."""
+        if isinstance(exc, StoreUnavailableError | StoreFullError):
             return None
+        cause = exc.cause if isinstance(exc, WriteBatchError) else exc
+        full = self._dialect.full(cause)
+        if full is not None:
+            if isinstance(exc, WriteBatchError):
+                return StoreFullWriteError(full, cause)
+            error = StoreFullError(full)
+            error.__cause__ = cause
+            return error
         if isinstance(exc, WriteBatchError):
             if not self._dialect.unreachable(exc.cause):
                 return None

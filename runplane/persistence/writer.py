@@ -321,9 +321,12 @@ class GroupCommitWriter:
             conn.execute(f"ROLLBACK TO SAVEPOINT {SAVEPOINT}")
             conn.execute(f"RELEASE SAVEPOINT {SAVEPOINT}")
         except Exception as exc:
-            # the engine rolled back the whole transaction (SQLite on disk
-            # full / I/O error) or the connection broke
-            self._fail_batch(batch, exc, "the batch transaction was aborted")
+            # the engine rolled back the whole transaction (SQLite on disk full / I/O
+            # error: the write's own error says why, and is the batch's cause) or the
+            # connection broke
+            own = op.result.error if isinstance(op.result, outcome.Error) else None
+            cause = own if own is not None and self._dialect.full(own) is not None else exc
+            self._fail_batch(batch, cause, "the batch transaction was aborted")
             return False
         return True
 

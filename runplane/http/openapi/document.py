@@ -247,6 +247,17 @@ def _request_body(route: RouteDoc, schemas: _Schemas) -> dict[str, Any] | None:
     return body
 
 
+#: methods that write: their operations list 507 (docs/operations.md "Full disks")
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def _problem_response(status: int, schemas: _Schemas) -> dict[str, Any]:
+    return {
+        "description": HTTPStatus(status).phrase,
+        "content": {"application/problem+json": {"schema": schemas.ref(ProblemDetails)}},
+    }
+
+
 def _operation(
     rule: str,
     endpoint: str,
@@ -269,10 +280,7 @@ def _operation(
     for status in statuses:
         if str(status) in responses:
             continue
-        responses[str(status)] = {
-            "description": HTTPStatus(status).phrase,
-            "content": {"application/problem+json": {"schema": schemas.ref(ProblemDetails)}},
-        }
+        responses[str(status)] = _problem_response(status, schemas)
     op: dict[str, Any] = {
         "operationId": endpoint.replace(".", "_"),
         "summary": route.summary,
@@ -332,6 +340,8 @@ def build(
     ids: set[str] = set()
     for method, rule, endpoint, route, auth, query in sorted(found, key=lambda f: (f[1], f[0])):
         op = _operation(rule, endpoint, route, auth, query, schemas, anonymous, rate_limited)
+        if method in WRITE_METHODS:  # 507 insufficient_storage: a full disk (store, artifacts)
+            op["responses"].setdefault("507", _problem_response(507, schemas))
         if op["operationId"] in ids:  # one view serving several paths
             op["operationId"] += "_" + re.sub(r"\W+", "_", rule).strip("_")
         ids.add(op["operationId"])
