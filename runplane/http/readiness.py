@@ -93,7 +93,7 @@ def log_request_outage(error: StoreUnavailableError, method: str, path: str) -> 
 
 
 #: logs of requests refused for a full store disk (one line per interval, with the count)
-request_full_log = OnceEvery()
+request_full_log = OnceEvery(LOG_INTERVAL_SEC)
 
 
 def log_request_full(error: Exception, method: str, path: str) -> None:
