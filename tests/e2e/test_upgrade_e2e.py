@@ -460,22 +460,32 @@ async def test_a_server_older_than_its_store_refuses_in_one_line(
         "INSERT INTO schema_migrations (version, name, applied_at) VALUES (9999, 'future', 0)",
     )
     before = _dump(data_dir, durable_store_url)
+    line = (
+        f"runplane {__version__} (schema {known:04d}) cannot open this store: it is at schema "
+        "9999, written by a newer runplane; upgrade runplane or restore a backup taken before "
+        "the upgrade\n"
+    )
     env = server_env(data_dir, durable_store_url, None)
+    done = await _serve_once(env)
+    assert done.returncode == 1, done.stderr.decode()
+    assert done.stderr.decode() == line  # nothing else: no traceback, no log line
+    if durable_store_url:  # an HA replica too (after its start-up log lines)
+        replica = {"RUNPLANE_HA": "1", "RUNPLANE_SECRET_KEY": "ab" * 32}
+        done = await _serve_once({**env, **replica})
+        assert done.returncode == 1, done.stderr.decode()
+        assert done.stderr.decode().endswith("}\n" + line), done.stderr.decode()
+    assert _dump(data_dir, durable_store_url) == before
+
+
+async def _serve_once(env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
     with trio.fail_after(60):
-        done = await trio.run_process(
+        return await trio.run_process(
             [sys.executable, "-m", "runplane", "serve", "--port", "0"],
             env=env,
             capture_stdout=True,
             capture_stderr=True,
             check=False,
         )
-    assert done.returncode == 1, done.stderr.decode()
-    assert done.stderr.decode() == (
-        f"runplane {__version__} (schema {known:04d}) cannot open this store: it is at schema "
-        "9999, written by a newer runplane; upgrade runplane or restore a backup taken before "
-        "the upgrade\n"
-    )
-    assert _dump(data_dir, durable_store_url) == before
 
 
 def _run_sql(data_dir: Path, url: str | None, sql: str) -> None:
