@@ -364,9 +364,12 @@ async def check_read_back(new: ServeProcess, before: Filled, receiver: Receiver)
         # the webhook's signing secret still unseals: a new failure is delivered, signed
         failing = await submit(client, {"stack": "shell", "command": ["sh", "-c", "exit 4"]})
         await wait_phase(client, failing, "failed")
-        got = await receiver.wait_for(2)
-        assert got[1].verified(before.hook["secret"], time.time())
-        assert json.loads(got[1].body)["run"]["id"] == failing
+
+        async def delivered() -> list[Any]:
+            return [r for r in receiver.received if json.loads(r.body)["run"]["id"] == failing]
+
+        got = await wait_for(delivered, 60, f"the delivery of {failing}")
+        assert got[0].verified(before.hook["secret"], time.time())
 
 
 def _stages(view: dict[str, Any]) -> dict[str, str]:
