@@ -20,6 +20,7 @@ from runplane import __version__, logs
 from runplane.agent.errors import AgentError
 from runplane.client.cli import cli, run
 from runplane.datadir import DataDirInUse, lock_data_dir
+from runplane.persistence import NewerStoreError, open_store
 from runplane.settings import Settings, SettingsError, ensure_secret_key, load_settings
 
 log = logging.getLogger("runplane.cli")
@@ -41,8 +42,8 @@ _held: list[int] = []
 def serve_command(host: str, port: int, log_level: str) -> int:
     """Serve the API (settings come from RUNPLANE_* env; docs/operations.md).
 
-    Exits 0 after SIGINT/SIGTERM, 1 when it cannot bind, 2 for a bad setting, 3 when an HA
-    replica lost its lease."""
+    Exits 0 after SIGINT/SIGTERM, 1 when it cannot bind or its store is newer than this
+    version, 2 for a bad setting, 3 when an HA replica lost its lease."""
     logs.configure(log_level)
     try:
         settings = load_settings()
@@ -57,12 +58,18 @@ def serve_command(host: str, port: int, log_level: str) -> int:
         return 1
     failed: list[OSError] = []
     agent_failed: list[AgentError] = []
+    newer: list[NewerStoreError] = []
     try:
         trio.run(serve, settings, host, port)
+    except* NewerStoreError as group:  # before the store's first migration: nothing changed
+        newer.extend(_leaves(group))
     except* OSError as group:
         failed.extend(_leaves(group))
     except* AgentError as group:  # the local agent cannot go on (its data dir is busy)
         agent_failed.extend(_leaves(group))
+    if newer:
+        print(newer_store_line(newer[0]), file=sys.stderr)
+        return 1
     if agent_failed:
         print(f"runplane: local agent: {agent_failed[0]}", file=sys.stderr)
         return 1
@@ -74,6 +81,16 @@ def serve_command(host: str, port: int, log_level: str) -> int:
         )
         return 1
     return 0
+
+
+def newer_store_line(exc: NewerStoreError) -> str:
+    """What an older runplane says of a store a newer one migrated (docs/operations.md
+    "Upgrading"), in one line."""
+    return (
+        f"runplane {__version__} (schema {exc.known:04d}) cannot open this store: it is at "
+        f"schema {exc.store:04d}, written by a newer runplane; upgrade runplane or restore "
+        "a backup taken before the upgrade"
+    )
 
 
 async def _local_agent_credential(app: Any, data_dir: Path) -> None:
@@ -95,17 +112,30 @@ async def serve(settings: Settings, host: str, port: int) -> None:
     server over loopback like any other; it is stopped first on shutdown, by a drain with
     no wait: its running jobs are stopped and handed back (requeued, not cancelled), so
     the next start runs them again."""
-    from hypercorn.trio import serve as hypercorn_serve
-
     from runplane import fdlimit
     from runplane.http.app import create_app
 
-    fdlimit.raise_open_file_limit(log)  # soft to hard: every connection holds one (logged)
     if settings.ha:
+        fdlimit.raise_open_file_limit(log)  # soft to hard: every connection holds one
         await serve_replica(settings, host, port)
         return
+    # opened here, not in the app's lifespan: a store this version cannot open (a newer
+    # one's) ends `serve` with its one line (serve_command), before anything else is said
+    store = open_store(settings.database_url, settings.data_dir)
+    await store.open()
+    fdlimit.raise_open_file_limit(log)  # soft to hard: every connection holds one (logged)
+    try:
+        await _serve_single(create_app(settings, store=store), settings, host, port)
+    finally:
+        await store.close()
+    log.info("stopped")
+
+
+async def _serve_single(app: Any, settings: Settings, host: str, port: int) -> None:
+    """Serve ``app`` (one server, no HA) until SIGINT/SIGTERM."""
+    from hypercorn.trio import serve as hypercorn_serve
+
     config = _config(host, port)
-    app = create_app(settings)
     stop = trio.Event()  # a signal arrived
     server_stop = trio.Event()  # the local agent is down: stop serving
     # The receiver is installed before the socket is bound, so no signal finds us unprepared.
@@ -123,7 +153,6 @@ async def serve(settings: Settings, host: str, port: int) -> None:
             if stop_agent is not None:
                 await stop_agent()
             server_stop.set()
-    log.info("stopped")
 
 
 async def _start_local_agent(

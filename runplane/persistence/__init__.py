@@ -20,7 +20,12 @@ from runplane.persistence.errors import (
     TransactionAbortedError,
     WriteBatchError,
 )
-from runplane.persistence.migrate import Migration, MigrationError, load_migrations
+from runplane.persistence.migrate import (
+    Migration,
+    MigrationError,
+    NewerStoreError,
+    load_migrations,
+)
 from runplane.persistence.store import (
     Params,
     Row,
@@ -38,6 +43,7 @@ __all__ = [
     "DB_FILENAME",
     "Migration",
     "MigrationError",
+    "NewerStoreError",
     "Params",
     "Row",
     "Store",

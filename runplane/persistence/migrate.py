@@ -12,6 +12,10 @@ Each migration runs in its own transaction together with its row in
 serialized by a database-wide lock taken before re-checking whether the version
 is applied (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: ``pg_advisory_xact_lock``),
 so two processes starting at once never double-apply and both succeed.
+
+A store with a migration this version does not ship (a newer runplane migrated it) is
+refused with :class:`NewerStoreError` before anything is applied: an older server never
+runs on a newer schema (docs/operations.md "Upgrading").
 """
 
 from __future__ import annotations
@@ -36,6 +40,21 @@ _FILE_RE = re.compile(r"^(?P<version>\d{4})_(?P<name>[a-z0-9_]+?)(?:\.(?P<varian
 
 class MigrationError(RuntimeError):
     """A migration file is malformed, or applying one failed."""
+
+
+class NewerStoreError(MigrationError):
+    """The store has migrations this version does not know: a newer runplane wrote it.
+
+    Raised before anything is applied, so the store is left as it was. ``store`` is the
+    highest version the store has, ``known`` the highest this version ships."""
+
+    def __init__(self, store: int, known: int) -> None:
+        super().__init__(
+            f"the store is at schema {store:04d}, newer than this version's {known:04d} "
+            "(written by a newer runplane)"
+        )
+        self.store = store
+        self.known = known
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -111,11 +130,7 @@ def apply_migrations(conn: Any, dialect: Dialect, migrations: list[Migration]) -
     applied = _applied_versions(conn, dialect)  # fast path: no lock when up to date
     known = {m.version for m in migrations}
     if unknown := sorted(applied - known):
-        log.warning(
-            "database has migrations this version does not know: %s (a newer runplane "
-            "migrated it?)",
-            unknown,
-        )
+        raise NewerStoreError(max(unknown), max(known, default=0))
     done: list[int] = []
     for migration in migrations:
         if migration.version in applied:
