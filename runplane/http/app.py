@@ -297,10 +297,13 @@ def _lifespan(
     app: QuartTrio, settings: Settings, store: Store | None, catalog: Catalog, timing: Timing
 ) -> Callable[[], AsyncGenerator[None, None]]:
     """The app's lifespan: open the store (unless given), start the root supervisor in
-    the app's nursery; at shutdown stop the actor tree, then close the store."""
+    the app's nursery; at shutdown stop the actor tree, then close the store. Closed
+    without a shutdown (``aclose``: an HA replica that lost its lease cancelled the app's
+    nursery, runplane/http/replica.py), none of that runs: the tree is gone already, and
+    nothing of an old leader may write or send."""
 
     async def lifespan() -> AsyncGenerator[None, None]:
-        own_store = store is None
+        own_store, abandoned = store is None, False
         active = store or open_store(settings.database_url, settings.data_dir)
         if own_store:
             await active.open()
@@ -331,11 +334,15 @@ def _lifespan(
             )
             log.info("started", extra={"store": active.kind})
             yield
+        except GeneratorExit:
+            abandoned = True
+            raise
         finally:
-            await root.stop()
-            if own_store:
-                await active.close()
-            log.info("store closed", extra={"store": active.kind})
+            if not abandoned:
+                await root.stop()
+                if own_store:
+                    await active.close()
+                log.info("store closed", extra={"store": active.kind})
 
     return lifespan
 
