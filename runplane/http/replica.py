@@ -72,9 +72,10 @@ def advertised(bound: str) -> str:
 
 
 class Term:
-    """One term of a replica: its own fence, store and app, and (once the replica knows
-    its address) the elector that campaigns for it and holds the lease while it leads.
-    Nothing of a term is used again once its lease is lost."""
+    """One term of a replica: its own fence, store and app (its ``ha_leading`` is this
+    term's: False for ever once its lease is lost, whatever a later term holds), and the
+    elector that campaigns for it and holds the lease while it leads. Nothing of a term is
+    used again once its lease is lost."""
 
     def __init__(self, replica: Replica) -> None:
         settings = replica.settings
@@ -141,8 +142,9 @@ class Term:
         self.fence.epoch = epoch
         async with trio.open_nursery() as nursery:
             nursery.start_soon(elector.hold)
+            nursery.start_soon(self._end_at_loss, nursery.cancel_scope)
             try:
-                await nursery.start(self._lifespan)
+                await nursery.start(self._lifespan)  # cancelled by a loss meanwhile
             except Exception as exc:  # e.g. the store went away as the tree was rebuilt
                 elector.lose(f"the actor tree did not start: {exc}")
             else:
@@ -155,12 +157,16 @@ class Term:
                         "rebuild_ms": round((time.perf_counter() - began) * 1000, 1),
                     },
                 )
-            await elector.lost.wait()
-            if not self.replica.stopping:
-                self.fence.revoke()  # first: no commit of this term passes from now on
-                gate.step_down()  # no request reaches the old app; open ones are cut
-                nursery.cancel_scope.cancel()  # the actor tree, its lifespan, the renewals
         return elector.reason or "the lease is lost"
+
+    async def _end_at_loss(self, term_scope: trio.CancelScope) -> None:
+        """At the lost lease (not at a clean stop), end this term's tasks at once."""
+        assert self.elector is not None
+        await self.elector.lost.wait()
+        if not self.replica.stopping:
+            self.fence.revoke()  # first: no commit of this term passes from now on
+            self.replica.gate.step_down()  # no request reaches the old app; open ones cut
+            term_scope.cancel()  # the actor tree, its lifespan, the renewals
 
     async def _lifespan(self, *, task_status: trio.TaskStatus[None]) -> None:
         """Drive the Quart app's ASGI lifespan: startup now, shutdown at ``stop``."""
@@ -217,10 +223,6 @@ class Replica:
         self.term = Term(self)
         self.gate = Gate(self.term.app, status=self.status, leader=self._leader)
 
-    @property
-    def store(self) -> PostgresStore:
-        return self.term.store
-
     def status(self) -> dict[str, Any]:
         elector = self.term.elector
         if elector is not None:
@@ -228,9 +230,6 @@ class Replica:
         role = "follower" if self.step_downs else "starting"
         return {"ha": True, "replica": self.id, "address": self.address, "role": role,
                 "epoch": None, "leader": None}  # fmt: skip
-
-    def surely_leading(self) -> bool:
-        return self.term.surely_leading()
 
     def _leader(self) -> tuple[int, str] | None:
         elector = self.term.elector

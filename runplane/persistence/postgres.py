@@ -66,8 +66,8 @@ class Fence:
     """A replica's fencing token: ``epoch`` is set while it leads, None otherwise (its
     writes are then refused). ``on_fenced`` is called (from the writer thread) when a
     commit met another leader's epoch. One fence serves one term of a replica (one store):
-    once :meth:`revoke` d, at a lost lease, it never lets a commit through again, and its
-    writer never connects again, whatever epoch is set afterwards."""
+    revoked at a lost lease (:meth:`revoke`), it never lets a commit through again, and
+    its writer never connects again, whatever epoch is set afterwards."""
 
     def __init__(self, *, idle_timeout_ms: int) -> None:
         self.epoch: int | None = None

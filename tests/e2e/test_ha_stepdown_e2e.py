@@ -14,6 +14,7 @@ campaigns again.
   stored, and it relays to the new leader afterwards.
 * In one process: a replica whose lease is taken from it again and again steps down and
   leads again each time; the old terms' apps are released and its threads do not pile up.
+  A revoked fence (a lost term's) lets no commit through again, whatever its epoch.
 
 No timing is asserted (the machines are noisy).
 """
@@ -34,6 +35,8 @@ import trio
 
 from bench.ha_cluster import Cluster, Replica
 from runplane.http.replica import Replica as LiveReplica
+from runplane.persistence.errors import FencedError, WriteBatchError
+from runplane.persistence.postgres import Fence, PostgresStore
 from runplane.settings import load_settings
 from tests.e2e.conftest import ADMIN, StartAgent, wait_for
 from tests.e2e.test_ha_e2e import TERMINAL, Failover, shared  # noqa: F401 (a fixture)
@@ -257,3 +260,23 @@ async def test_stepping_down_again_and_again_releases_the_old_terms(
     # the old terms' writer threads and pools are gone: no thread per step-down
     assert threads[-1] <= threads[0] + 2, threads
     await replica.stop()
+
+
+async def test_a_revoked_fence_lets_no_commit_through_again(pg_database: str) -> None:
+    """The store of a lost term never commits again, even if its fence were given the
+    lease's current epoch (a later term of the same replica): its writes fail at once."""
+    fence = Fence(idle_timeout_ms=3000)
+    fence.epoch = 1  # no lease row yet: nothing contradicts it
+    async with PostgresStore(pg_database, fence=fence) as store:
+        await store.execute(
+            "INSERT INTO meta (key, value, updated_at) VALUES (?, ?, 0)", ("before", "1")
+        )
+        fence.revoke()
+        fence.epoch = 1  # what a careless later term could do: still refused
+        with pytest.raises(WriteBatchError) as refused:
+            await store.execute(
+                "INSERT INTO meta (key, value, updated_at) VALUES (?, ?, 0)", ("after", "1")
+            )
+        assert isinstance(refused.value.cause, FencedError), refused.value
+        rows = await store.fetchall("SELECT key FROM meta WHERE key IN ('before', 'after')")
+    assert [r["key"] for r in rows] == ["before"]
