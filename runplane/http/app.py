@@ -156,14 +156,24 @@ async def _on_write_failed(exc: WriteBatchError) -> Any:
     if isinstance(exc, StoreUnavailableError):
         return await _on_store_unavailable(exc)
     if isinstance(exc.cause, FencedError):
-        return problem_response(
-            503,
-            "not_leader",
-            "this replica no longer leads, so nothing was written; retry (the new leader answers)",
-            request_id=_request_id(),
-            headers={"Retry-After": str(OVERLOAD_RETRY_AFTER_SEC)},
-        )
+        return _not_leader("this replica no longer leads, so nothing was written")
     return await _on_unexpected(exc)
+
+
+def _not_leader(why: str) -> Any:
+    return problem_response(
+        503,
+        "not_leader",
+        f"{why}; retry (the new leader answers)",
+        request_id=_request_id(),
+        headers={"Retry-After": str(OVERLOAD_RETRY_AFTER_SEC)},
+    )
+
+
+def _lease_lost() -> bool:
+    """HA: this replica's lease is over, or may be (runplane/http/replica.py)."""
+    leading = current_app.extensions.get("runplane.ha.leading")
+    return leading is not None and not leading()
 
 
 def allowed_methods(app: QuartTrio, adapter: MapAdapter | None, path: str) -> list[str]:
@@ -215,6 +225,11 @@ async def _on_unexpected(exc: Exception) -> Any:
     outage = store_outage(exc)  # e.g. an actor that crashed on the store's outage
     if outage is not None:
         return await _on_store_unavailable(outage)
+    if _lease_lost():
+        # the actor tree of a replica that lost its lease is torn down under the request
+        # (an actor stopped, a mailbox closed): no bug, and the gate cuts this answer
+        log.warning("request cut by a lost lease", extra={"error": repr(exc)})
+        return _not_leader("this replica lost its lease while answering")
     request_id = _request_id()
     log.error(
         "unhandled error",

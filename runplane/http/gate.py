@@ -153,7 +153,18 @@ class Gate:
 
         async def tracked(message: dict[str, Any]) -> None:
             nonlocal answered
-            answered = answered or message["type"] in _ANSWERS
+            if cancel_scope.cancel_called:
+                # cut by a step-down: nothing more of the old app reaches the client (a
+                # task may run on to its next checkpoint, e.g. after a read in a thread)
+                await trio.lowlevel.checkpoint()
+                return
+            if message["type"] in _ANSWERS:
+                answered = True
+                # shielded: a cancel inside hypercorn's send of the answer's head would
+                # leave its stream and h11 out of step (hypercorn would then fail)
+                with trio.CancelScope(shield=True):
+                    await send(message)
+                return
             await send(message)
 
         with trio.CancelScope() as cancel_scope:
@@ -162,7 +173,7 @@ class Gate:
                 await self.app(scope, receive, tracked)
             finally:
                 self._local.discard(cancel_scope)
-        if not cancel_scope.cancelled_caught:
+        if not cancel_scope.cancel_called:
             return
         if not answered:
             await _problem(scope, send, 502, "leader_lost", LEADER_LOST)

@@ -6,8 +6,10 @@ campaigns again.
   PostgreSQL cluster (scripts/pgtest) that is restarted (``pg_ctl stop -m fast``, then
   start) twice: both replica processes stay up the whole time (same pids), a leader is
   elected again after each restart, under a newer epoch, and ``/v1/ha`` on both names one
-  leader and one follower; every job acknowledged before and after each restart succeeds,
-  and runs exactly once (each appends its id to a file outside its workdir).
+  leader and one follower; every job acknowledged before, during and after each restart
+  (submits all along, retried as a client must) succeeds, and runs exactly once (each
+  appends its id to a file outside its workdir); an SSE follower of a job running across
+  both restarts sees every log line once, in order (reconnecting with Last-Event-ID).
 * A leader paused (SIGSTOP) past its lease: the other replica takes over; resumed, the old
   leader steps down in its process (same pid, ``role`` follower, a ``stepped down`` log
   line naming its lost epoch), a submit it read after the pause is never acknowledged nor
@@ -39,7 +41,7 @@ from runplane.persistence.errors import FencedError, WriteBatchError
 from runplane.persistence.postgres import Fence, PostgresStore
 from runplane.settings import load_settings
 from tests.e2e.conftest import ADMIN, StartAgent, wait_for
-from tests.e2e.test_ha_e2e import TERMINAL, Failover, shared  # noqa: F401 (a fixture)
+from tests.e2e.test_ha_e2e import TERMINAL, Failover, follow, shared  # noqa: F401 (a fixture)
 from tests.test_scripts import needs_postgres_binaries, pg_dir, pgtest  # noqa: F401 (fixture)
 
 ENV = {"RUNPLANE_ADMIN_TOKEN": ADMIN, "RUNPLANE_EGRESS_ALLOW": "127.0.0.1"}
@@ -113,17 +115,44 @@ async def test_replicas_outlive_two_postgres_restarts(
             "stack": "shell",
             "command": ["sh", "-c", f'echo "$RUNPLANE_JOB_ID" >> {runs}; sleep 1; echo done'],
         }
-        acknowledged = [await failover.submit(body) for _ in range(3)]
+        lines = 40
+        long_id = await failover.submit(
+            {
+                "stack": "shell",
+                "command": [
+                    "sh",
+                    "-c",
+                    f'echo "$RUNPLANE_JOB_ID" >> {runs}; '
+                    f"for i in $(seq 1 {lines}); do echo line $i; sleep 0.3; done",
+                ],
+            }
+        )
+        acknowledged = [long_id] + [await failover.submit(body) for _ in range(3)]
+        seen: list[tuple[int, str]] = []
         epochs = [epoch]
-        for _ in range(2):
-            await _pg("stop", pg_dir)  # pg_ctl stop -m fast
+        stop_load = trio.Event()
+
+        async def load() -> None:
+            # submits all along, through either replica, retried (same Idempotency-Key)
+            # on a refusal or a cut connection: those acknowledged must all run, once
+            while not stop_load.is_set():
+                acknowledged.append(await failover.submit(body))
+                await trio.sleep(0.2)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(load)
+            nursery.start_soon(follow, cluster.urls, long_id, seen)
+            for _ in range(2):
+                await trio.sleep(1)
+                await _pg("stop", pg_dir)  # pg_ctl stop -m fast
+                await trio.sleep(1)
+                await _pg("start", pg_dir)
+                _, epoch = await wait_new_leader(cluster, epoch)
+                epochs.append(epoch)
+                assert all(r.alive for r in cluster.replicas), cluster.tails()
+                assert _pids(cluster) == pids, cluster.tails()
             await trio.sleep(1)
-            await _pg("start", pg_dir)
-            _, epoch = await wait_new_leader(cluster, epoch)
-            epochs.append(epoch)
-            assert all(r.alive for r in cluster.replicas), cluster.tails()
-            assert _pids(cluster) == pids, cluster.tails()
-            acknowledged += [await failover.submit(body) for _ in range(3)]
+            stop_load.set()
 
         async def all_ended() -> bool:
             for job_id in acknowledged:
@@ -137,6 +166,12 @@ async def test_replicas_outlive_two_postgres_restarts(
         assert failed == [], (failed, cluster.tails())
         started = runs.read_text().split()
         assert {j: started.count(j) for j in acknowledged} == dict.fromkeys(acknowledged, 1)
+        # every line of the job running across both restarts stored once, and its SSE
+        # follower (cut at each step-down, back with Last-Event-ID) saw each once, in order
+        expected = [f"line {i}" for i in range(1, lines + 1)]
+        logs = await failover.request("GET", f"/v1/jobs/{long_id}/logs?stream=stdout")
+        assert [e["line"] for e in logs.json()["logs"]] == expected
+        assert [line for _, line in seen] == expected, seen
         # the same two processes all along, one leader and one follower
         assert all(r.alive for r in cluster.replicas) and _pids(cluster) == pids
         assert sorted(s["role"] for s in _statuses(cluster) if s) == ["follower", "leader"]
