@@ -271,6 +271,10 @@ class Replica:
                     await term.abandon()
                     nursery.cancel_scope.cancel()
             except Exception:
+                if not elector.lost.is_set():
+                    # the actor tree crashed past its restart intensity: the process ends
+                    # non-zero, as a single server's does (docs/architecture.md)
+                    raise
                 log.exception("could not step down", extra={"epoch": elector.epoch})
                 self.failed.set()
                 return
