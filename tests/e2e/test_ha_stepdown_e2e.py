@@ -3,8 +3,8 @@ availability"): a replica that loses its lease steps down inside its process and
 campaigns again.
 
 * Two ``runplane serve`` replicas under ``RUNPLANE_HA=1`` and a real agent, on a private
-  PostgreSQL cluster (scripts/pgtest) that is restarted (``pg_ctl stop -m fast``, then
-  start) twice: both replica processes stay up the whole time (same pids), a leader is
+  PostgreSQL cluster (scripts/pgtest) that is restarted (``pg_ctl stop -m fast``, or
+  ``-m immediate``: a crash, then start) twice: both replica processes stay up the whole time (same pids), a leader is
   elected again after each restart, under a newer epoch, and ``/v1/ha`` on both names one
   leader and one follower; every job acknowledged before, during and after each restart
   (submits all along, retried as a client must) succeeds, and runs exactly once (each
@@ -24,7 +24,11 @@ No timing is asserted (the machines are noisy).
 from __future__ import annotations
 
 import gc
+import glob
+import os
+import shutil
 import signal
+import subprocess
 import threading
 import uuid
 import weakref
@@ -51,6 +55,20 @@ async def _pg(*args: str | Path) -> str:
     done = await trio.to_thread.run_sync(lambda: pgtest(*args))
     assert done.returncode == 0, done.stderr
     return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+
+
+def _stop_postgres(pg: Path, mode: str) -> None:
+    """``pg_ctl stop -m MODE`` on the private cluster of scripts/pgtest (as its owner, the
+    postgres OS user, when we are root, as scripts/pgtest does)."""
+    if mode == "fast":
+        done = pgtest("stop", pg)  # pg_ctl -m fast
+        assert done.returncode == 0, done.stderr
+        return
+    found = shutil.which("pg_ctl") or max(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+    command = [found, "-D", str(pg / "data"), "-m", mode, "-w", "stop"]
+    if os.geteuid() == 0:
+        command = ["runuser", "-u", "postgres", "--", *command]
+    subprocess.run(command, check=True, capture_output=True, timeout=60)
 
 
 def _statuses(cluster: Cluster) -> list[dict[str, Any] | None]:
@@ -88,7 +106,9 @@ def _stepped_down(cluster: Cluster, replica: Replica) -> list[dict[str, Any]]:
 
 
 @needs_postgres_binaries
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
 async def test_replicas_outlive_two_postgres_restarts(
+    mode: str,
     pg_dir: Path,  # noqa: F811 (the fixture imported above)
     tmp_path: Path,
     start_agent: StartAgent,
@@ -144,7 +164,7 @@ async def test_replicas_outlive_two_postgres_restarts(
             nursery.start_soon(follow, cluster.urls, long_id, seen)
             for _ in range(2):
                 await trio.sleep(1)
-                await _pg("stop", pg_dir)  # pg_ctl stop -m fast
+                await trio.to_thread.run_sync(_stop_postgres, pg_dir, mode)
                 await trio.sleep(1)
                 await _pg("start", pg_dir)
                 _, epoch = await wait_new_leader(cluster, epoch)
