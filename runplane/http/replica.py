@@ -293,8 +293,11 @@ class Replica:
         await trio.sleep(STEP_DOWN_SEC)
         if not self.stopping:
             log.error(
-                "could not step down: the old term's tasks did not end",
-                extra={"epoch": elector.epoch, "seconds": STEP_DOWN_SEC},
+                "could not step down",
+                extra={
+                    "epoch": elector.epoch,
+                    "reason": f"the old term's tasks did not end within {STEP_DOWN_SEC:g} s",
+                },
             )
             self.failed.set()
 
