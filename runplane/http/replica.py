@@ -148,6 +148,8 @@ class Term:
             except Exception as exc:  # e.g. the store went away as the tree was rebuilt
                 elector.lose(f"the actor tree did not start: {exc}")
             else:
+                if elector.lost.is_set():  # lost as the tree started: never serve it
+                    return elector.reason or "the lease is lost"
                 gate.leading = True
                 log.info(
                     "leading",
