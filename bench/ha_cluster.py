@@ -53,7 +53,7 @@ class Replica:
     port: int
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
-    #: exit codes of its earlier processes (3: it lost the lease)
+    #: exit codes of its earlier processes (3: it could not step down in its process)
     exits: list[int] = field(default_factory=list)
 
     @property

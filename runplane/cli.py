@@ -205,13 +205,14 @@ def _config(host: str, port: int) -> Any:
 
 
 async def serve_replica(settings: Settings, host: str, port: int) -> None:
-    """``RUNPLANE_HA=1``: serve as one replica (runplane/http/replica.py). Ends at
-    SIGINT/SIGTERM (a leader gives its lease back), or at once with exit code 3 when this
-    replica loses the lease: nothing of an old leader runs on (its supervisor restarts it,
-    as a follower)."""
+    """``RUNPLANE_HA=1``: serve as one replica (runplane/http/replica.py). A lost lease
+    does not end it: the replica steps down inside the process (the old leader's actor
+    tree stopped at once, no shutdown path) and campaigns again, as a follower. Ends at
+    SIGINT/SIGTERM (a leader gives its lease back), or at once with exit code 3 when a
+    step-down cannot finish (its supervisor restarts it, as a follower)."""
     from hypercorn.trio import serve as hypercorn_serve
 
-    from runplane.http.replica import EXIT_LOST_LEASE, Replica
+    from runplane.http.replica import EXIT_STEP_DOWN_FAILED, Replica
 
     replica = Replica(settings)
     await replica.open()
@@ -231,11 +232,11 @@ async def serve_replica(settings: Settings, host: str, port: int) -> None:
             log.info("listening", extra={"urls": binds, "version": __version__})
             await nursery.start(replica.run, binds[0])
             async with trio.open_nursery() as either:
-                for event in (stop, replica.lost):
+                for event in (stop, replica.failed):
                     either.start_soon(_set_then_cancel, event, either.cancel_scope)
-            if replica.lost.is_set():
+            if replica.failed.is_set():
                 logging.shutdown()  # flush the log, then end: no shutdown path runs
-                os._exit(EXIT_LOST_LEASE)
+                os._exit(EXIT_STEP_DOWN_FAILED)
             await replica.stop()
             server_stop.set()
             nursery.cancel_scope.cancel()

@@ -9,8 +9,10 @@ the leader is (``known``) and when the leader changes (``on_leader``). A leader 
 ``ttl / 3`` seconds. It counts its lease as over ``ttl`` seconds after it SENT the last
 renewal that succeeded (the database set the end ``ttl`` after it ran that statement, so
 never earlier than this): past that with no renewal, or at a renewal refused, the lease is
-lost. There is no way back from lost in the same process: ``runplane serve`` exits with
-code 3 and its supervisor starts it again, as a follower (docs/operations.md).
+lost. There is no way back from lost for an elector: the replica steps down inside its
+process and campaigns again with a NEW elector (and a new lease connection), so nothing of
+the lost term (its epoch, ``elected``, ``lost``, the renewal deadline) carries over
+(runplane/http/replica.py, docs/operations.md "High availability").
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ class Elector:
         self.role = "follower"
         self.elected = trio.Event()
         self.lost = trio.Event()
+        #: why the lease was lost (set with ``lost``)
+        self.reason: str | None = None
         self._lock = trio.Lock()  # one call on the lease connection at a time
         #: while leading: the trio time before which the lease surely still runs
         self._ends = -math.inf
@@ -128,7 +132,10 @@ class Elector:
         return self.role == "leader" and trio.current_time() < self._ends
 
     def lose(self, reason: str) -> None:
-        self.role = "lost"
+        if self.lost.is_set():
+            return  # lost once (the renewal and a fenced commit may both say so)
+        self.role, self.reason = "lost", reason
+        self._ends = -math.inf
         log.error("lost the lease", extra={"epoch": self.epoch, "reason": reason})
         self.lost.set()
 
@@ -140,6 +147,13 @@ class Elector:
         except _DB_ERRORS as exc:
             log.warning("could not give the lease back", extra={"error": str(exc)})
         await trio.to_thread.run_sync(self.lease.close)
+
+    async def abandon(self) -> None:
+        """Close the lease connection of a lost term without giving anything back: its
+        session's advisory lock goes with it. Waited for ``ttl`` at most (a renewal still
+        running on it holds the connection until its statement_timeout)."""
+        with trio.move_on_after(self.ttl):
+            await trio.to_thread.run_sync(self.lease.close, abandon_on_cancel=True)
 
     def status(self) -> dict[str, Any]:
         """What ``GET /v1/ha`` answers on this replica."""

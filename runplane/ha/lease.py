@@ -98,9 +98,12 @@ class LeaseClient:
         return conn
 
     def close(self) -> None:
+        """Close the connection (its advisory lock goes with it); under psycopg's lock, so
+        never under a call still running on it in another thread (an abandoned one)."""
         conn, self._conn = self._conn, None
         if conn is not None:
-            conn.close()
+            with conn.lock:
+                conn.close()
 
     # -- reading
 

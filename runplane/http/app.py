@@ -184,14 +184,24 @@ async def _on_write_failed(exc: WriteBatchError) -> Any:
     if isinstance(exc, StoreFullError):
         return await _on_store_full(exc)
     if isinstance(exc.cause, FencedError):
-        return problem_response(
-            503,
-            "not_leader",
-            "this replica no longer leads, so nothing was written; retry (the new leader answers)",
-            request_id=_request_id(),
-            headers={"Retry-After": str(OVERLOAD_RETRY_AFTER_SEC)},
-        )
+        return _not_leader("this replica no longer leads, so nothing was written")
     return await _on_unexpected(exc)
+
+
+def _not_leader(why: str) -> Any:
+    return problem_response(
+        503,
+        "not_leader",
+        f"{why}; retry (the new leader answers)",
+        request_id=_request_id(),
+        headers={"Retry-After": str(OVERLOAD_RETRY_AFTER_SEC)},
+    )
+
+
+def _lease_lost() -> bool:
+    """HA: this replica's lease is over, or may be (runplane/http/replica.py)."""
+    leading = current_app.extensions.get("runplane.ha.leading")
+    return leading is not None and not leading()
 
 
 def allowed_methods(app: QuartTrio, adapter: MapAdapter | None, path: str) -> list[str]:
@@ -246,6 +256,11 @@ async def _on_unexpected(exc: Exception) -> Any:
     full = store_full(exc)  # ... or on its full disk
     if full is not None:
         return await _on_store_full(full)
+    if _lease_lost():
+        # the actor tree of a replica that lost its lease is torn down under the request
+        # (an actor stopped, a mailbox closed): no bug, and the gate cuts this answer
+        log.warning("request cut by a lost lease", extra={"error": repr(exc)})
+        return _not_leader("this replica lost its lease while answering")
     request_id = _request_id()
     log.error(
         "unhandled error",
@@ -330,10 +345,13 @@ def _lifespan(
     app: QuartTrio, settings: Settings, store: Store | None, catalog: Catalog, timing: Timing
 ) -> Callable[[], AsyncGenerator[None, None]]:
     """The app's lifespan: open the store (unless given), start the root supervisor in
-    the app's nursery; at shutdown stop the actor tree, then close the store."""
+    the app's nursery; at shutdown stop the actor tree, then close the store. Closed
+    without a shutdown (``aclose``: an HA replica that lost its lease cancelled the app's
+    nursery, runplane/http/replica.py), none of that runs: the tree is gone already, and
+    nothing of an old leader may write or send."""
 
     async def lifespan() -> AsyncGenerator[None, None]:
-        own_store = store is None
+        own_store, abandoned = store is None, False
         active = store or open_store(settings.database_url, settings.data_dir)
         if own_store:
             await active.open()
@@ -364,11 +382,15 @@ def _lifespan(
             )
             log.info("started", extra={"store": active.kind})
             yield
+        except GeneratorExit:
+            abandoned = True
+            raise
         finally:
-            await root.stop()
-            if own_store:
-                await active.close()
-            log.info("store closed", extra={"store": active.kind})
+            if not abandoned:
+                await root.stop()
+                if own_store:
+                    await active.close()
+                log.info("store closed", extra={"store": active.kind})
 
     return lifespan
 

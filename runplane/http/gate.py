@@ -15,6 +15,10 @@ follower (and on a leader still rebuilding), the gate answers three things itsel
 
 When the lease moves to a new epoch every proxied exchange with the old leader is cut, so
 SSE followers reconnect (with ``Last-Event-ID``) and agents say hello again, to the new one.
+When this replica loses its lease (``step_down``), every exchange with its own app is cut
+the same way: a request not answered yet gets ``502`` ``leader_lost`` (it may have been
+carried out), an answer under way (SSE) ends, an agent's WebSocket is closed with 1012.
+The replica then gives the gate a fresh app (``serve``) for its next term.
 
 The gate has no state of its own beyond the open exchanges: it is not an actor, and knows
 nothing of jobs. Request bodies and answers pass through untouched; hop-by-hop headers are
@@ -66,6 +70,10 @@ _WS_OWN = frozenset(
         b"sec-websocket-accept",
     }
 )
+#: what starts an answer to the client (after one, a cut answer can only end short)
+_ANSWERS = frozenset(
+    {"http.response.start", "websocket.accept", "websocket.http.response.start", "websocket.close"}
+)
 #: the largest message relayed on the agents' WebSocket (the agent's own cap)
 WS_MAX_MESSAGE = 64 * 1024 * 1024
 
@@ -98,13 +106,15 @@ class Gate:
         )
         #: open proxied exchanges: their cancel scopes, by the leader epoch they reach
         self._open: dict[trio.CancelScope, int] = {}
+        #: open exchanges with this replica's own app (while it leads)
+        self._local: set[trio.CancelScope] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "lifespan":
             await self._lifespan(receive, send)
         elif self.leading:
-            await self.app(scope, receive, send)
+            await self._serve_local(scope, receive, send)
         elif kind == "http" and scope["path"] in ("/healthz", "/v1/healthz"):
             await _answer(send, 200, b"ok", b"text/plain; charset=utf-8")
         elif kind == "http" and scope["path"] == "/v1/ha" and scope["method"] == "GET":
@@ -125,6 +135,50 @@ class Gate:
         for cancel_scope, reached in list(self._open.items()):
             if epoch is None or reached != epoch:
                 cancel_scope.cancel()
+
+    def serve(self, app: ASGIApp) -> None:
+        """The app of this replica's next term (its lifespan not started yet)."""
+        assert not self.leading
+        self.app = app
+
+    def step_down(self) -> None:
+        """This replica lost its lease: no request reaches its app any more, and every
+        exchange with it is cut now."""
+        self.leading = False
+        for cancel_scope in list(self._local):
+            cancel_scope.cancel()
+
+    async def _serve_local(self, scope: Scope, receive: Receive, send: Send) -> None:
+        answered = False
+
+        async def tracked(message: dict[str, Any]) -> None:
+            nonlocal answered
+            if cancel_scope.cancel_called:
+                # cut by a step-down: nothing more of the old app reaches the client (a
+                # task may run on to its next checkpoint, e.g. after a read in a thread)
+                await trio.lowlevel.checkpoint()
+                return
+            if message["type"] in _ANSWERS:
+                answered = True
+                # shielded: a cancel inside hypercorn's send of the answer's head would
+                # leave its stream and h11 out of step (hypercorn would then fail)
+                with trio.CancelScope(shield=True):
+                    await send(message)
+                return
+            await send(message)
+
+        with trio.CancelScope() as cancel_scope:
+            self._local.add(cancel_scope)
+            try:
+                await self.app(scope, receive, tracked)
+            finally:
+                self._local.discard(cancel_scope)
+        if not cancel_scope.cancel_called:
+            return
+        if not answered:
+            await _problem(scope, send, 502, "leader_lost", LEADER_LOST)
+        elif scope["type"] == "websocket":
+            await _close_quietly(send, 1012, "leader changed")
 
     async def aclose(self) -> None:
         self.leader_changed(None)

@@ -74,7 +74,9 @@ def postgres_full(exc: BaseException) -> bool:
 class Fence:
     """A replica's fencing token: ``epoch`` is set while it leads, None otherwise (its
     writes are then refused). ``on_fenced`` is called (from the writer thread) when a
-    commit met another leader's epoch."""
+    commit met another leader's epoch. One fence serves one term of a replica (one store):
+    revoked at a lost lease (:meth:`revoke`), it never lets a commit through again, and
+    its writer never connects again, whatever epoch is set afterwards."""
 
     def __init__(self, *, idle_timeout_ms: int) -> None:
         self.epoch: int | None = None
@@ -82,6 +84,20 @@ class Fence:
         #: replica's), so its row locks never hold a new leader up
         self.idle_timeout_ms = idle_timeout_ms
         self.on_fenced: Callable[[], object] = lambda: None
+        self.revoked = False
+
+    def revoke(self) -> None:
+        """The lease of this term is lost: refuse every later commit (a commit already
+        sent is decided by the database, against the lease row's epoch)."""
+        self.revoked = True
+        self.epoch = None
+
+    def check(self) -> int:
+        """The epoch to commit under; raises :class:`FencedError` when there is none."""
+        epoch = self.epoch
+        if self.revoked or epoch is None:
+            raise FencedError("this replica does not lead: its writes are refused")
+        return epoch
 
 
 def _done(cursor: psycopg.Cursor[Any]) -> bool:
@@ -210,6 +226,10 @@ class PostgresDialect(Dialect):
         return qmark_to_pyformat(query)
 
     def connect_writer(self) -> psycopg.Connection[Any]:
+        if self.fence is not None and self.fence.revoked:
+            # a replica that lost its lease: its queued writes fail at once, none waits
+            # for a connection (the database may be restarting)
+            raise FencedError("this replica lost its lease: its writes are refused")
         conn = psycopg.connect(
             self.url,
             autocommit=True,
@@ -235,9 +255,7 @@ class PostgresDialect(Dialect):
         if fence is None:
             conn.execute("COMMIT")
             return
-        epoch = fence.epoch
-        if epoch is None:
-            raise FencedError("this replica does not lead: its writes are refused")
+        epoch = fence.check()
 
         def send() -> None:  # one round trip: no pause between the check and the COMMIT
             conn.execute(FENCE_SQL, (epoch,))
