@@ -5,7 +5,9 @@
 
 Scenarios: submit, lean_submit, batch_submit, scale, lifecycle, placement, fanout, agents, store,
 local_lifecycle, admission, teleop_rtt, stream_fanout, pipeline, sessions, analytics,
-webhooks, retries, schedules, ha, containers, preemption.
+webhooks, retries, schedules, ha, containers, preemption, placement_gangs, and the soak
+chaos (``python -m bench chaos --minutes N``, 30 by default; ``--quick`` about 2 minutes),
+which ``all`` leaves out: run it on its own.
 Each runs in its own process, starts its own server on loopback with a fresh data dir,
 and prints ONE JSON object; ``all`` prints them as they finish, then a last ``summary``
 line with the headline figures. ``--quick`` keeps all of them under 9 minutes on the
@@ -46,7 +48,10 @@ SCENARIOS: dict[str, str] = {
     "containers": "bench.containers",
     "preemption": "bench.preemption",
     "placement_gangs": "bench.placement_gangs",
+    "chaos": "bench.chaos",
 }
+#: scenarios ``all`` leaves out: soaks, run on their own for as long as they are asked to
+SOAKS = ("chaos",)
 #: seconds one scenario may take before ``all`` gives up on it
 LIMIT_QUICK, LIMIT_FULL = 180, 1200
 
@@ -78,6 +83,7 @@ HEADLINES: dict[str, tuple[str, ...]] = {
     "retries": ("lateness_ms", "replacement_ms", "early"),
     "schedules": ("firing_delay_ms", "fired_twice"),
     "ha": ("takeover_ms", "lost", "doubled", "targets"),
+    "chaos": ("lost", "doubled", "stuck", "followers", "faults", "rss_growth_mb_per_hour", "ok"),
     "containers": ("targets", "pull"),
     "preemption": ("latency_ms", "targets"),
     "sessions": (
@@ -143,7 +149,7 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     summary: dict[str, Any] = {}
     failed = 0
-    for scenario in SCENARIOS:
+    for scenario in (s for s in SCENARIOS if s not in SOAKS):
         result = run_one(scenario, ["--quick"] if quick else [], limit)
         common.emit(result)
         if "error" in result:

@@ -228,15 +228,7 @@ class Gate:
                         }
                     )
                     started = True
-                    async with trio.open_nursery() as nursery:
-                        if not has_body:
-                            nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
-                        async for chunk in response.aiter_raw():
-                            await send(
-                                {"type": "http.response.body", "body": chunk, "more_body": True}
-                            )
-                        nursery.cancel_scope.cancel()
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    await _relay(response, receive, send, has_body)
                 finally:
                     with trio.CancelScope(shield=True):
                         await response.aclose()
@@ -346,6 +338,25 @@ async def _body(receive: Receive) -> AsyncIterator[bytes]:
             yield chunk
         if not message.get("more_body", False):
             return
+
+
+async def _relay(response: httpx.Response, receive: Receive, send: Send, has_body: bool) -> None:
+    """The leader's answer body to the client, chunk by chunk, until its end or the client's
+    disconnect. The leader's stream breaking (it died half way) raises that transport error
+    itself, not inside the nursery's exception group, so the caller's handler sees it."""
+    cut: httpx.TransportError | None = None
+    async with trio.open_nursery() as nursery:
+        if not has_body:
+            nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
+        try:
+            async for chunk in response.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except httpx.TransportError as exc:
+            cut = exc
+        nursery.cancel_scope.cancel()
+    if cut is not None:
+        raise cut
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def _cancel_on_disconnect(receive: Receive, cancel_scope: trio.CancelScope) -> None:
