@@ -25,7 +25,6 @@ from typing import Any
 from runplane.actors.keepalives import (
     KEEPALIVE_FLUSH_SEC,
     LAZY_FROM_TTL_SEC,
-    FlushKeepalives,
     KeepaliveLog,
     KeepaliveMsg,
     Kept,
@@ -40,7 +39,7 @@ from runplane.actors.session import (
     Sync,
     now_ms,
 )
-from runplane.ids import new_id
+from runplane.ids import is_id, new_id
 from runplane.jobs.jobspec import ContainerImage
 from runplane.jobs.spec import SubmitJobBody
 from runplane.jobs.transitions import JobTransitioned, Transitions
@@ -49,7 +48,7 @@ from runplane.problems import FieldProblem, Problem, not_found
 from runplane.runtime import ActorError, ActorKind, Registry
 from runplane.services.jobs import Jobs, Submitter
 from runplane.sessions import repo
-from runplane.sessions.body import PodService, SessionBody, check_pod
+from runplane.sessions.body import KEEPALIVE_BATCH_MAX, PodService, SessionBody, check_pod
 from runplane.sessions.drivers import Drivers
 from runplane.sessions.machine import JobPhase, SessionState
 from runplane.sessions.view import session_view
@@ -66,8 +65,6 @@ POD_STACK = "shell"
 #: activated by ``Sessions.recover`` or the first lazy keepalive.
 KEEPALIVES = ActorKind[KeepaliveMsg]("keepalives")
 KEEPALIVES_ID = "all"
-#: Most ids one batch keepalive may name.
-BATCH_MAX = 1000
 
 
 class Sessions:
@@ -144,10 +141,6 @@ class Sessions:
             )
         except ActorError:
             return {}
-
-    async def flush_keepalives(self) -> int:
-        """Write the pending keepalives now (tests, operators); how many rows."""
-        return await self.registry.ask(KEEPALIVES, KEEPALIVES_ID, FlushKeepalives())
 
     async def recover(self) -> int:
         """At start-up: every session not ended gets its actor back, its deadlines computed
@@ -354,3 +347,16 @@ def _overlaid(row: repo.SessionRow, pending: int | None) -> repo.SessionRow:
     if pending is None or pending <= row.state.last_keepalive:
         return row
     return replace(row, state=replace(row.state, last_keepalive=pending))
+
+
+def batch_ids(ids: Sequence[str]) -> list[str]:
+    """A batch keepalive's distinct ids in their order; a 422 naming ``ids`` when there are
+    too many, or ``ids[i]`` for one that is not a session id."""
+    if len(ids) > KEEPALIVE_BATCH_MAX:
+        message = f"at most {KEEPALIVE_BATCH_MAX} ids per request; got {len(ids)}"
+        raise Problem(422, "too_many", message, [FieldProblem("ids", "too_many", message)])
+    for i, value in enumerate(ids):
+        if not is_id(value, "ses_"):
+            message = f"{value[:80]!r} is not a session id (ses_ + 26 base32 characters)"
+            raise Problem(422, "bad_id", message, [FieldProblem(f"ids[{i}]", "bad_id", message)])
+    return list(dict.fromkeys(ids))

@@ -9,7 +9,6 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from runplane import dag
-from runplane.ids import is_id
 from runplane.images import reference
 from runplane.problems import FieldProblem, Problem
 
@@ -89,20 +88,7 @@ KEEPALIVE_BATCH_MAX = 1000
 
 class KeepaliveBatchBody(_Strict):
     """``POST /v1/sessions/keepalive``: the sessions to keep alive, at most
-    :data:`KEEPALIVE_BATCH_MAX` ids (``ses_`` ids; a repeated id counts once)."""
+    :data:`KEEPALIVE_BATCH_MAX` ``ses_`` ids (a repeated id counts once; checked by the
+    sessions service's ``batch_ids``)."""
 
     ids: list[str]
-
-    def checked(self) -> list[str]:
-        """The distinct ids in their order; a 422 naming ``ids`` when there are too many,
-        or ``ids[i]`` for one that is not a session id."""
-        if len(self.ids) > KEEPALIVE_BATCH_MAX:
-            message = f"at most {KEEPALIVE_BATCH_MAX} ids per request; got {len(self.ids)}"
-            raise Problem(422, "too_many", message, [FieldProblem("ids", "too_many", message)])
-        for i, value in enumerate(self.ids):
-            if not is_id(value, "ses_"):
-                message = f"{value[:80]!r} is not a session id (ses_ + 26 base32 characters)"
-                raise Problem(
-                    422, "bad_id", message, [FieldProblem(f"ids[{i}]", "bad_id", message)]
-                )
-        return list(dict.fromkeys(self.ids))

@@ -22,7 +22,8 @@ from runplane.actors.session import SESSIONS, KeepaliveAsk, SessionActor, Sessio
 from runplane.persistence import Store
 from runplane.problems import Problem
 from runplane.runtime import ActorKind, Registry, Supervisor, clock
-from runplane.sessions.body import KEEPALIVE_BATCH_MAX, KeepaliveBatchBody
+from runplane.services.sessions import batch_ids
+from runplane.sessions.body import KEEPALIVE_BATCH_MAX
 from runplane.sessions.drivers import Drivers
 from runplane.sessions.machine import JobPhase, Phase, SessionState
 from runplane.sessions.repo import SessionRow
@@ -227,10 +228,10 @@ async def test_a_connection_to_an_idle_session_counts_when_the_timer_fires(
 
 def test_the_batch_body_checks_name_the_field() -> None:
     good = ["ses_01jd8x3k2m7f4q9w5e6r8t0yzb", "ses_01jd8x3k2m7f4q9w5e6r8t0yzc"]
-    assert KeepaliveBatchBody(ids=[*good, good[0]]).checked() == good
+    assert batch_ids([*good, good[0]]) == good
     with pytest.raises(Problem) as bad:
-        KeepaliveBatchBody(ids=[good[0], "job_01jd8x3k2m7f4q9w5e6r8t0yzb"]).checked()
+        batch_ids([good[0], "job_01jd8x3k2m7f4q9w5e6r8t0yzb"])
     assert bad.value.status == 422 and [e.key for e in bad.value.errors] == ["ids[1]"]
     with pytest.raises(Problem) as many:
-        KeepaliveBatchBody(ids=[good[0]] * (KEEPALIVE_BATCH_MAX + 1)).checked()
+        batch_ids([good[0]] * (KEEPALIVE_BATCH_MAX + 1))
     assert many.value.status == 422 and [e.key for e in many.value.errors] == ["ids"]

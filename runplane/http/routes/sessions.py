@@ -20,7 +20,7 @@ from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, int_arg, paging
 from runplane.problems import Problem
 from runplane.services.jobs import Submitter
-from runplane.services.sessions import Sessions
+from runplane.services.sessions import Sessions, batch_ids
 from runplane.sessions.body import KeepaliveBatchBody, SessionBody
 
 blueprint = Blueprint("sessions", __name__, url_prefix="/v1/sessions")
@@ -100,7 +100,7 @@ async def keepalive(session_id: str) -> dict[str, Any]:
 )
 async def keepalive_many() -> dict[str, Any]:
     service = _service()
-    ids = (await parse_body(KeepaliveBatchBody)).checked()
+    ids = batch_ids((await parse_body(KeepaliveBatchBody)).ids)
     return await service.keepalive_many(ids, current_caller().read_org)
 
 
