@@ -15,9 +15,11 @@ Two servers (``runplane serve`` on loopback, SQLite):
   ready (the agent's slots stay free).
 * ``keepalive``: with no node (the sessions stay ``launching``, which is live), L sessions
   (default 200); the server's CPU share over S seconds idle, then over S seconds while a
-  client sends each session a keepalive every 10 s; the difference per 100 sessions
-  (target < 0.5 % of a core), and the server's RSS per session. For scale, the same rate
-  of ``GET /healthz`` (the cheapest request the server answers) over S seconds.
+  client sends each session a keepalive every 10 s (single: one request per session), then
+  over S seconds while it sends ONE batch keepalive (``POST /v1/sessions/keepalive`` with
+  all L ids) every 10 s; each form's difference per 100 sessions (target < 0.5 % of a
+  core), and the server's RSS per session. For scale, the single form's rate of
+  ``GET /healthz`` (the cheapest request the server answers) over S seconds.
 
 Prints ONE JSON object.
 """
@@ -145,11 +147,29 @@ def phase_keepalive(live: int, window: float) -> dict[str, Any]:
                     time.sleep(max(0.0, next_at - time.monotonic()))
             return meter.stop(), sent, errors
 
+        def batched() -> tuple[float, int, int]:
+            """Server CPU share while one batch keepalive of every session goes every 10 s."""
+            sent, errors = 0, 0
+            meter = common.CpuMeter(srv.pid).start()
+            end = time.monotonic() + window
+            with httpx.Client(base_url=srv.url, timeout=30) as client:
+                next_at = time.monotonic()
+                while time.monotonic() < end:
+                    response = client.post("/v1/sessions/keepalive", json={"ids": ids})
+                    ok = response.status_code == 200
+                    errors += not ok or len(response.json()["sessions"]) != live
+                    sent += 1
+                    next_at += KEEPALIVE_EVERY_SEC
+                    time.sleep(max(0.0, min(next_at, end) - time.monotonic()))
+            return meter.stop(), sent, errors
+
         busy_share, sent, errors = paced(lambda i: f"/v1/sessions/{ids[i % live]}/keepalive")
+        batch_share, batches, batch_errors = batched()
         # the floor: the cheapest request this server answers, at the same rate
         health_share, _, _ = paced(lambda i: "/healthz")
     extra = max(0.0, busy_share - idle_share)
     per_100 = extra * 100 / live
+    batch_per_100 = max(0.0, batch_share - idle_share) * 100 / live
     health_per_100 = max(0.0, health_share - idle_share) * 100 / live
     return {
         "live_sessions": live,
@@ -161,6 +181,11 @@ def phase_keepalive(live: int, window: float) -> dict[str, Any]:
         "server_cpu_with_keepalives": busy_share,
         "keepalive_cpu_per_100_sessions": round(per_100, 4),
         "keepalive_cpu_ratio": round(per_100 / KEEPALIVE_TARGET_SHARE, 3),
+        "batch_requests_sent": batches,
+        "batch_errors": batch_errors,
+        "server_cpu_with_batch_keepalives": batch_share,
+        "batch_keepalive_cpu_per_100_sessions": round(batch_per_100, 4),
+        "batch_keepalive_cpu_ratio": round(batch_per_100 / KEEPALIVE_TARGET_SHARE, 3),
         "server_cpu_with_healthz_same_rate": health_share,
         "healthz_cpu_per_100_sessions_equivalent": round(health_per_100, 4),
         "keepalive_over_healthz": common.ratio(per_100, health_per_100),
@@ -202,6 +227,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "beyond_pod_start_p50_ratio": common.ratio(beyond, READY_TARGET_MS),
             "keepalive_cpu_per_100_sessions": keep["keepalive_cpu_per_100_sessions"],
             "keepalive_cpu_ratio": keep["keepalive_cpu_ratio"],
+            "batch_keepalive_cpu_per_100_sessions": keep["batch_keepalive_cpu_per_100_sessions"],
+            "batch_keepalive_cpu_ratio": keep["batch_keepalive_cpu_ratio"],
             "rss_per_session_kb": keep["rss_per_session_kb"],
             "ready": ready,
             "keepalive": keep,

@@ -19,6 +19,7 @@ import trio
 from runplane.actors.keepalives import KEEPALIVE_FLUSH_SEC
 
 from .conftest import LiveServer, e2e_settings, start_server, wait_for
+from .test_cli_e2e import cli
 from .test_fair_share_e2e import member_of
 from .test_pipelines_e2e import ServeProcess, _free_port
 from .test_sessions_e2e import phase
@@ -158,3 +159,24 @@ async def test_an_open_stream_connection_keeps_its_session_alive(
         assert parse_iso_ms(reaped["last_keepalive"]) >= int((closed_at - 1) * 1000)
     server.stop.set()
     await server.done.wait()
+
+
+async def test_the_cli_keeps_several_sessions_alive_in_one_request(server: LiveServer) -> None:
+    async with server.client() as client:
+        live_1, live_2 = await created(client, {}), await created(client, {})
+        ended = await created(client, {})
+        await client.delete(f"/v1/sessions/{ended}")
+    unknown = "ses_01jd8x3k2m7f4q9w5e6r8t0yzb"
+    done = await cli(server.url, "session", "keepalive", live_1, live_2)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.decode().splitlines()
+    assert lines[0].split() == ["SESSION", "PHASE", "KEEPALIVE"]
+    assert [line.split()[:2] for line in lines[1:]] == [
+        [live_1, "launching"],
+        [live_2, "launching"],
+    ]
+    partly = await cli(server.url, "session", "keepalive", live_1, ended, unknown)
+    assert partly.returncode == 3
+    assert partly.stderr.decode().splitlines() == [f"not found: {unknown}", f"not live: {ended}"]
+    one = await cli(server.url, "session", "keepalive", live_2)
+    assert one.returncode == 0 and one.stdout.decode().startswith(f"{live_2} launching")
