@@ -8,11 +8,11 @@ keepalive of every session kept alive since the last batch in ONE ``execute_many
 change (``idle`` back to ``ready``, a stop) still writes at once, from the session actor,
 with its last keepalive. Session views overlay the keepalives not written yet
 (:class:`LatestKeepalives`). A crash loses at most one period of keepalives: the rebuilt
-session actor reads a ``last_keepalive`` up to ``every`` seconds old, so its deadlines come
-at most that much earlier. Sessions whose idle threshold (half of ``idle_ttl_sec``) is
-under :data:`LAZY_FROM_TTL_SEC`'s half keep one durable write per keepalive (the
-session actor's ``lazy``), so a lost period never costs more than a tenth of the
-threshold.
+session actor reads every keepalive acknowledged more than ``every`` seconds before the
+crash, and computes its deadlines from it (a lost keepalive counts as not sent). Sessions
+with an ``idle_ttl_sec`` under :data:`LAZY_FROM_TTL_SEC` are written at each keepalive
+(the session actor's ``lazy_from_ttl_sec``): for them a period would be a real share of
+the idle threshold.
 """
 
 from __future__ import annotations

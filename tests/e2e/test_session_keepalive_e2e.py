@@ -14,9 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import trio
 
-from runplane.actors.keepalives import KEEPALIVE_FLUSH_SEC
+from runplane.actors.keepalives import KEEPALIVE_FLUSH_SEC, FlushKeepalives
+from runplane.services.sessions import KEEPALIVES, KEEPALIVES_ID
+from runplane.sessions import repo
+from tests.conftest import DURABLE_BACKENDS
 
 from .conftest import LiveServer, e2e_settings, start_server, wait_for
 from .test_cli_e2e import cli
@@ -180,3 +184,24 @@ async def test_the_cli_keeps_several_sessions_alive_in_one_request(server: LiveS
     assert partly.stderr.decode().splitlines() == [f"not found: {unknown}", f"not live: {ended}"]
     one = await cli(server.url, "session", "keepalive", live_2)
     assert one.returncode == 0 and one.stdout.decode().startswith(f"{live_2} launching")
+
+
+@pytest.mark.parametrize("backend", DURABLE_BACKENDS)
+async def test_the_keepalive_log_writes_one_batch_on_each_store(
+    nursery: trio.Nursery, tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    env = {"database_url": request.getfixturevalue("pg_database")} if backend == "postgres" else {}
+    server = await start_server(nursery, e2e_settings(tmp_path / "server", **env))
+    root = server.root
+    async with server.client() as client:
+        ids = [await created(client, {}, idle_ttl_sec=300) for _ in range(3)]
+        answer = await client.post("/v1/sessions/keepalive", json={"ids": ids})
+        assert answer.status_code == 200, answer.text
+        kept = {s["id"]: parse_iso_ms(s["last_keepalive"]) for s in answer.json()["sessions"]}
+        written = await root.registry.ask(KEEPALIVES, KEEPALIVES_ID, FlushKeepalives())
+        assert written == 3
+        for session_id in ids:
+            row = await repo.get(root.store, session_id, None)
+            assert row is not None and row.state.last_keepalive == kept[session_id]
+    server.stop.set()
+    await server.done.wait()
