@@ -314,10 +314,15 @@ class Sessions:
     async def driving(self, session_id: str, frames: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         """``frames`` (a stream connection of the session's pod job by a caller who may
         drive it) passed through; the session counts as kept alive while they flow."""
-        self.drivers.opened(session_id)
+        answer: str | SessionState | None = None
+        with contextlib.suppress(ActorError, LookupError):
+            answer = await self.registry.ask(SESSIONS, session_id, KeepaliveAsk())
+        if not isinstance(answer, SessionState):  # not live: nothing to keep
+            async for frame in frames:
+                yield frame
+            return
+        self.drivers.opened(session_id)  # (no await since the answer: nothing missed)
         try:
-            with contextlib.suppress(ActorError, LookupError):  # not live: nothing to keep
-                await self.registry.ask(SESSIONS, session_id, KeepaliveAsk())
             async for frame in frames:
                 yield frame
         finally:

@@ -22,7 +22,7 @@ from runplane.services.sessions import KEEPALIVES, KEEPALIVES_ID
 from runplane.sessions import repo
 from tests.conftest import DURABLE_BACKENDS
 
-from .conftest import LiveServer, e2e_settings, start_server, wait_for
+from .conftest import ADMIN, LiveServer, e2e_settings, start_server, wait_for
 from .test_cli_e2e import cli
 from .test_fair_share_e2e import member_of
 from .test_pipelines_e2e import ServeProcess, _free_port
@@ -205,3 +205,41 @@ async def test_the_keepalive_log_writes_one_batch_on_each_store(
             assert row is not None and row.state.last_keepalive == kept[session_id]
     server.stop.set()
     await server.done.wait()
+
+
+async def test_a_watch_only_follower_does_not_keep_a_session_alive(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    server = await start_server(nursery, e2e_settings(tmp_path / "server", auth="required"))
+    async with server.client() as client:
+        member = await member_of(client, "org_ka_w")
+        minted = await client.post(
+            "/v1/auth/tokens",
+            json={"subject": "watcher", "org_id": "org_ka_w", "role": "viewer"},
+            headers={"Authorization": f"Bearer {ADMIN}"},
+        )
+        viewer = {"Authorization": f"Bearer {minted.json()['token']}"}
+        session = await created(client, member, idle_ttl_sec=2)
+        job = (await client.get(f"/v1/sessions/{session}", headers=member)).json()["job_id"]
+        ticket = (
+            await client.post(f"/v1/jobs/{job}/streams/control/subscribe", json={}, headers=viewer)
+        ).json()
+        assert ticket["teleop"] is False
+        opened, close = trio.Event(), trio.Event()
+        nursery.start_soon(follow, server, ticket["url"], opened, close)
+        await opened.wait()
+        reaped = await phase_of(client, session, member)
+        assert reaped["error"].startswith("reaped: no keepalive for 2 s")
+        close.set()
+    server.stop.set()
+    await server.done.wait()
+
+
+async def phase_of(
+    client: httpx.AsyncClient, session: str, headers: dict[str, str]
+) -> dict[str, Any]:
+    async def stopped() -> dict[str, Any] | None:
+        view = (await client.get(f"/v1/sessions/{session}", headers=headers)).json()
+        return dict(view) if view["phase"] == "stopped" else None
+
+    return dict(await wait_for(stopped, 30, "the session reaped"))
