@@ -30,6 +30,7 @@ import argparse
 import json
 import sqlite3
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -112,17 +113,40 @@ def phase_ready(n: int) -> dict[str, Any]:
     return figures
 
 
-def phase_keepalive(live: int, window: float) -> dict[str, Any]:
+def paced(
+    srv: Any, window: float, every: float, send: Callable[[httpx.Client, int], bool]
+) -> tuple[float, int, int]:
+    """Server CPU share over ``window`` seconds while ``send(client, i)`` (True: answered
+    as it should) is called every ``every`` seconds; and the sends and failures."""
+    sent, errors = 0, 0
+    meter = common.CpuMeter(srv.pid).start()
+    end = time.monotonic() + window
+    with httpx.Client(base_url=srv.url, timeout=30) as client:
+        next_at = time.monotonic()
+        while time.monotonic() < end:
+            errors += not send(client, sent)
+            sent += 1
+            next_at += every
+            time.sleep(max(0.0, min(next_at, end) - time.monotonic()))
+    return meter.stop(), sent, errors
+
+
+def live_sessions(srv: Any, live: int) -> list[str]:
     body = {"pod": {"services": [{"name": "svc", "command": ["sleep", "600"]}]}}
+    ids = []
+    with httpx.Client(base_url=srv.url, timeout=30) as client:
+        for _ in range(live):
+            made = client.post("/v1/sessions", json=body)
+            if made.status_code != 202:
+                raise RuntimeError(f"create: {made.status_code} {made.text}")
+            ids.append(made.json()["id"])
+    return ids
+
+
+def phase_keepalive(live: int, window: float) -> dict[str, Any]:
     with common.server() as srv:
         rss_before = common.proc_stat(srv.pid).rss_kb
-        with httpx.Client(base_url=srv.url, timeout=30) as client:
-            ids = []
-            for _ in range(live):
-                made = client.post("/v1/sessions", json=body)
-                if made.status_code != 202:
-                    raise RuntimeError(f"create: {made.status_code} {made.text}")
-                ids.append(made.json()["id"])
+        ids = live_sessions(srv, live)
         time.sleep(2.0)  # let the creates settle
         rss_after = common.proc_stat(srv.pid).rss_kb
         idle = common.CpuMeter(srv.pid).start()
@@ -130,45 +154,22 @@ def phase_keepalive(live: int, window: float) -> dict[str, Any]:
         idle_share = idle.stop()
         interval = KEEPALIVE_EVERY_SEC / live  # spread evenly: each session every 10 s
 
-        def paced(path: Any) -> tuple[float, int, int]:
-            """Server CPU share while ``path(i)`` is POSTed (GET for /healthz) at the rate."""
-            sent, errors = 0, 0
-            meter = common.CpuMeter(srv.pid).start()
-            end = time.monotonic() + window
-            with httpx.Client(base_url=srv.url, timeout=30) as client:
-                next_at = time.monotonic()
-                while time.monotonic() < end:
-                    url = path(sent)
-                    get = url == "/healthz"
-                    response = client.get(url) if get else client.post(url)
-                    errors += response.status_code != 200
-                    sent += 1
-                    next_at += interval
-                    time.sleep(max(0.0, next_at - time.monotonic()))
-            return meter.stop(), sent, errors
+        def single(client: httpx.Client, i: int) -> bool:
+            return client.post(f"/v1/sessions/{ids[i % live]}/keepalive").status_code == 200
 
-        def batched() -> tuple[float, int, int]:
-            """Server CPU share while one batch keepalive of every session goes every 10 s."""
-            sent, errors = 0, 0
-            meter = common.CpuMeter(srv.pid).start()
-            end = time.monotonic() + window
-            with httpx.Client(base_url=srv.url, timeout=30) as client:
-                next_at = time.monotonic()
-                while time.monotonic() < end:
-                    response = client.post("/v1/sessions/keepalive", json={"ids": ids})
-                    ok = response.status_code == 200
-                    errors += not ok or len(response.json()["sessions"]) != live
-                    sent += 1
-                    next_at += KEEPALIVE_EVERY_SEC
-                    time.sleep(max(0.0, min(next_at, end) - time.monotonic()))
-            return meter.stop(), sent, errors
+        def batch(client: httpx.Client, _: int) -> bool:
+            response = client.post("/v1/sessions/keepalive", json={"ids": ids})
+            return response.status_code == 200 and len(response.json()["sessions"]) == live
 
-        busy_share, sent, errors = paced(lambda i: f"/v1/sessions/{ids[i % live]}/keepalive")
-        batch_share, batches, batch_errors = batched()
-        # the floor: the cheapest request this server answers, at the same rate
-        health_share, _, _ = paced(lambda i: "/healthz")
-    extra = max(0.0, busy_share - idle_share)
-    per_100 = extra * 100 / live
+        def health(client: httpx.Client, _: int) -> bool:
+            return client.get("/healthz").status_code == 200
+
+        busy_share, sent, errors = paced(srv, window, interval, single)
+        # one request for every session, every 10 s
+        batch_share, batches, batch_errors = paced(srv, window, KEEPALIVE_EVERY_SEC, batch)
+        # the floor: the cheapest request this server answers, at the single form's rate
+        health_share, _, _ = paced(srv, window, interval, health)
+    per_100 = max(0.0, busy_share - idle_share) * 100 / live
     batch_per_100 = max(0.0, batch_share - idle_share) * 100 / live
     health_per_100 = max(0.0, health_share - idle_share) * 100 / live
     return {
