@@ -65,10 +65,8 @@ class SessionDeps:
 
 @dataclass(frozen=True, slots=True)
 class KeepaliveAsk(Asks["str | SessionState"]):
-    """Refresh the keepalive (at ``at_ms``, now when None); answers why not (the session is
-    not live) or the session's state after it."""
-
-    at_ms: int | None = None
+    """Refresh the keepalive; answers why not (the session is not live) or the session's
+    state after it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +120,8 @@ class SessionActor(Actor[SessionMsg]):
             case JobPhase():
                 await self._apply(msg)
                 return None
-            case KeepaliveAsk(at):
-                return await self._keepalive(now_ms() if at is None else at)
+            case KeepaliveAsk():
+                return await self._keepalive(now_ms())
             case StopAsk():
                 outcome = await self._apply(Stop(now_ms()), cancel=False)
                 return outcome.cancel_job

@@ -75,13 +75,8 @@ class Sessions:
         registry: Registry,
         catalog: Catalog,
         settings: Settings,
-        *,
-        keepalive_flush_sec: float = KEEPALIVE_FLUSH_SEC,
-        lazy_from_ttl_sec: int = LAZY_FROM_TTL_SEC,
     ) -> None:
         self.store = store
-        self.keepalive_flush_sec = keepalive_flush_sec
-        self.lazy_from_ttl_sec = lazy_from_ttl_sec
         #: the stream connections open now that keep their sessions alive
         self.drivers = Drivers()
         self.jobs = jobs
@@ -104,7 +99,7 @@ class Sessions:
             cancel_job=cancel_job,
             kept=self._kept,
             drivers=self.drivers,
-            lazy_from_ttl_sec=self.lazy_from_ttl_sec,
+            lazy_from_ttl_sec=LAZY_FROM_TTL_SEC,
         )
 
         async def activate(session_id: str) -> SessionActor:
@@ -114,7 +109,7 @@ class Sessions:
             return SessionActor(deps, row)
 
         async def activate_log(_: str) -> KeepaliveLog:
-            return KeepaliveLog(self.store, self.keepalive_flush_sec)
+            return KeepaliveLog(self.store, KEEPALIVE_FLUSH_SEC)
 
         self.registry.register(SESSIONS, activate, idle_timeout=SESSION_IDLE_SEC)
         self.registry.register(KEEPALIVES, activate_log, idle_timeout=None, mailbox_capacity=4096)
