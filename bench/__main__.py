@@ -90,6 +90,7 @@ HEADLINES: dict[str, tuple[str, ...]] = {
         "beyond_pod_start_ms",
         "launch_to_ready_ms",
         "keepalive_cpu_per_100_sessions",
+        "batch_keepalive_cpu_per_100_sessions",
         "rss_per_session_kb",
     ),
     "agents": ("agents_connected", "rss_per_agent_kb", "idle_cpu_share"),

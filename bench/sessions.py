@@ -15,9 +15,11 @@ Two servers (``runplane serve`` on loopback, SQLite):
   ready (the agent's slots stay free).
 * ``keepalive``: with no node (the sessions stay ``launching``, which is live), L sessions
   (default 200); the server's CPU share over S seconds idle, then over S seconds while a
-  client sends each session a keepalive every 10 s; the difference per 100 sessions
-  (target < 0.5 % of a core), and the server's RSS per session. For scale, the same rate
-  of ``GET /healthz`` (the cheapest request the server answers) over S seconds.
+  client sends each session a keepalive every 10 s (single: one request per session), then
+  over S seconds while it sends ONE batch keepalive (``POST /v1/sessions/keepalive`` with
+  all L ids) every 10 s; each form's difference per 100 sessions (target < 0.5 % of a
+  core), and the server's RSS per session. For scale, the single form's rate of
+  ``GET /healthz`` (the cheapest request the server answers) over S seconds.
 
 Prints ONE JSON object.
 """
@@ -28,6 +30,7 @@ import argparse
 import json
 import sqlite3
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -110,17 +113,40 @@ def phase_ready(n: int) -> dict[str, Any]:
     return figures
 
 
-def phase_keepalive(live: int, window: float) -> dict[str, Any]:
+def paced(
+    srv: Any, window: float, every: float, send: Callable[[httpx.Client, int], bool]
+) -> tuple[float, int, int]:
+    """Server CPU share over ``window`` seconds while ``send(client, i)`` (True: answered
+    as it should) is called every ``every`` seconds; and the sends and failures."""
+    sent, errors = 0, 0
+    meter = common.CpuMeter(srv.pid).start()
+    end = time.monotonic() + window
+    with httpx.Client(base_url=srv.url, timeout=30) as client:
+        next_at = time.monotonic()
+        while time.monotonic() < end:
+            errors += not send(client, sent)
+            sent += 1
+            next_at += every
+            time.sleep(max(0.0, min(next_at, end) - time.monotonic()))
+    return meter.stop(), sent, errors
+
+
+def live_sessions(srv: Any, live: int) -> list[str]:
     body = {"pod": {"services": [{"name": "svc", "command": ["sleep", "600"]}]}}
+    ids = []
+    with httpx.Client(base_url=srv.url, timeout=30) as client:
+        for _ in range(live):
+            made = client.post("/v1/sessions", json=body)
+            if made.status_code != 202:
+                raise RuntimeError(f"create: {made.status_code} {made.text}")
+            ids.append(made.json()["id"])
+    return ids
+
+
+def phase_keepalive(live: int, window: float) -> dict[str, Any]:
     with common.server() as srv:
         rss_before = common.proc_stat(srv.pid).rss_kb
-        with httpx.Client(base_url=srv.url, timeout=30) as client:
-            ids = []
-            for _ in range(live):
-                made = client.post("/v1/sessions", json=body)
-                if made.status_code != 202:
-                    raise RuntimeError(f"create: {made.status_code} {made.text}")
-                ids.append(made.json()["id"])
+        ids = live_sessions(srv, live)
         time.sleep(2.0)  # let the creates settle
         rss_after = common.proc_stat(srv.pid).rss_kb
         idle = common.CpuMeter(srv.pid).start()
@@ -128,28 +154,23 @@ def phase_keepalive(live: int, window: float) -> dict[str, Any]:
         idle_share = idle.stop()
         interval = KEEPALIVE_EVERY_SEC / live  # spread evenly: each session every 10 s
 
-        def paced(path: Any) -> tuple[float, int, int]:
-            """Server CPU share while ``path(i)`` is POSTed (GET for /healthz) at the rate."""
-            sent, errors = 0, 0
-            meter = common.CpuMeter(srv.pid).start()
-            end = time.monotonic() + window
-            with httpx.Client(base_url=srv.url, timeout=30) as client:
-                next_at = time.monotonic()
-                while time.monotonic() < end:
-                    url = path(sent)
-                    get = url == "/healthz"
-                    response = client.get(url) if get else client.post(url)
-                    errors += response.status_code != 200
-                    sent += 1
-                    next_at += interval
-                    time.sleep(max(0.0, next_at - time.monotonic()))
-            return meter.stop(), sent, errors
+        def single(client: httpx.Client, i: int) -> bool:
+            return client.post(f"/v1/sessions/{ids[i % live]}/keepalive").status_code == 200
 
-        busy_share, sent, errors = paced(lambda i: f"/v1/sessions/{ids[i % live]}/keepalive")
-        # the floor: the cheapest request this server answers, at the same rate
-        health_share, _, _ = paced(lambda i: "/healthz")
-    extra = max(0.0, busy_share - idle_share)
-    per_100 = extra * 100 / live
+        def batch(client: httpx.Client, _: int) -> bool:
+            response = client.post("/v1/sessions/keepalive", json={"ids": ids})
+            return response.status_code == 200 and len(response.json()["sessions"]) == live
+
+        def health(client: httpx.Client, _: int) -> bool:
+            return client.get("/healthz").status_code == 200
+
+        busy_share, sent, errors = paced(srv, window, interval, single)
+        # one request for every session, every 10 s
+        batch_share, batches, batch_errors = paced(srv, window, KEEPALIVE_EVERY_SEC, batch)
+        # the floor: the cheapest request this server answers, at the single form's rate
+        health_share, _, _ = paced(srv, window, interval, health)
+    per_100 = max(0.0, busy_share - idle_share) * 100 / live
+    batch_per_100 = max(0.0, batch_share - idle_share) * 100 / live
     health_per_100 = max(0.0, health_share - idle_share) * 100 / live
     return {
         "live_sessions": live,
@@ -161,6 +182,11 @@ def phase_keepalive(live: int, window: float) -> dict[str, Any]:
         "server_cpu_with_keepalives": busy_share,
         "keepalive_cpu_per_100_sessions": round(per_100, 4),
         "keepalive_cpu_ratio": round(per_100 / KEEPALIVE_TARGET_SHARE, 3),
+        "batch_requests_sent": batches,
+        "batch_errors": batch_errors,
+        "server_cpu_with_batch_keepalives": batch_share,
+        "batch_keepalive_cpu_per_100_sessions": round(batch_per_100, 4),
+        "batch_keepalive_cpu_ratio": round(batch_per_100 / KEEPALIVE_TARGET_SHARE, 3),
         "server_cpu_with_healthz_same_rate": health_share,
         "healthz_cpu_per_100_sessions_equivalent": round(health_per_100, 4),
         "keepalive_over_healthz": common.ratio(per_100, health_per_100),
@@ -202,6 +228,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "beyond_pod_start_p50_ratio": common.ratio(beyond, READY_TARGET_MS),
             "keepalive_cpu_per_100_sessions": keep["keepalive_cpu_per_100_sessions"],
             "keepalive_cpu_ratio": keep["keepalive_cpu_ratio"],
+            "batch_keepalive_cpu_per_100_sessions": keep["batch_keepalive_cpu_per_100_sessions"],
+            "batch_keepalive_cpu_ratio": keep["batch_keepalive_cpu_ratio"],
             "rss_per_session_kb": keep["rss_per_session_kb"],
             "ready": ready,
             "keepalive": keep,

@@ -14,7 +14,8 @@ services, and nothing below imports it (only ``http`` and ``cli`` do).
         ├── pipeline/<id>  PipelineActor, one per live pipeline run (finished ones passivate)
         ├── session/<id>   SessionActor, one per live session (its reaper's timer)
         ├── node/<id>   NodeActor, one per connected (or recently lost) node
-        └── heartbeats/all  HeartbeatLog: nodes' last beats, written in batches
+        ├── heartbeats/all  HeartbeatLog: nodes' last beats, written in batches
+        └── keepalives/all  KeepaliveLog: sessions' last keepalives, written in batches
 
 If the root gives up (restart intensity exceeded) the error reaches the app's nursery and
 the server stops: the process supervisor (systemd, k8s) restarts it, and every actor

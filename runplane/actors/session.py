@@ -3,10 +3,16 @@
 
 It hears of its pod job's phases from the job's actor (``JobPhase``), takes keepalives and
 stops, and wakes at the session's next deadline (half the TTL after the last keepalive: the
-session goes ``idle``; the whole TTL: it is reaped). Every change is written before the
-actor answers or acts on it. Started again (a crash, a server restart) it reads its row
-and its job's phase from the store, so the deadlines hold across restarts (they are
-computed from the stored last keepalive). A session being stopped has its job cancelled
+session goes ``idle``; the whole TTL: it is reaped). Every phase change is written before
+the actor answers or acts on it. A keepalive that changes no phase is a liveness signal,
+not a durable write: ``last_keepalive`` is kept here (the timers read it) and handed to
+the keepalive log (``runplane/actors/keepalives.py``), which writes every session's in one
+batch per period; a keepalive only moves deadlines later, so the timer is not reset: when
+it fires early it is set again from the newer value. When the timer fires, an open driving
+connection (``runplane/sessions/drivers.py``) counts as a keepalive. Started again (a
+crash, a server restart) it reads its row and its job's phase from the store, so the
+deadlines hold across restarts (they are computed from the stored last keepalive, at most
+one flush period old). A session being stopped has its job cancelled
 by a helper task, never from the message loop, so the job's own report back never waits
 on this actor. It passivates once stopped or failed.
 """
@@ -23,6 +29,7 @@ import trio
 from runplane.persistence import Store
 from runplane.runtime import Actor, ActorKind, Asks, clock
 from runplane.sessions import repo
+from runplane.sessions.drivers import Drivers
 from runplane.sessions.machine import (
     Event,
     JobPhase,
@@ -48,11 +55,18 @@ class SessionDeps:
     store: Store
     #: cancel the pod job (kill it on its node)
     cancel_job: Callable[[str], Awaitable[None]]
+    #: hand a keepalive (session id, unix ms) to the keepalive log (no write)
+    kept: Callable[[str, int], Awaitable[None]]
+    #: the open driving connections (stream followers that may drive the session)
+    drivers: Drivers
+    #: the shortest idle_ttl_sec whose keepalives are written lazily (shorter: at once)
+    lazy_from_ttl_sec: int
 
 
 @dataclass(frozen=True, slots=True)
-class KeepaliveAsk(Asks["str | None"]):
-    """Refresh the keepalive; answers why not (the session is not live) or None."""
+class KeepaliveAsk(Asks["str | SessionState"]):
+    """Refresh the keepalive; answers why not (the session is not live) or the session's
+    state after it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,28 +111,45 @@ class SessionActor(Actor[SessionMsg]):
     def can_passivate(self) -> bool:
         return self.state.phase.terminal
 
+    async def on_stop(self) -> None:
+        if self.state.phase.terminal:
+            self.deps.drivers.forget(self.id)
+
     async def handle(self, msg: SessionMsg) -> object:
         match msg:
             case JobPhase():
                 await self._apply(msg)
                 return None
             case KeepaliveAsk():
-                outcome = transition(self.state, Keepalive(now_ms()))
-                if outcome.refused is not None:
-                    return outcome.refused
-                await self._save(outcome)
-                return None
+                return await self._keepalive(now_ms())
             case StopAsk():
                 outcome = await self._apply(Stop(now_ms()), cancel=False)
                 return outcome.cancel_job
             case Wake():
                 self._timer = None
+                driven = self.deps.drivers.seen(self.id, now_ms())
+                if driven is not None:
+                    await self._keepalive(driven)
                 await self._apply(Tick(now_ms()))
+                if self._timer is None:  # nothing changed: the deadline moved later
+                    self._schedule()
                 return None
             case Sync():
                 return None
             case _:
                 assert_never(msg)
+
+    async def _keepalive(self, at: int) -> str | SessionState:
+        outcome = transition(self.state, Keepalive(at))
+        if outcome.refused is not None:
+            return outcome.refused
+        lazy = self.state.idle_ttl_sec >= self.deps.lazy_from_ttl_sec
+        if outcome.state.phase is not self.state.phase or not lazy:
+            await self._save(outcome)  # idle -> ready: a phase change, written now
+        elif outcome.state != self.state:
+            self.state = outcome.state  # the timer is not reset (see the module's doc)
+            await self.deps.kept(self.id, self.state.last_keepalive)
+        return self.state
 
     async def _apply(self, event: Event, *, cancel: bool = True) -> Outcome:
         outcome = transition(self.state, event)

@@ -382,6 +382,12 @@ class Client:
         answer: JSONObject = self.request("POST", f"/v1/sessions/{session_id}/keepalive")
         return answer
 
+    def keepalive_many(self, session_ids: list[str]) -> JSONObject:
+        """``POST /v1/sessions/keepalive``: ``{sessions, not_found, not_live}``."""
+        body = {"ids": session_ids}
+        answer: JSONObject = self.request("POST", "/v1/sessions/keepalive", json=body)
+        return answer
+
     # -- issue 40, CLI-A: stacks, secrets, schedules, webhooks, shares, artifacts ------------
 
     def stack(self, name: str) -> JSONObject:

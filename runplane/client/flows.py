@@ -172,12 +172,26 @@ def session_get(ctx: click.Context, session_id: str, output: str) -> None:
 
 
 @session.command(name="keepalive")
-@click.argument("session_id")
+@click.argument("session_ids", metavar="SESSION_ID...", nargs=-1, required=True)
 @output_option
 @click.pass_context
-def session_keepalive(ctx: click.Context, session_id: str, output: str) -> None:
-    """Keep a session alive."""
-    _session_call(ctx, output, lambda c: c.keepalive(session_id))
+def session_keepalive(ctx: click.Context, session_ids: tuple[str, ...], output: str) -> None:
+    """Keep sessions alive: one is shown like `get`; several go in one request (a table of
+    those kept; the ids not found or not live on stderr, and exit 3 if there are any)."""
+    if len(session_ids) == 1:
+        _session_call(ctx, output, lambda c: c.keepalive(session_ids[0]))
+        return
+    answer = fetch(ctx, lambda c: c.keepalive_many(list(session_ids)))
+    if not shown(output, answer):
+        table(
+            ("SESSION", "PHASE", "KEEPALIVE"),
+            ((s["id"], s["phase"], s["last_keepalive"]) for s in answer["sessions"]),
+        )
+        for key, words in (("not_found", "not found"), ("not_live", "not live")):
+            if answer[key]:
+                watch.say(f"{words}: {' '.join(answer[key])}")
+    if answer["not_found"] or answer["not_live"]:
+        sys.exit(3)
 
 
 @session.command(name="stop")

@@ -80,3 +80,15 @@ def check_pod(pod: Pod) -> list[int]:
     first = problems[0].message
     more = "" if len(problems) == 1 else f" (and {len(problems) - 1} more)"
     raise Problem(400, "invalid_pod", first + more, problems)
+
+
+#: Most ids one batch keepalive (``POST /v1/sessions/keepalive``) may name.
+KEEPALIVE_BATCH_MAX = 1000
+
+
+class KeepaliveBatchBody(_Strict):
+    """``POST /v1/sessions/keepalive``: the sessions to keep alive, at most
+    :data:`KEEPALIVE_BATCH_MAX` ``ses_`` ids (a repeated id counts once; checked by the
+    sessions service's ``batch_ids``)."""
+
+    ids: list[str]

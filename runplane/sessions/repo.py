@@ -5,7 +5,7 @@ state (``save``) before it answers."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,3 +150,28 @@ async def live_ids(store: Store) -> list[str]:
 async def job_phase(store: Store, job_id: str) -> tuple[str, str | None] | None:
     row = await store.fetchone("SELECT phase, error FROM jobs WHERE id = ?", (job_id,))
     return None if row is None else (row["phase"], row["error"])
+
+
+_KEEPALIVE_SQL = (
+    "UPDATE sessions SET last_keepalive = ?, updated_at = ? WHERE id = ? AND last_keepalive < ?"
+)
+
+
+async def write_keepalives(store: Store, kept: Mapping[str, int]) -> None:
+    """Every session's latest keepalive (session id -> unix ms) in one batch; a row that
+    already holds a later one (a phase change written meanwhile) keeps it."""
+    now = now_ms()
+    await store.execute_many(_KEEPALIVE_SQL, [(at, now, sid, at) for sid, at in kept.items()])
+
+
+async def visible_ids(store: Store, ids: Sequence[str], org_id: str | None) -> list[SessionRow]:
+    """The sessions among ``ids`` that ``org_id`` sees (None: any org), in no order."""
+    if not ids:
+        return []
+    marks = ",".join("?" * len(ids))
+    params: list[Any] = list(ids)
+    sql = f"SELECT {COLUMNS} FROM sessions WHERE id IN ({marks})"
+    if org_id is not None:
+        sql += " AND org_id = ?"
+        params.append(org_id)
+    return [SessionRow.of(r) for r in await store.fetchall(sql, params)]

@@ -246,6 +246,14 @@ async def _session_to_keep(ctx: Ctx) -> Req:
     return await _fresh_session(ctx, "/keepalive")
 
 
+def _kept_or_not_found(ctx: Ctx, answer: Any) -> None:
+    session = ctx.world.session_a
+    if ctx.persona == "wrong_org":
+        assert answer == {"sessions": [], "not_found": [session], "not_live": []}, answer
+    else:
+        assert [s["id"] for s in answer["sessions"]] == [session], answer
+
+
 SCHEDULE_BODY = {"name": "hourly", "every": "1h", "job": {"stack": "shell", "command": ["true"]}}
 
 
@@ -666,6 +674,13 @@ CASES: dict[tuple[str, str], Case] = {
     ),
     ("POST", "/v1/sessions/<session_id>/keepalive"): Case(
         "scope", _session_to_keep, scope="runs:submit", org_bound=True
+    ),
+    # org A's session: kept for A's callers, not_found for the wrong org's (200 either way)
+    ("POST", "/v1/sessions/keepalive"): Case(
+        "scope",
+        body("/v1/sessions/keepalive", lambda c: {"ids": [c.world.session_a]}),
+        scope="runs:submit",
+        check=_kept_or_not_found,
     ),
     ("POST", "/v1/pipelines/<run_id>/cancel"): Case(
         "scope", path(PIPELINE + "/cancel"), scope="runs:cancel", org_bound=True

@@ -23,6 +23,7 @@ from runplane.actors.session import (
 )
 from runplane.persistence import Store
 from runplane.runtime import Registry, Supervisor, clock
+from runplane.sessions.drivers import Drivers
 from runplane.sessions.machine import JobPhase, Phase, SessionState
 from runplane.sessions.repo import SessionRow
 
@@ -84,7 +85,16 @@ async def running(rows: Rows, start: SessionRow, cancels: list[float]) -> AsyncI
         assert job_id == "job_pod"
         cancels.append(clock.now())
 
-    deps = SessionDeps(store=cast(Store, rows), cancel_job=cancel_job)
+    async def kept(session_id: str, at_ms: int) -> None:
+        raise AssertionError("durable keepalives here (tests/sessions/test_keepalive_batch.py)")
+
+    deps = SessionDeps(
+        store=cast(Store, rows),
+        cancel_job=cancel_job,
+        kept=kept,
+        drivers=Drivers(),
+        lazy_from_ttl_sec=10**9,  # every keepalive written at once
+    )
 
     async def activate(session_id: str) -> SessionActor:
         return SessionActor(deps, start)
@@ -111,7 +121,7 @@ async def test_ready_then_idle_at_half_the_ttl_and_a_keepalive_wakes_it(
         await trio.sleep(3)  # past 50 s
         assert rows.phases() == ["ready", "idle"]
         assert rows.saved[-1][0] == 50
-        assert await registry.ask(SESSIONS, "ses_1", KeepaliveAsk()) is None
+        assert isinstance(await registry.ask(SESSIONS, "ses_1", KeepaliveAsk()), SessionState)
         assert rows.phases()[-1] == "ready" and rows.saved[-1][2] == ms(51)
         await trio.sleep(40)  # 91 s: within half the ttl of the keepalive
         assert rows.phases()[-1] == "ready"
@@ -127,7 +137,7 @@ async def test_reaped_at_the_ttl_without_keepalive_its_job_cancelled(
         # keepalives every 40 s keep it past several TTLs
         for _ in range(5):
             await trio.sleep(40)
-            assert await registry.ask(SESSIONS, "ses_1", KeepaliveAsk()) is None
+            assert isinstance(await registry.ask(SESSIONS, "ses_1", KeepaliveAsk()), SessionState)
         assert "stopping" not in rows.phases() and cancels == []
         await trio.sleep(101)  # then silence
         assert rows.phases()[-2:] == ["idle", "stopping"]

@@ -1,6 +1,6 @@
-"""Session routes (``docs/sessions.md``): create, list, get, delete, keepalive, and
-signal (always 501: media signaling is deferred). Thin: the sessions service checks the
-pod (400/422), admits its job (429) and drives the session's actor."""
+"""Session routes (``docs/sessions.md``): create, list, get, delete, keepalive (one, or
+many at once), and signal (always 501: media signaling is deferred). Thin: the sessions
+service checks the pod (400/422), admits its job (429) and drives the session's actor."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from runplane.http.openapi import views as v
 from runplane.http.query import accepts_query, int_arg, paging
 from runplane.problems import Problem
 from runplane.services.jobs import Submitter
-from runplane.services.sessions import Sessions
-from runplane.sessions.body import SessionBody
+from runplane.services.sessions import Sessions, batch_ids
+from runplane.sessions.body import KeepaliveBatchBody, SessionBody
 
 blueprint = Blueprint("sessions", __name__, url_prefix="/v1/sessions")
 
@@ -88,6 +88,20 @@ async def delete(session_id: str) -> dict[str, Any]:
 @doc("Keep a session alive", v.SessionView, errors=(409,), rule=scope("runs:submit"))
 async def keepalive(session_id: str) -> dict[str, Any]:
     return await _service().keepalive(session_id, current_caller().read_org)
+
+
+@blueprint.post("/keepalive")
+@doc(
+    "Keep many sessions alive",
+    v.KeepaliveBatchResult,
+    body=KeepaliveBatchBody,
+    errors=(422,),
+    rule=scope("runs:submit"),
+)
+async def keepalive_many() -> dict[str, Any]:
+    service = _service()
+    ids = batch_ids((await parse_body(KeepaliveBatchBody)).ids)
+    return await service.keepalive_many(ids, current_caller().read_org)
 
 
 @blueprint.post("/<session_id>/signal")

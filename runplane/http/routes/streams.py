@@ -150,10 +150,18 @@ async def subscribe(job_id: str, name: str) -> dict[str, Any]:
 async def stream_data(job_id: str, name: str) -> Response:
     require_area("streams", "realtime streams")
     ticket = current_ticket()
-    row = (await _ticketed(job_id, name, ticket))[0] if ticket else await _visible_row(job_id)
+    if ticket:
+        row, claims = await _ticketed(job_id, name, ticket)
+        drives = claims.teleop
+    else:
+        row, drives = await _visible_row(job_id), _may_act()
     await _known_stream(row, name)
     since = resume_seq()
-    frames: AsyncIterator[bytes] = services().root.streams.follow(row.id, name, since)
+    root = services().root
+    frames: AsyncIterator[bytes] = root.streams.follow(row.id, name, since)
+    if row.session_id is not None and drives:
+        # a driver of a session holds this open: it keeps the session alive meanwhile
+        frames = root.sessions.driving(row.session_id, frames)
     response = Response(frames, content_type="text/event-stream")
     response.headers["Cache-Control"] = "no-cache"
     response.headers["X-Accel-Buffering"] = "no"

@@ -75,6 +75,21 @@ class SessionView(View):
     teleop_stream: str | None = None
 
 
+class KeptSession(View):
+    id: str
+    phase: Literal["launching", "ready", "idle"]
+    last_keepalive: str | None = None
+
+
+class KeepaliveBatchResult(View):
+    """``POST /v1/sessions/keepalive``: the sessions kept alive, in the order asked; the
+    ids not found (unknown, or another org's), and those not live (ended)."""
+
+    sessions: list[KeptSession]
+    not_found: list[str]
+    not_live: list[str]
+
+
 class ScheduleView(View):
     """A schedule: the job (``job``) or pipeline (``pipeline``) body it submits, when,
     and (one schedule) its recent runs."""
