@@ -120,6 +120,8 @@ class Connection:
     draining_sent: bool = False
     #: the server said ``resume`` (reports resent, numbering on)
     resumed: trio.Event = field(default_factory=trio.Event)
+    #: trio time of the session clock's last tick (``session.Frozen``)
+    ticked: float = 0.0
 
 
 class Core:

@@ -71,7 +71,24 @@ class _ProtocolViolation(Exception):
     pass
 
 
+#: The session's clock ticks this often; a tick that comes more than
+#: max(FROZEN_MIN_SEC, 2 heartbeats) after the last one means the agent did not run for
+#: that long (SIGSTOP, a suspended VM, a stalled host): see :class:`Frozen`.
+TICK_SEC = 0.5
+FROZEN_MIN_SEC = 2.0
+
+
+class Frozen(Exception):
+    """This agent did not run for longer than its server waits for a heartbeat (about 2 of
+    its 3 missed beats): the server may have taken the node for lost and given its jobs to
+    others, so the orders still buffered on this connection are stale. The session drops
+    the connection without acting on them and says hello again; an order it dropped is
+    not in that hello's ``running``, so the server requeues its attempt (docs/agent.md
+    "A frozen agent")."""
+
+
 RETRYABLE = (
+    Frozen,
     trio_websocket.HandshakeError,
     trio_websocket.ConnectionClosed,
     OSError,
@@ -288,6 +305,7 @@ class AgentSession:
 
     async def _serve(self, ws: trio_websocket.WebSocketConnection, welcome: Welcome) -> None:
         session = Connection(ws, max(0.05, min(welcome.heartbeat_sec, 300.0)))
+        session.ticked = trio.current_time()
         self.current = session
         self.core.connected = True
         self.core.outbox.numbering = False  # until this server says resume
@@ -307,6 +325,7 @@ class AgentSession:
                         nursery.cancel_scope.cancel()
 
                 for fn in (
+                    self._tick_loop,
                     self._receive_loop,
                     self._send_loop,
                     self._heartbeat_loop,
@@ -356,6 +375,7 @@ class AgentSession:
                 log.warning("ignored a server message", extra={"error": str(exc)[:500]})
                 continue
             if isinstance(msg, Run):
+                self._check_not_frozen(session)
                 self.runner.on_run(msg)
             elif isinstance(msg, Cancel):
                 self.runner.on_cancel(msg)
@@ -384,6 +404,25 @@ class AgentSession:
                 await session.ws.send_message(encode(msg))
             self.core.outbox.sent(trio.current_time())
             self.core.notify()
+
+    def _check_not_frozen(self, session: Connection) -> None:
+        """Raise :class:`Frozen` when the session's clock has not ticked for too long:
+        this process was stopped, and whatever it reads now may be stale."""
+        limit = max(FROZEN_MIN_SEC, 2 * session.heartbeat_sec)
+        gap = trio.current_time() - session.ticked
+        if gap > limit:
+            log.warning(
+                "this agent was frozen: dropping the connection and its orders",
+                extra={"frozen_sec": round(gap, 1), "limit_sec": limit},
+            )
+            raise Frozen(f"the agent did not run for {gap:.1f} s (more than {limit:g} s)")
+
+    async def _tick_loop(self, session: Connection) -> None:
+        """Tick the session's clock; a late tick ends the session (:class:`Frozen`)."""
+        while True:
+            self._check_not_frozen(session)
+            session.ticked = trio.current_time()
+            await trio.sleep(TICK_SEC)
 
     async def _heartbeat_loop(self, session: Connection) -> None:
         while True:

@@ -5,6 +5,13 @@ and the chunks kept for its recording (``stream_points``, up to :data:`RECORDING
 
 A chunk is published on its ring first (subscribers see it at once), then written to the
 store with the new counters in one transaction, before the actor takes its next message.
+So a chunk may be seen by followers and never stored (the server killed, the write refused
+while the store restarts). Its seq must not be given again: followers resume after the
+last seq they saw (``Last-Event-ID``) and would skip the new chunk. Seqs are therefore
+reserved in blocks of :data:`SEQ_BLOCK`, durably BEFORE any seq of a block is published,
+and a rebuilt actor (a restart, a takeover) numbers on after the reservation: seqs rise
+without repeating, with a gap of less than a block after each rebuild. Found by
+``bench chaos`` (a follower saw a seq twice across a takeover).
 
 This module owns the ``stream_points`` table (docs/architecture.md, "Tables and their
 owners"): its inserts here, the retention janitor's purge (:func:`purge_stream_points`).
@@ -23,6 +30,9 @@ from runplane.persistence import Store, Tx, from_json, to_json
 from runplane.runtime import Hub, Ring
 
 from .chunks import DEFAULT_RING, RECORDING_CAP, StreamChunk, ring_name
+
+#: seqs reserved in the store per durable write ahead of publishing (see the module doc)
+SEQ_BLOCK = 1024
 
 
 class ChunkIn(Protocol):
@@ -44,6 +54,8 @@ class StreamState:
     count: int = 0  # chunks received
     last_seq: int = 0
     teleop_seq: int = 0
+    #: seqs up to this one may have been published (reserved in the store first)
+    reserved: int = 0
 
     def saved(self) -> dict[str, Any]:
         return {
@@ -51,6 +63,7 @@ class StreamState:
             "count": self.count,
             "last_seq": self.last_seq,
             "teleop_seq": self.teleop_seq,
+            "reserved_seq": self.reserved,
         }
 
 
@@ -59,11 +72,16 @@ def parse_saved(raw: Any) -> dict[str, StreamState]:
     data = from_json(raw) if isinstance(raw, str) and raw else raw
     out: dict[str, StreamState] = {}
     for name, item in (data or {}).items():
+        last = int(item.get("last_seq", 0))
+        # numbering goes on after anything that may have been published (a reservation
+        # written before a crash); a row from before reservations has none
+        reserved = max(last, int(item.get("reserved_seq", last)))
         out[name] = StreamState(
             kind=str(item.get("kind", "data")),
             count=int(item.get("count", 0)),
-            last_seq=int(item.get("last_seq", 0)),
+            last_seq=reserved,
             teleop_seq=int(item.get("teleop_seq", 0)),
+            reserved=reserved,
         )
     return out
 
@@ -117,6 +135,11 @@ class JobStreams:
     async def receive(self, stream: str, chunks: Sequence[ChunkIn]) -> list[StreamChunk]:
         """Number, publish and store ``chunks`` of ``stream``; the chunks as published."""
         state = self._state(stream)
+        if state.last_seq + len(chunks) > state.reserved:
+            state.reserved = state.last_seq + len(chunks) + SEQ_BLOCK
+            saved = to_json(self.saved())
+            job_id = self.job_id
+            await self.store.transaction(lambda tx: jobs_repo.save_streams(tx, job_id, saved))
         ring = self.ring(stream)
         out: list[StreamChunk] = []
         for item in chunks:

@@ -16,7 +16,7 @@ from runplane.persistence import Store
 from runplane.runtime import Hub
 from runplane.streams import views
 from runplane.streams.chunks import ring_name
-from runplane.streams.job_streams import JobStreams
+from runplane.streams.job_streams import SEQ_BLOCK, JobStreams
 
 from .harness import Agent, agent_stream, eventually, running_root, store, submit
 
@@ -91,19 +91,27 @@ async def test_chunks_teleop_and_a_restart(store: Store, tmp_path: Path) -> None
         assert len(root.teleop_acks) == 0  # nothing left waiting
         assert root.streams.counters["teleop_frames"] == 4
         assert root.streams.counters["teleop_failed"] == 2
-    # the whole tree again on the same store: numbering goes on where it was
+    # the whole tree again on the same store: numbering goes on after the seqs reserved
+    # (3 used + a block of 1,024): a seq published but never stored (a crash between the
+    # two) is never given again, so a follower resuming after it misses nothing
     async with running_root(store, tmp_path, stream_ring="16") as (root, agents):
         agent = Agent(root, agents, "node_a", cpu=4)
         agent.runs[job_id] = attempt
         await agent.connect()
         assert await agent.report(job_id, agent_stream("node_a", job_id, attempt, "t", chunks(5)))
         ring = root.hub.find_ring(ring_name(job_id, "t"))
-        assert ring is not None and [s for s, _ in ring.retained()] == [4]
+        assert ring is not None and [s for s, _ in ring.retained()] == [3 + SEQ_BLOCK + 1]
         again = await root.streams.teleop(job_id, "t", "{}")
         assert (again.status, again.seq) == (202, 5)
         row = await repo.get_row(root.store, job_id, None)
         assert row is not None and row.streams is not None
-        assert row.streams["t"] == {"kind": "data", "count": 4, "last_seq": 4, "teleop_seq": 5}
+        assert row.streams["t"] == {
+            "kind": "data",
+            "count": 4,
+            "last_seq": 3 + SEQ_BLOCK + 1,
+            "teleop_seq": 5,
+            "reserved_seq": 3 + SEQ_BLOCK + 1 + SEQ_BLOCK,
+        }
         await agent.finish(job_id)
         late = await root.streams.teleop(job_id, "t", "{}")
         assert late.status == 409
