@@ -149,14 +149,31 @@ def server_env(data_dir: Path, url: str | None, tree: Path | None) -> dict[str, 
     return env
 
 
+#: every ``runplane serve`` a test started: the ones still running at its end are killed
+_SPAWNED: list[subprocess.Popen[bytes]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_server_left() -> Iterator[None]:
+    """A failed test leaves no server running (it would hold its port and data dir)."""
+    yield
+    while _SPAWNED:
+        proc = _SPAWNED.pop()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def _popen_serve(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "runplane", "serve", "--port", str(port)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=log.open("wb"),
         start_new_session=True,
     )
+    _SPAWNED.append(proc)
+    return proc
 
 
 def _tail(log: Path) -> str:
