@@ -1,7 +1,7 @@
 """local_lifecycle: N real trivial jobs (``true``) through the server's in-process agent.
 
     python -m bench.local_lifecycle [--quick] [--jobs N] [--connections C]
-        [--executor sandbox]
+        [--executor sandbox] [--slots N] [--cores N]
 
 The server runs with ``RUNPLANE_LOCAL_AGENT=1``: its own node agent, connected over
 loopback like any other, starts each job as a real process group (``true``) with the
@@ -13,6 +13,11 @@ or at the time limit. Figures, from the store (unix ms): completed jobs/s in the
 (first submit -> last finish), submit-to-running p50/p99 in both phases. This is the
 figure to hold against Slurm's 37 jobs/s (32 jobs per core) on this machine. Prints ONE
 JSON object.
+
+``--slots N``: the agent's slots (``RUNPLANE_LOCAL_AGENT_MAX_CONCURRENCY``; default one
+per core) and as many cores offered to placement (``RUNPLANE_LOCAL_AGENT_CPU_CORES``, or
+``--cores``), since a job without limits reserves one: the cores oversubscribed, as in
+Slurm's oversubscribed profile.
 """
 
 from __future__ import annotations
@@ -42,6 +47,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--paced-rate", type=float, default=20.0, help="jobs/s, paced phase")
     parser.add_argument("--paced-jobs", type=int, default=None)
     parser.add_argument("--executor", choices=["process", "sandbox"], default="process")
+    parser.add_argument("--slots", type=int, default=0, help="the agent's slots (0: its cores)")
+    parser.add_argument(
+        "--cores", type=int, default=0, help="cores the agent offers (0: counted; --slots N: N)"
+    )
     args = parser.parse_args(argv)
     n = args.jobs or (300 if args.quick else 2000)
     m = args.paced_jobs or (60 if args.quick else 300)
@@ -53,7 +62,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "settings": {
             "jobs": n,
             "submit_connections": args.connections,
-            "agent": "in-process local agent (RUNPLANE_LOCAL_AGENT=1), default slots",
+            "agent": "in-process local agent (RUNPLANE_LOCAL_AGENT=1), "
+            + (f"{args.slots} slots" if args.slots else "default slots"),
             "executor": args.executor,
             "command": ["true"],
             "store": "sqlite (default)",
@@ -62,6 +72,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         },
     }
     env = {"RUNPLANE_LOCAL_AGENT_EXECUTOR": args.executor}
+    if args.slots:
+        env["RUNPLANE_LOCAL_AGENT_MAX_CONCURRENCY"] = str(args.slots)
+    cores = args.cores or args.slots  # a job reserves a core: N slots need N cores offered
+    if cores:
+        env["RUNPLANE_LOCAL_AGENT_CPU_CORES"] = str(cores)
     with common.server(local_agent=True, env=env) as srv:
         meter = common.CpuMeter(srv.pid).start()
         submit = common.http_load(

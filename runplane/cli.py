@@ -173,6 +173,8 @@ async def _start_local_agent(
         name="local",
         best_effort_limits=True,
         executor=settings.local_agent_executor,
+        max_concurrency=settings.local_agent_max_concurrency or None,
+        cpu_cores=settings.local_agent_cpu_cores or None,
         # it is the server's process: it updates with the server, not alone
         self_update=False,
     )

@@ -141,6 +141,11 @@ class Settings(BaseSettings):
     stream_ring: int = Field(1024, ge=16, le=1_000_000)
     #: the in-process agent's executor (``runplane agent --executor``)
     local_agent_executor: Literal["process", "sandbox", "container"] = "process"
+    #: the in-process agent's slots (``runplane agent --max-concurrency``; 0: its cores)
+    local_agent_max_concurrency: int = Field(0, ge=0, le=4096)
+    #: the cores that agent offers to placement (0: those counted; more oversubscribes
+    #: them, as Slurm's ``CPUs=`` does: each job without limits reserves one)
+    local_agent_cpu_cores: int = Field(0, ge=0, le=4096)
     #: replicas on one PostgreSQL, one leader at a time (docs/operations.md "High
     #: availability"); needs a postgresql:// database and no in-process agent
     ha: bool = False

@@ -143,6 +143,7 @@ class Agent:
         join_token: str | None = None,
         name: str | None = None,
         max_concurrency: int | None = None,
+        cpu_cores: int | None = None,
         facts: Facts | None = None,
         extra_capabilities: Sequence[str] = (),
         grace_sec: float = 10.0,
@@ -166,6 +167,8 @@ class Agent:
         self.data_dir = Path(data_dir)
         self.name = name
         self.max_concurrency = max_concurrency
+        #: the cores offered to placement (None: those counted; more oversubscribes them)
+        self.cpu_cores = cpu_cores
         self.advertise_address = advertise_address  # how other nodes reach it (gangs)
         self.extra_capabilities = [c.strip() for c in extra_capabilities if c.strip()]
         self.grace_sec = grace_sec
@@ -485,6 +488,8 @@ class Agent:
             update["name"] = self.name
         if self.max_concurrency:
             update["max_concurrency"] = self.max_concurrency
+        if self.cpu_cores:
+            update["cpu_cores"] = self.cpu_cores
         if self.advertise_address:
             update["advertise_address"] = self.advertise_address
         capabilities = reported_capabilities(

@@ -327,7 +327,10 @@ class JobRunner:
             await self._free_user(job)
 
     async def _blame_full_root(self, finished: Finished) -> Finished:
-        """A job that failed while the work root is full fails for that (fullroot.py)."""
+        """A job that failed while the work root is full fails for that (fullroot.py); only
+        a failed one costs a trip to a worker thread (the root's statvfs)."""
+        if finished.outcome != "failed":
+            return finished
         node, root = self.core.node_name(), self.work_root
         return await trio.to_thread.run_sync(blame_full_root, finished, node, root)
 
@@ -370,11 +373,9 @@ class JobRunner:
     ) -> Finished | JobImages:
         """The attempt's user, working and streams directories, then its images (held by
         ``pins``) and mounts (``pulling.py``); a Finished when that failed."""
-        job.user = await self._attempt_user(job)
+        job.user, job.streams = await trio.to_thread.run_sync(self._user_and_dirs, job)
         if self.uids is not None and plan.launch is not None:
             plan.launch = replace(plan.launch, user=job.user)
-        await trio.to_thread.run_sync(make_workdir, job.workdir, self.work_root)
-        job.streams = await trio.to_thread.run_sync(make_streams_dir, job.workdir, job.user)
         return await pull_and_mount(
             job,
             spec,
@@ -445,14 +446,22 @@ class JobRunner:
         )
         return self.rules.plan(job.key, spec.limits, read_only)
 
-    async def _attempt_user(self, job: Job) -> JobUser | None:
+    def _user_and_dirs(self, job: Job) -> tuple[JobUser | None, Path]:
+        """The attempt's user, workdir and streams directory (blocking: one trip to a
+        worker thread for the three, as each trip costs a wake-up of the event loop, which
+        the in-process agent shares with the server); the user and the streams path."""
+        user = self._attempt_user(job)
+        make_workdir(job.workdir, self.work_root)
+        return user, make_streams_dir(job.workdir, user)
+
+    def _attempt_user(self, job: Job) -> JobUser | None:
         """Who the attempt's processes run as: a uid of its own (held until
-        :meth:`_free_user`), or the one user of every job."""
+        :meth:`_free_user`), or the one user of every job (blocking)."""
         if self.uids is None:
             return self.job_user
         user = self.uids.take_clean(job.key)  # the usual case: a uid given back swept
         if user is None:
-            user = await trio.to_thread.run_sync(self.uids.take, job.key)
+            user = self.uids.take(job.key)
         log.info(
             "job uid taken", extra={"job_id": job.job_id, "attempt": job.attempt, "uid": user.uid}
         )

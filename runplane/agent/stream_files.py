@@ -5,7 +5,8 @@ forwards what they hold; ``docs/streams.md``).
 file of the job's user, opened without following symlinks) and reads what was appended
 since the last look as complete lines (:class:`LineBuffer`: a line is up to its ``\n``, a
 ``\r`` before it dropped; a line over :data:`MAX_CHUNK_BYTES` is dropped and its size
-reported). :class:`DirWatch` says which files changed (inotify, ``inotify_simple``).
+reported). :class:`DirWatch` says which files changed (inotify, ``inotify_simple``; closed
+off the event loop, see :meth:`DirWatch.close`).
 Every call is blocking but small: reads of regular files, at most
 :data:`MAX_READ_PER_ROUND` of a stream a look.
 """
@@ -19,6 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import trio
 
 from runplane.agent.protocol import STREAM_NAME_PATTERN
 
@@ -173,7 +176,17 @@ class DirWatch:
         return out
 
     def close(self) -> None:
-        self._ino.close()
+        """Close the watch without waiting for it. Closing an inotify instance blocks for
+        the kernel's grace period (``synchronize_srcu``: 5-10 ms, more on a busy machine);
+        on the event loop that stalled every task of the agent (and of the server, for the
+        in-process agent) once per job. Trio forgets the descriptor here; a worker thread
+        closes it (docs/benchmarks.md "local_lifecycle")."""
+        trio.lowlevel.notify_closing(self.fileno())
+        trio.lowlevel.start_thread_soon(self._ino.close, _ignore)
+
+
+def _ignore(result: object) -> None:
+    """A closed watch's outcome: nothing waits for it (a close does not fail usefully)."""
 
 
 @dataclass(slots=True)
