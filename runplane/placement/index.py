@@ -32,7 +32,6 @@ that visits far more nodes than estimated hands over to the next.
 
 from __future__ import annotations
 
-import heapq
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -54,7 +53,17 @@ from .filters import (
 )
 from .model import JobDemand, NodeLoad, NodeShape
 from .scoring import score_breakdown, score_gpu_fit
-from .shelves import Entry, FleetClass, Item, Shape, ShapeKey, Shelf, hold, items_from
+from .shelves import (
+    Entry,
+    FleetClass,
+    Item,
+    Shape,
+    ShapeKey,
+    Shelf,
+    fit_items,
+    hold,
+    items_from,
+)
 from .verdicts import BaseVerdicts, ClassVerdict, Feasibility, StaticBase
 from .walks import STREAM_LISTS, Scope, streams_for
 from .weights import GPU_FIT
@@ -509,20 +518,24 @@ class FleetIndex:
             start = (job.cpu,)
         elif name == "roomy":
             stop = -job.cpu
+        # without a budget, a fit walk may jump over nodes short of RAM (``fit_items``)
+        jump = name == "fit" and budget >= _UNBOUNDED and job.ram > 0
+
+        def walk(shelf: Shelf) -> Iterator[Item]:
+            if jump:
+                return fit_items(shelf.lists["fit"], job.cpu, job.ram)
+            return items_from(shelf.lists[name], start)
+
         ways = self._ways(name, job, scope, need, budget)
         for way, limit in ways:
-            if way == "scan":
-                alls = self._scanned(scope)
-                items = (
-                    items_from(alls[0].lists[name], start)
-                    if len(alls) == 1
-                    else heapq.merge(*(items_from(shelf.lists[name], start) for shelf in alls))
-                )
+            if way == "scan" and len(self._scanned(scope)) == 1:
+                items = walk(self._scanned(scope)[0])
                 got = walks.scan(
                     self._entries, items, stop, job, scope.thresholds, need, budget, limit
                 )
-            elif way == "merge":
-                iters = [items_from(shelf.lists[name], start) for shelf in scope.shelves]
+            elif way != "enumerate":  # a merge, or a scan of several owners' nodes
+                shelves = scope.shelves if way == "merge" else self._scanned(scope)
+                iters = [walk(shelf) for shelf in shelves]
                 got = walks.merge(
                     self._entries, iters, stop, job, scope.thresholds, need, budget, limit
                 )
