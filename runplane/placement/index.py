@@ -64,7 +64,7 @@ from .shelves import (
     hold,
     items_from,
 )
-from .verdicts import BaseVerdicts, ClassVerdict, Feasibility, StaticBase
+from .verdicts import BaseVerdicts, ClassVerdict, Feasibility, Gathered, StaticBase
 from .walks import STREAM_LISTS, Scope, streams_for
 from .weights import GPU_FIT
 
@@ -343,37 +343,22 @@ class FleetIndex:
             return hit
         base = self._base_feasible(job)
         org = job.org_id
-        if org is None:
-            found = base.every
-        else:
-            found = base.universal + base.by_owner.get(org, []) + base.by_grantee.get(org, [])
-        thresholds: dict[int, int] = {}
-        shapes: dict[Shape, int] = {}
-        shape_classes: dict[Shape, list[int]] = {}
-        fit_of: dict[Shape, float] = {}
-        owners: dict[str | None, None] = {}
         classes = self._classes
-        for cid, threshold, shape, fit in found:
-            if cid in thresholds:  # owned by the org and granted to it too
-                continue
-            owners[classes[cid].owner] = None
-            thresholds[cid] = threshold
-            shapes[shape] = threshold  # equal for every class of a shape
-            shape_classes.setdefault(shape, []).append(cid)
-            fit_of[shape] = fit
-        by_fit: dict[float, list[Shape]] = {}
-        for shape, fit in fit_of.items():
-            by_fit.setdefault(fit, []).append(shape)
-        result = Feasibility(
-            thresholds=thresholds,
-            shapes=shapes,
-            owners=tuple(owners),
-            shape_classes={shape: tuple(cids) for shape, cids in shape_classes.items()},
-            gpu_fit=fit_of,
-            groups=tuple(
-                (fit, tuple(group)) for fit, group in sorted(by_fit.items(), key=lambda g: -g[0])
-            ),
-        )
+
+        def owner_of(cid: int) -> str | None:
+            return classes[cid].owner
+
+        if org is None:
+            gathered = Gathered()
+            gathered.add(base.every, owner_of)
+        else:
+            if base.universal_part is None:
+                base.universal_part = Gathered()
+                base.universal_part.add(base.universal, owner_of)
+            gathered = base.universal_part.copy()
+            gathered.add(base.by_owner.get(org, []), owner_of)
+            gathered.add(base.by_grantee.get(org, []), owner_of)
+        result = gathered.feasibility()
         if len(self._class_cache) >= _ORG_CACHE_LIMIT:
             self._class_cache.clear()
         self._class_cache[sig] = result
