@@ -64,6 +64,7 @@ HEADLINES: dict[str, tuple[str, ...]] = {
     "placement": (
         "decision_p50_us",
         "growth_100_to_10000",
+        "large",
         "preempt_decision_us",
         "preempt_decisions_per_s",
     ),

@@ -1,6 +1,7 @@
-"""Placement decision time on fleets of 100, 1,000 and 10,000 nodes of mixed shapes.
+"""Placement decision time on fleets of 100 to 100,000 nodes of mixed shapes.
 
     python -m bench.placement [--decisions 3000] [--seed 7] [--per-stream 16]
+        [--large-decisions N] [--no-owned-large] [--sustain-s 3]
     python bench/placement.py
 
 For each fleet size: build the index, then make ``--decisions`` decisions with a mix of
@@ -16,12 +17,20 @@ feasible node would (and how close its score is).
 owned by none) with 500 cross-org grants, and every job of a random org (the ``owner``
 filter and the per-org class signatures at work).
 
+``100000`` (``--large-decisions``, default ``--decisions``; 0 leaves it out) and
+``owned_100000`` (the owned fleet at that size; ``--no-owned-large`` leaves it out): the
+same at 100,000 nodes (10 naive decisions). On those and on ``owned_10000``,
+``sustained``: ``--sustain-s`` seconds of decisions back to back over the live index,
+each placed job reserving and old ones finishing as above (updates included in the
+rate): decisions per second.
+
 ``preempt_10000`` (and ``preempt_1000``; ``--preempt-waiting 0`` leaves them out): the
 fleet full of running preemptible low-priority jobs, and the cost of
 ``runplane.placement.preempt.choose`` per waiting high-priority job, alone and through the
 placement actor's plan (``bench/placement_preempt.py``).
 
-Prints ONE JSON object. Well under a minute at the defaults.
+Prints ONE JSON object. About a minute and a half at the defaults (most of it
+building the 100,000-node fleets); ``python -m bench placement --quick`` keeps under one.
 """
 
 from __future__ import annotations
@@ -200,8 +209,18 @@ def owned_fleet(
 
 
 def bench_size(
-    size: int, decisions: int, seed: int, per_stream: int, *, owned: bool = False
+    size: int,
+    decisions: int,
+    seed: int,
+    per_stream: int,
+    *,
+    owned: bool = False,
+    sustain_s: float = 0.0,
+    naive: int | None = None,
 ) -> dict[str, object]:
+    """One fleet of ``size`` nodes: decisions timed one by one, then (``sustain_s``) a
+    steady stream of decisions for that many seconds, then a 500-job ``plan`` and
+    ``naive`` brute-force decisions (default: 200, 40 from 10,000 nodes)."""
     rnd = random.Random(seed + size)
     nodes = [make_node(i, rnd) for i in range(size)]
     if owned:
@@ -209,41 +228,17 @@ def bench_size(
     t0 = time.perf_counter()
     fleet = FleetIndex(nodes, per_stream=per_stream)
     build_s = time.perf_counter() - t0
+    del nodes
     jobs = job_stream(rnd, decisions)
     if owned:
         jobs = [replace(j, org_id=f"org_{rnd.randrange(OWNED_ORGS)}") for j in jobs]
     for _, name, kwargs in JOB_KINDS:  # warm the per-signature caches
         place(JobDemand(job_id=f"warm-{name}", **kwargs), fleet)  # type: ignore[arg-type]
-
-    running: deque[tuple[str, JobDemand]] = deque()
-    cap = max(1, size // 2)
-    times: list[int] = []
-    placed_t: list[int] = []
-    waiting_t: list[int] = []
-    update_t: list[int] = []
-    outcomes = {"placed": 0, "waiting_static": 0, "waiting_busy": 0}
-    clock = time.perf_counter_ns
-    for job in jobs:
-        t = clock()
-        result = place(job, fleet)
-        dt = clock() - t
-        times.append(dt)
-        if isinstance(result, Placement):
-            outcomes["placed"] += 1
-            placed_t.append(dt)
-            t = clock()
-            fleet.reserve(result.node_id, job)
-            update_t.append(clock() - t)
-            running.append((result.node_id, job))
-        else:
-            outcomes["waiting_static" if result.static else "waiting_busy"] += 1
-            waiting_t.append(dt)
-        # Keep the fleet in a steady state: old jobs finish.
-        while len(running) > cap or (running and rnd.random() < 0.5):
-            node_id, done = running.popleft()
-            t = clock()
-            fleet.release(node_id, done)
-            update_t.append(clock() - t)
+    steady = Steady(fleet, rnd, max(1, size // 2))
+    timed = steady.timed(jobs)
+    result: dict[str, object] = {"nodes": size, "build_ms": round(build_s * 1000, 1), **timed}
+    if sustain_s:
+        result["sustained"] = steady.sustain(jobs, sustain_s)
 
     queue = job_stream(random.Random(seed), 500)
     if owned:  # jobs of random orgs here too (every job the server places has an org)
@@ -251,34 +246,102 @@ def bench_size(
     t = time.perf_counter()
     planned = plan(queue, fleet)
     plan_ms = (time.perf_counter() - t) * 1000
-
+    result["plan_500_jobs"] = {
+        "total_ms": round(plan_ms, 1),
+        "per_job_us": round(plan_ms * 1000 / len(queue), 1),
+        "assigned": len(planned.assignments),
+        "waiting": len(planned.waiting),
+    }
     pairs = list(fleet)
     naive_t = []
-    for job in jobs[: 40 if size >= 10_000 else 200]:
-        t = clock()
+    for job in jobs[: naive if naive is not None else 40 if size >= 10_000 else 200]:
+        t0_ns = time.perf_counter_ns()
         naive_place(job, pairs)
-        naive_t.append(clock() - t)
-
+        naive_t.append(time.perf_counter_ns() - t0_ns)
+    result["naive_decision"] = summary(naive_t) if naive_t else None
     stats = fleet.statistics()
-    return {
-        "nodes": size,
-        "classes": stats.classes,
-        "shapes": stats.shapes,
-        "shelves": stats.shelves,
-        "build_ms": round(build_s * 1000, 1),
-        "decision": summary(times),
-        "decision_placed": summary(placed_t) if placed_t else None,
-        "decision_waiting": summary(waiting_t) if waiting_t else None,
-        "outcomes": outcomes,
-        "load_update": summary(update_t),
-        "plan_500_jobs": {
-            "total_ms": round(plan_ms, 1),
-            "per_job_us": round(plan_ms * 1000 / len(queue), 1),
-            "assigned": len(planned.assignments),
-            "waiting": len(planned.waiting),
-        },
-        "naive_decision": summary(naive_t),
-    }
+    result.update(classes=stats.classes, shapes=stats.shapes, shelves=stats.shelves)
+    return result
+
+
+class Steady:
+    """Decisions on ``fleet`` at a steady load: each placed job reserves its share, and
+    old jobs finish (at most ``cap`` run; each decision releases the oldest with
+    probability 1/2, repeatedly), so loads keep moving."""
+
+    def __init__(self, fleet: FleetIndex, rnd: random.Random, cap: int) -> None:
+        self.fleet, self.rnd, self.cap = fleet, rnd, cap
+        self.running: deque[tuple[str, JobDemand]] = deque()
+
+    def decide(self, job: JobDemand) -> object:
+        result = place(job, self.fleet)
+        if isinstance(result, Placement):
+            self.fleet.reserve(result.node_id, job)
+            self.running.append((result.node_id, job))
+        self.settle()
+        return result
+
+    def settle(self) -> None:
+        running, fleet = self.running, self.fleet
+        while len(running) > self.cap or (running and self.rnd.random() < 0.5):
+            node_id, done = running.popleft()
+            fleet.release(node_id, done)
+
+    def timed(self, jobs: list[JobDemand]) -> dict[str, object]:
+        """Each ``place`` timed alone; load updates timed apart."""
+        fleet, clock = self.fleet, time.perf_counter_ns
+        times: list[int] = []
+        placed_t: list[int] = []
+        waiting_t: list[int] = []
+        update_t: list[int] = []
+        outcomes = {"placed": 0, "waiting_static": 0, "waiting_busy": 0}
+        for job in jobs:
+            t = clock()
+            result = place(job, fleet)
+            dt = clock() - t
+            times.append(dt)
+            if isinstance(result, Placement):
+                outcomes["placed"] += 1
+                placed_t.append(dt)
+                t = clock()
+                fleet.reserve(result.node_id, job)
+                update_t.append(clock() - t)
+                self.running.append((result.node_id, job))
+            else:
+                outcomes["waiting_static" if result.static else "waiting_busy"] += 1
+                waiting_t.append(dt)
+            running = self.running
+            while len(running) > self.cap or (running and self.rnd.random() < 0.5):
+                node_id, done = running.popleft()
+                t = clock()
+                fleet.release(node_id, done)
+                update_t.append(clock() - t)
+        return {
+            "decision": summary(times),
+            "decision_placed": summary(placed_t) if placed_t else None,
+            "decision_waiting": summary(waiting_t) if waiting_t else None,
+            "outcomes": outcomes,
+            "load_update": summary(update_t),
+        }
+
+    def sustain(self, jobs: list[JobDemand], seconds: float) -> dict[str, object]:
+        """Decisions back to back for ``seconds`` (the job mix again and again), each
+        with its reservation and the releases that keep the load steady: decisions/s
+        over the whole stretch, updates included."""
+        done = placed = 0
+        started = time.perf_counter()
+        deadline = started + seconds
+        while time.perf_counter() < deadline:
+            for _ in range(50):
+                placed += isinstance(self.decide(jobs[done % len(jobs)]), Placement)
+                done += 1
+        elapsed = time.perf_counter() - started
+        return {
+            "seconds": round(elapsed, 2),
+            "decisions": done,
+            "placed": placed,
+            "decisions_per_s": round(done / elapsed),
+        }
 
 
 def naive_place(job: JobDemand, pairs: list[tuple[NodeShape, NodeLoad]]) -> str | None:
@@ -319,12 +382,23 @@ def quality(decisions: int, seed: int, per_stream: int) -> dict[str, object]:
     }
 
 
+#: The large fleet (plain, and owned when ``--owned-large``) and the seconds of
+#: back-to-back decisions measured on it and on the owned 10,000.
+LARGE = 100_000
+SUSTAIN_S = 3.0
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--decisions", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--per-stream", type=int, default=DEFAULT_PER_STREAM)
     parser.add_argument("--preempt-waiting", type=int, default=40)
+    parser.add_argument(
+        "--large-decisions", type=int, default=None, help="at 100,000 nodes (0: skip them)"
+    )
+    parser.add_argument("--owned-large", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--sustain-s", type=float, default=SUSTAIN_S)
     args = parser.parse_args(argv)
     started = time.perf_counter()
     sizes = {str(n): bench_size(n, args.decisions, args.seed, args.per_stream) for n in SIZES}
@@ -334,7 +408,7 @@ def main(argv: list[str] | None = None) -> None:
         "mean": round(large["decision"]["mean_us"] / small["decision"]["mean_us"], 2),  # type: ignore[index]
         "nodes": SIZES[-1] // SIZES[0],
     }
-    result = {
+    result: dict[str, object] = {
         "bench": "placement",
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
@@ -346,9 +420,28 @@ def main(argv: list[str] | None = None) -> None:
         "quality_1000_nodes": quality(400, args.seed, args.per_stream),
         # nodes owned by 100 orgs (a tenth universal) with 500 grants; jobs of random orgs
         "owned_10000": bench_size(
-            SIZES[-1], args.decisions, args.seed, args.per_stream, owned=True
+            SIZES[-1],
+            args.decisions,
+            args.seed,
+            args.per_stream,
+            owned=True,
+            sustain_s=args.sustain_s,
         ),
     }
+    large_decisions = args.decisions if args.large_decisions is None else args.large_decisions
+    result["decisions_large"] = large_decisions
+    if large_decisions:
+        kinds = [("", False)] + ([("owned_", True)] if args.owned_large else [])
+        for prefix, owned in kinds:
+            result[f"{prefix}{LARGE}"] = bench_size(
+                LARGE,
+                large_decisions,
+                args.seed,
+                args.per_stream,
+                owned=owned,
+                sustain_s=args.sustain_s,
+                naive=10,
+            )
     if args.preempt_waiting:
         from bench.placement_preempt import bench_preempt
 

@@ -32,7 +32,6 @@ that visits far more nodes than estimated hands over to the next.
 
 from __future__ import annotations
 
-import heapq
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -54,8 +53,18 @@ from .filters import (
 )
 from .model import JobDemand, NodeLoad, NodeShape
 from .scoring import score_breakdown, score_gpu_fit
-from .shelves import Entry, FleetClass, Item, Shape, ShapeKey, Shelf, hold, items_from
-from .verdicts import BaseVerdicts, ClassVerdict, Feasibility, StaticBase
+from .shelves import (
+    Entry,
+    FleetClass,
+    Item,
+    Shape,
+    ShapeKey,
+    Shelf,
+    fit_items,
+    hold,
+    items_from,
+)
+from .verdicts import BaseVerdicts, ClassVerdict, Feasibility, Gathered, StaticBase
 from .walks import STREAM_LISTS, Scope, streams_for
 from .weights import GPU_FIT
 
@@ -334,37 +343,22 @@ class FleetIndex:
             return hit
         base = self._base_feasible(job)
         org = job.org_id
-        if org is None:
-            found = base.every
-        else:
-            found = base.universal + base.by_owner.get(org, []) + base.by_grantee.get(org, [])
-        thresholds: dict[int, int] = {}
-        shapes: dict[Shape, int] = {}
-        shape_classes: dict[Shape, list[int]] = {}
-        fit_of: dict[Shape, float] = {}
-        owners: dict[str | None, None] = {}
         classes = self._classes
-        for cid, threshold, shape, fit in found:
-            if cid in thresholds:  # owned by the org and granted to it too
-                continue
-            owners[classes[cid].owner] = None
-            thresholds[cid] = threshold
-            shapes[shape] = threshold  # equal for every class of a shape
-            shape_classes.setdefault(shape, []).append(cid)
-            fit_of[shape] = fit
-        by_fit: dict[float, list[Shape]] = {}
-        for shape, fit in fit_of.items():
-            by_fit.setdefault(fit, []).append(shape)
-        result = Feasibility(
-            thresholds=thresholds,
-            shapes=shapes,
-            owners=tuple(owners),
-            shape_classes={shape: tuple(cids) for shape, cids in shape_classes.items()},
-            gpu_fit=fit_of,
-            groups=tuple(
-                (fit, tuple(group)) for fit, group in sorted(by_fit.items(), key=lambda g: -g[0])
-            ),
-        )
+
+        def owner_of(cid: int) -> str | None:
+            return classes[cid].owner
+
+        if org is None:
+            gathered = Gathered()
+            gathered.add(base.every, owner_of)
+        else:
+            if base.universal_part is None:
+                base.universal_part = Gathered()
+                base.universal_part.add(base.universal, owner_of)
+            gathered = base.universal_part.copy()
+            gathered.add(base.by_owner.get(org, []), owner_of)
+            gathered.add(base.by_grantee.get(org, []), owner_of)
+        result = gathered.feasibility()
         if len(self._class_cache) >= _ORG_CACHE_LIMIT:
             self._class_cache.clear()
         self._class_cache[sig] = result
@@ -509,20 +503,24 @@ class FleetIndex:
             start = (job.cpu,)
         elif name == "roomy":
             stop = -job.cpu
+        # without a budget, a fit walk may jump over nodes short of RAM (``fit_items``)
+        jump = name == "fit" and budget >= _UNBOUNDED and job.ram > 0
+
+        def walk(shelf: Shelf) -> Iterator[Item]:
+            if jump:
+                return fit_items(shelf.lists["fit"], job.cpu, job.ram)
+            return items_from(shelf.lists[name], start)
+
         ways = self._ways(name, job, scope, need, budget)
         for way, limit in ways:
-            if way == "scan":
-                alls = self._scanned(scope)
-                items = (
-                    items_from(alls[0].lists[name], start)
-                    if len(alls) == 1
-                    else heapq.merge(*(items_from(shelf.lists[name], start) for shelf in alls))
-                )
+            if way == "scan" and len(self._scanned(scope)) == 1:
+                items = walk(self._scanned(scope)[0])
                 got = walks.scan(
                     self._entries, items, stop, job, scope.thresholds, need, budget, limit
                 )
-            elif way == "merge":
-                iters = [items_from(shelf.lists[name], start) for shelf in scope.shelves]
+            elif way != "enumerate":  # a merge, or a scan of several owners' nodes
+                shelves = scope.shelves if way == "merge" else self._scanned(scope)
+                iters = [walk(shelf) for shelf in shelves]
                 got = walks.merge(
                     self._entries, iters, stop, job, scope.thresholds, need, budget, limit
                 )

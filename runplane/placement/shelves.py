@@ -77,6 +77,34 @@ def items_from(lst: SortedList[Item], start: Item | None) -> Iterator[Item]:
     return iter(lst) if start is None else lst.irange(start)
 
 
+#: A ``fit`` walk meeting a run of nodes short of RAM jumps over it (one bisection) when
+#: it is longer than this; shorter runs are walked (each node is skipped as unfit).
+JUMP_OVER = 8
+
+
+def fit_items(lst: SortedList[Item], cpu: float, ram: float) -> Iterator[Item]:
+    """The ``fit`` list's items from ``(cpu, ram)`` on, ascending, less most of those
+    short of ``ram`` GB free: within one free CPU count the list is sorted by free RAM,
+    so on meeting a node with less than ``ram`` free the walk bisects to the first of
+    that CPU count with enough and jumps there when that skips more than
+    :data:`JUMP_OVER` nodes. Every node it leaves out fails the job's RAM fit, so a walk
+    taking the first fitting nodes takes the same ones (a walk counting the nodes it
+    visits does not: use it only without a budget). Do not change the list meanwhile."""
+    at = lst.bisect_left((cpu, ram))
+    short_until = at  # the items before it are known: walked without bisecting again
+    while True:
+        for item in lst.islice(at):
+            if item[1] < ram and at >= short_until:
+                short_until = lst.bisect_left((item[0], ram))
+                if short_until > at + JUMP_OVER:
+                    at = short_until
+                    break
+            at += 1
+            yield item
+        else:
+            return
+
+
 def entry(node: NodeShape, load: NodeLoad) -> Entry:
     """A detached entry, to compute sort items outside a fleet (the reference)."""
     return Entry(node, load, 0)

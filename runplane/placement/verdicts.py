@@ -5,6 +5,7 @@ per-grantee verdicts behind it and behind the static wait reasons."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .model import NodeShape
@@ -35,6 +36,56 @@ Found = tuple[int, int, Shape, float]  # class id, GPU threshold, shape, gpu_fit
 
 
 @dataclass(slots=True)
+class Gathered:
+    """A :class:`Feasibility` being put together from :data:`Found` classes (``owners``
+    of each class id from ``owner_of``). The unowned classes' part is gathered once per
+    signature (:attr:`BaseVerdicts.universal_part`) and copied for each org, so an org
+    seen for the first time costs a pass over its own and granted classes only."""
+
+    thresholds: dict[int, int] = field(default_factory=dict)
+    shapes: dict[Shape, int] = field(default_factory=dict)
+    shape_classes: dict[Shape, list[int]] = field(default_factory=dict)
+    fit_of: dict[Shape, float] = field(default_factory=dict)
+    owners: dict[str | None, None] = field(default_factory=dict)
+
+    def add(self, found: list[Found], owner_of: Callable[[int], str | None]) -> None:
+        thresholds, shapes, fit_of = self.thresholds, self.shapes, self.fit_of
+        shape_classes, owners = self.shape_classes, self.owners
+        for cid, threshold, shape, fit in found:
+            if cid in thresholds:  # owned by the org and granted to it too
+                continue
+            owners[owner_of(cid)] = None
+            thresholds[cid] = threshold
+            shapes[shape] = threshold  # equal for every class of a shape
+            shape_classes.setdefault(shape, []).append(cid)
+            fit_of[shape] = fit
+
+    def copy(self) -> Gathered:
+        return Gathered(
+            dict(self.thresholds),
+            dict(self.shapes),
+            {shape: list(cids) for shape, cids in self.shape_classes.items()},
+            dict(self.fit_of),
+            dict(self.owners),
+        )
+
+    def feasibility(self) -> Feasibility:
+        by_fit: dict[float, list[Shape]] = {}
+        for shape, fit in self.fit_of.items():
+            by_fit.setdefault(fit, []).append(shape)
+        return Feasibility(
+            thresholds=self.thresholds,
+            shapes=self.shapes,
+            owners=tuple(self.owners),
+            shape_classes={shape: tuple(cids) for shape, cids in self.shape_classes.items()},
+            gpu_fit=self.fit_of,
+            groups=tuple(
+                (fit, tuple(group)) for fit, group in sorted(by_fit.items(), key=lambda g: -g[0])
+            ),
+        )
+
+
+@dataclass(slots=True)
 class BaseVerdicts:
     """The classes a job signature passes (every class filter but ``owner``), by who may
     use them: ``universal`` (no owner), ``by_owner`` and ``by_grantee`` (an owned class is
@@ -46,6 +97,8 @@ class BaseVerdicts:
     by_grantee: dict[str, list[Found]] = field(default_factory=dict)
     #: class id -> the first class filter but ``owner`` it fails (the reason any org gets)
     rejected: dict[int, str] = field(default_factory=dict)
+    #: ``universal`` gathered (built on first use by an org's feasibility)
+    universal_part: Gathered | None = None
 
     def add(self, rep: NodeShape, found: Found) -> None:
         self.every.append(found)

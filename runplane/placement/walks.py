@@ -107,8 +107,9 @@ def merge(
     budget: int,
     limit: int,
 ) -> tuple[list[Entry], int] | None:
-    """Heap-merge the selected shelves (their nodes have enough free GPUs), skipping
-    nodes of ineligible classes; ``None`` past ``limit`` visits."""
+    """Heap-merge shelves, skipping ineligible nodes (of ineligible classes, or, on the
+    all-nodes shelves of several owners, with too few free GPUs); ``None`` past
+    ``limit`` visits. Cheaper per visit than :func:`scan` over ``heapq.merge``."""
     heap: list[tuple[Item, int]] = []
     for idx, it in enumerate(iters):
         item = next(it, None)
@@ -123,7 +124,8 @@ def merge(
         if visits > limit:
             return None
         e = entries[item[-1]]
-        if e.cid in thresholds:
+        threshold = thresholds.get(e.cid)
+        if threshold is not None and e.free_gpu >= threshold:
             if seen >= budget:
                 break
             seen += 1
