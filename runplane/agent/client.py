@@ -33,7 +33,7 @@ import logging
 import math
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Unpack
@@ -456,11 +456,14 @@ class Agent:
             async with trio.open_nursery() as jobs:
                 self.runner.nursery = jobs
                 self.lifecycle.serving(jobs)
+                ticking = trio.CancelScope()
+                jobs.start_soon(_within, ticking, core.freeze.tick_forever)
                 try:
                     await self.session.connect_loop()
                 except AgentError as exc:
                     fatal = exc  # raised below, after the jobs ended (not in an exception group)
                 finally:
+                    ticking.cancel()
                     core.cancel_jobs()
         finally:
             self.runner.nursery = self.lifecycle.nursery = None
@@ -500,3 +503,9 @@ class Agent:
         if facts.executors != [self.options.executor]:
             update["executors"] = [self.options.executor]
         return facts.model_copy(update=update) if update else facts
+
+
+async def _within(scope: trio.CancelScope, fn: Callable[[], Awaitable[None]]) -> None:
+    """Run ``fn`` until ``scope`` is cancelled."""
+    with scope:
+        await fn()

@@ -20,6 +20,7 @@ import trio
 import trio_websocket
 
 from runplane.agent.finish_store import FinishStore
+from runplane.agent.freeze import FreezeWatch
 from runplane.agent.isolation import JobUser
 from runplane.agent.jobref import JobKey
 from runplane.agent.outbox import Outbox
@@ -91,6 +92,8 @@ class Job:
     mask: tuple[str, ...] = ()
     #: who its processes run as: its own uid (``uids.py``), the one job user, or None
     user: JobUser | None = None
+    #: the freeze generation when it was accepted (``freeze.py``)
+    generation: int = 0
 
     @property
     def key(self) -> JobKey:
@@ -120,8 +123,8 @@ class Connection:
     draining_sent: bool = False
     #: the server said ``resume`` (reports resent, numbering on)
     resumed: trio.Event = field(default_factory=trio.Event)
-    #: trio time of the session clock's last tick (``session.Frozen``)
-    ticked: float = 0.0
+    #: the freeze generation when it began (``freeze.py``)
+    generation: int = 0
 
 
 class Core:
@@ -129,6 +132,7 @@ class Core:
 
     def __init__(self, data_dir: Path, name: str | None) -> None:
         self.outbox = Outbox()
+        self.freeze = FreezeWatch()
         #: ``job_finished`` messages kept on disk until the server acknowledges them
         self.finishes = FinishStore(data_dir / "outbox")
         self.changed = Changed()

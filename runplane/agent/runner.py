@@ -143,6 +143,7 @@ class JobRunner:
             )
         workdir = self.work_root / msg.job_id / str(msg.attempt)
         job = Job(msg.job_id, msg.attempt, workdir, mask=tuple(msg.spec.mask or ()))
+        job.generation = self.core.freeze.look()
         self.core.jobs[key] = job
         self.core.notify()
         self.nursery.start_soon(self._run_job, job, msg.spec)
@@ -304,6 +305,8 @@ class JobRunner:
                 if isinstance(ready, Finished):
                     await self._on_event(job, await self._blame_full_root(ready))
                     return
+                if self._stale(job):
+                    return
                 finished = await self._execute(job, spec, plan, ready)
                 finished = await self._outputs(job, spec, finished)
                 await self._on_event(job, await self._blame_full_root(finished))
@@ -325,6 +328,18 @@ class JobRunner:
             del self.core.jobs[job.key]
             self.core.notify()
             await self._free_user(job)
+
+    def _stale(self, job: Job) -> bool:
+        """True when the agent was frozen since it accepted ``job`` (``freeze.py``): its
+        order is stale (the server requeued it, or will at the hello that no longer lists
+        it), so it must not start now; it ends here without a report."""
+        if not self.core.freeze.since(job.generation):
+            return False
+        log.warning(
+            "attempt dropped before it started: the agent was frozen",
+            extra={"job_id": job.job_id, "attempt": job.attempt},
+        )
+        return True
 
     async def _blame_full_root(self, finished: Finished) -> Finished:
         """A job that failed while the work root is full fails for that (fullroot.py); only

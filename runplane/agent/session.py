@@ -25,6 +25,7 @@ from runplane.agent import credentials
 from runplane.agent.backoff import Backoff
 from runplane.agent.core import Connection, Core
 from runplane.agent.errors import AgentRefused, AgentReplaced
+from runplane.agent.freeze import TICK_SEC
 from runplane.agent.jobref import job_key
 from runplane.agent.lifecycle import Lifecycle
 from runplane.agent.protocol import (
@@ -69,13 +70,6 @@ MAX_INCOMING_MESSAGE = 64 * 1024 * 1024
 
 class _ProtocolViolation(Exception):
     pass
-
-
-#: The session's clock ticks this often; a tick that comes more than
-#: max(FROZEN_MIN_SEC, 2 heartbeats) after the last one means the agent did not run for
-#: that long (SIGSTOP, a suspended VM, a stalled host): see :class:`Frozen`.
-TICK_SEC = 0.5
-FROZEN_MIN_SEC = 2.0
 
 
 class Frozen(Exception):
@@ -305,7 +299,8 @@ class AgentSession:
 
     async def _serve(self, ws: trio_websocket.WebSocketConnection, welcome: Welcome) -> None:
         session = Connection(ws, max(0.05, min(welcome.heartbeat_sec, 300.0)))
-        session.ticked = trio.current_time()
+        self.core.freeze.set_heartbeat(session.heartbeat_sec)
+        session.generation = self.core.freeze.look()
         self.current = session
         self.core.connected = True
         self.core.outbox.numbering = False  # until this server says resume
@@ -325,7 +320,7 @@ class AgentSession:
                         nursery.cancel_scope.cancel()
 
                 for fn in (
-                    self._tick_loop,
+                    self._freeze_loop,
                     self._receive_loop,
                     self._send_loop,
                     self._heartbeat_loop,
@@ -406,22 +401,16 @@ class AgentSession:
             self.core.notify()
 
     def _check_not_frozen(self, session: Connection) -> None:
-        """Raise :class:`Frozen` when the session's clock has not ticked for too long:
-        this process was stopped, and whatever it reads now may be stale."""
-        limit = max(FROZEN_MIN_SEC, 2 * session.heartbeat_sec)
-        gap = trio.current_time() - session.ticked
-        if gap > limit:
-            log.warning(
-                "this agent was frozen: dropping the connection and its orders",
-                extra={"frozen_sec": round(gap, 1), "limit_sec": limit},
-            )
-            raise Frozen(f"the agent did not run for {gap:.1f} s (more than {limit:g} s)")
+        """Raise :class:`Frozen` when the agent was frozen since this connection began:
+        whatever it reads on it now may be stale (``freeze.py``)."""
+        if self.core.freeze.since(session.generation):
+            log.warning("dropping the connection and the orders it held: the agent was frozen")
+            raise Frozen(f"the agent did not run for over {self.core.freeze.limit:g} s")
 
-    async def _tick_loop(self, session: Connection) -> None:
-        """Tick the session's clock; a late tick ends the session (:class:`Frozen`)."""
+    async def _freeze_loop(self, session: Connection) -> None:
+        """End the session (:class:`Frozen`) as soon as a freeze is seen."""
         while True:
             self._check_not_frozen(session)
-            session.ticked = trio.current_time()
             await trio.sleep(TICK_SEC)
 
     async def _heartbeat_loop(self, session: Connection) -> None:
