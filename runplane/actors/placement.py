@@ -16,23 +16,82 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import assert_never
 
+# its messages, re-exported: senders name them ``placement.Enqueue`` and so on
+from runplane.actors.placement_messages import (
+    Dequeue as Dequeue,
+)
+from runplane.actors.placement_messages import (
+    Enqueue as Enqueue,
+)
+from runplane.actors.placement_messages import (
+    FleetNow as FleetNow,
+)
+from runplane.actors.placement_messages import (
+    GrantsChanged as GrantsChanged,
+)
+from runplane.actors.placement_messages import (
+    Loads as Loads,
+)
+from runplane.actors.placement_messages import (
+    NodeDown as NodeDown,
+)
+from runplane.actors.placement_messages import (
+    NodeUp as NodeUp,
+)
+from runplane.actors.placement_messages import (
+    PlacementMsg as PlacementMsg,
+)
+from runplane.actors.placement_messages import (
+    PlacementStats as PlacementStats,
+)
+from runplane.actors.placement_messages import (
+    Queued as Queued,
+)
+from runplane.actors.placement_messages import (
+    Release as Release,
+)
+from runplane.actors.placement_messages import (
+    Reprioritize as Reprioritize,
+)
+from runplane.actors.placement_messages import (
+    SetWeight as SetWeight,
+)
+from runplane.actors.placement_messages import (
+    Shares as Shares,
+)
+from runplane.actors.placement_messages import (
+    StatsNow as StatsNow,
+)
+from runplane.actors.placement_messages import (
+    WaitReasons as WaitReasons,
+)
+from runplane.actors.placement_messages import (
+    _HeldOn as _HeldOn,
+)
+from runplane.actors.placement_messages import (
+    _HoldExpired as _HoldExpired,
+)
+from runplane.actors.placement_messages import (
+    _TellReasons as _TellReasons,
+)
 from runplane.jobs import repo as jobs_repo
 from runplane.jobs.demand import demand_of
 from runplane.jobs.jobspec import JobSpec
 from runplane.jobs.phase import Phase
-from runplane.jobs.rows import JobRow, rank_nodes
+from runplane.jobs.rows import rank_nodes
 from runplane.nodes import grants as node_grants
 from runplane.nodes import repo as nodes_repo
 from runplane.nodes.grants import Grant
 from runplane.nodes.shape import shape_of
 from runplane.persistence import Store, now_ms
+from runplane.persistence.errors import store_full, store_outage
 from runplane.placement import DemandError, FleetIndex, JobDemand, NodeLoad, NodeShape
-from runplane.placement.fairshare import FairShare, ShareRow
+from runplane.placement.fairshare import FairShare
 from runplane.placement.gang import Seat, Seats, release_ranks
 from runplane.placement.preempt import Hold, Holds, Preemptibles, Preemption, Running, choose
 from runplane.placement.queue import JobQueue, Signature, plan_groups
 from runplane.policy import repo as policy_repo
-from runplane.runtime import Actor, Asks, clock
+from runplane.runtime import Actor, clock
 
 log = logging.getLogger("runplane.placement")
 
@@ -56,158 +115,6 @@ HOLD_EXTRA_SEC = 30.0
 _PLACEMENT_COLUMNS = (
     "id, priority, spec, phase, node_id, org_id, retry_at, started_at, ranks, master_port"
 )
-
-
-# messages -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Enqueue:
-    """Queue the job (again): what placement reads of its row."""
-
-    job_id: str
-    priority: int
-    spec: JobSpec
-    org_id: str | None = None
-    #: its demand when the sender has it already (a submit checked it): not made again
-    demand: JobDemand | None = None
-
-    @classmethod
-    def of(cls, row: JobRow, demand: JobDemand | None = None) -> Enqueue:
-        return cls(row.id, row.priority, row.spec, row.org_id, demand)
-
-
-@dataclass(frozen=True, slots=True)
-class Dequeue:
-    job_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class Release:
-    job_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class Reprioritize:
-    job_id: str
-    priority: int
-
-
-@dataclass(frozen=True, slots=True)
-class NodeUp:
-    shape: NodeShape
-
-
-@dataclass(frozen=True, slots=True)
-class NodeDown:
-    node_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class GrantsChanged:
-    """The live node grants now (after a grant or a revocation): each node's grantees are
-    recomputed before the next plan."""
-
-    grants: tuple[Grant, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class WaitReasons(Asks[dict[str, str]]):
-    """The wait reason of each of ``job_ids`` that is queued here."""
-
-    job_ids: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Loads(Asks[dict[str, NodeLoad]]):
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class FleetNow(Asks[list[tuple[NodeShape, NodeLoad]]]):
-    """Every node in the fleet with its committed load (the node sampler's round)."""
-
-
-@dataclass(frozen=True, slots=True)
-class StatsNow(Asks["PlacementStats"]):
-    """A copy of placement's counters (plans, their seconds, queue depth): /metrics."""
-
-
-@dataclass(frozen=True, slots=True)
-class Shares(Asks[list[ShareRow]]):
-    """Each org's fair-share standing now (``GET /v1/analytics/share``, /metrics); with
-    ``org_id``, that org's alone."""
-
-    org_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SetWeight:
-    """An org's fair-share weight changed (its policy document; None: the default)."""
-
-    org_id: str
-    weight: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class Queued(Asks[dict[str, JobDemand]]):
-    """The queue as it is now (job id -> demand): for tests and operators."""
-
-
-@dataclass(frozen=True, slots=True)
-class _HoldExpired:
-    """A preemption's time is up (sent to self): give ``hold`` up if still in flight."""
-
-    job_id: str
-    hold: Hold
-
-
-@dataclass(frozen=True, slots=True)
-class _TellReasons:
-    """Time to look at the reasons not told yet (sent to self)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _HeldOn:
-    """An assignment refused because the job already holds ``node_id`` (sent to self)."""
-
-    job_id: str
-    node_id: str
-
-
-PlacementMsg = (
-    Enqueue
-    | Dequeue
-    | Release
-    | Reprioritize
-    | NodeUp
-    | NodeDown
-    | GrantsChanged
-    | WaitReasons
-    | Loads
-    | FleetNow
-    | StatsNow
-    | Shares
-    | SetWeight
-    | Queued
-    | _HeldOn
-    | _HoldExpired
-    | _TellReasons
-)
-
-
-@dataclass(slots=True)
-class PlacementStats:
-    plans: int = 0
-    assigned: int = 0
-    plan_seconds: float = 0.0
-    queued: int = 0
-    nodes: int = 0
-    #: running jobs told to stop for a waiting one (runplane_preemptions_total)
-    preemptions: int = 0
-    #: gangs placed (all ranks at once), gangs queued now (runplane_gangs_*)
-    gangs_placed: int = 0
-    gangs_waiting: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -689,8 +596,8 @@ class PlacementActor(Actor[PlacementMsg]):
                 answer = await self.assign_gang(job_id, seat.nodes, seat.master_port)
             else:
                 answer = await self.assign(job_id, node_id)
-        except Exception:
-            log.exception("assignment failed", extra={"job_id": job_id, "node_id": node_id})
+        except Exception as exc:
+            _log_failed_assignment(exc, job_id, node_id)
             answer = Handover(taken=False)
         if answer.taken:
             return
@@ -698,3 +605,16 @@ class PlacementActor(Actor[PlacementMsg]):
             await self.context.ref.tell(_HeldOn(job_id, answer.on_node))
         else:
             await self.context.ref.tell(Release(job_id))
+
+
+def _log_failed_assignment(exc: Exception, job_id: str, node_id: str) -> None:
+    """A store outage or a full disk is no bug (the job stays queued and is planned again
+    once the store answers): one warning line; anything else with its traceback."""
+    cause = store_outage(exc) or store_full(exc)
+    if cause is not None:
+        log.warning(
+            "assignment failed: the store",
+            extra={"job_id": job_id, "node_id": node_id, "error": str(cause)},
+        )
+        return
+    log.exception("assignment failed", extra={"job_id": job_id, "node_id": node_id})

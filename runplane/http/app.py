@@ -33,8 +33,6 @@ from runplane.http.readiness import (
     Readiness,
     log_request_full,
     log_request_outage,
-    store_full,
-    store_outage,
 )
 from runplane.http.refusals import refusal_problem
 from runplane.http.routes import (
@@ -77,6 +75,8 @@ from runplane.persistence.errors import (
     StoreFullError,
     StoreUnavailableError,
     WriteBatchError,
+    store_full,
+    store_outage,
 )
 from runplane.policy.refusal import AdmissionRefused
 from runplane.problems import Problem

@@ -18,17 +18,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TypeVar
 
 import trio
 
-from runplane.persistence import Store, StoreFullError, StoreUnavailableError
+from runplane.persistence import Store, StoreUnavailableError
 from runplane.persistence.errors import FencedError, WriteBatchError
 from runplane.runtime.throttle import OnceEvery
 
 log = logging.getLogger("runplane.http")
-
-E = TypeVar("E", bound=BaseException)
 
 #: Seconds a client should wait before retrying a request the store could not serve.
 STORE_RETRY_AFTER_SEC = 2
@@ -42,37 +39,6 @@ STORE_UNAVAILABLE_DETAIL = (
     "the store (database) cannot be reached right now, so nothing was done; "
     "retry after the Retry-After delay"
 )
-
-
-def store_outage(exc: BaseException) -> StoreUnavailableError | None:
-    """The :class:`StoreUnavailableError` behind ``exc``: itself, its cause or context (an
-    actor that crashed on it, ``ActorCrashed.__cause__``), or one inside an exception
-    group; None when the store is not to blame."""
-    return _behind(exc, StoreUnavailableError)
-
-
-def store_full(exc: BaseException) -> StoreFullError | None:
-    """The :class:`StoreFullError` behind ``exc`` (found as :func:`store_outage` finds
-    an outage); None when the store's disk is not to blame."""
-    return _behind(exc, StoreFullError)
-
-
-def _behind(exc: BaseException, kind: type[E]) -> E | None:
-    seen: set[int] = set()
-    pending: list[BaseException] = [exc]
-    while pending:
-        error = pending.pop()
-        if id(error) in seen:
-            continue
-        seen.add(id(error))
-        if isinstance(error, kind):
-            return error
-        if isinstance(error, BaseExceptionGroup):
-            pending.extend(error.exceptions)
-        for linked in (error.__cause__, error.__context__):
-            if linked is not None:
-                pending.append(linked)
-    return None
 
 
 #: logs of requests that met a store outage (one line per interval, with the count)

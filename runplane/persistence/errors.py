@@ -6,6 +6,8 @@ Driver errors pass through unchanged, except those that say the store cannot be 
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 
 class StoreClosedError(RuntimeError):
     """The store is not open (never opened, or already closed)."""
@@ -80,3 +82,37 @@ class StoreFullError(RuntimeError):
 class StoreFullWriteError(WriteBatchError, StoreFullError):
     """A write whose batch failed because the store's disk is full: nothing of it was
     committed (a :class:`WriteBatchError` and a :class:`StoreFullError`)."""
+
+
+E = TypeVar("E", bound=BaseException)
+
+
+def store_outage(exc: BaseException) -> StoreUnavailableError | None:
+    """The :class:`StoreUnavailableError` behind ``exc``: itself, its cause or context (an
+    actor that crashed on it, ``ActorCrashed.__cause__``), or one inside an exception
+    group; None when the store is not to blame."""
+    return _behind(exc, StoreUnavailableError)
+
+
+def store_full(exc: BaseException) -> StoreFullError | None:
+    """The :class:`StoreFullError` behind ``exc`` (found as :func:`store_outage` finds
+    an outage); None when the store's disk is not to blame."""
+    return _behind(exc, StoreFullError)
+
+
+def _behind(exc: BaseException, kind: type[E]) -> E | None:
+    seen: set[int] = set()
+    pending: list[BaseException] = [exc]
+    while pending:
+        error = pending.pop()
+        if id(error) in seen:
+            continue
+        seen.add(id(error))
+        if isinstance(error, kind):
+            return error
+        if isinstance(error, BaseExceptionGroup):
+            pending.extend(error.exceptions)
+        for linked in (error.__cause__, error.__context__):
+            if linked is not None:
+                pending.append(linked)
+    return None

@@ -19,9 +19,8 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-from runplane.http.readiness import store_full
 from runplane.persistence import StoreFullError, StoreUnavailableError, WriteBatchError
-from runplane.persistence.errors import StoreFullWriteError
+from runplane.persistence.errors import StoreFullWriteError, store_full
 from runplane.persistence.postgres import PostgresStore, postgres_full, postgres_unreachable
 from runplane.persistence.sqlite import SQLiteStore, sqlite_full, sqlite_unreachable
 from runplane.runtime.errors import ActorCrashed

@@ -15,10 +15,9 @@ import psycopg
 import psycopg_pool
 import pytest
 
-from runplane.http.readiness import store_outage
 from runplane.persistence import StoreUnavailableError, WriteBatchError
 from runplane.persistence import sqlite as sqlite_backend
-from runplane.persistence.errors import StoreUnavailableWriteError
+from runplane.persistence.errors import StoreUnavailableWriteError, store_outage
 from runplane.persistence.postgres import PostgresStore, postgres_unreachable
 from runplane.persistence.sqlite import SQLiteStore, sqlite_unreachable
 from runplane.runtime.errors import ActorCrashed
