@@ -229,6 +229,13 @@ def request_hash(body: SubmitJobBody) -> str:
     return hashlib.sha256(f"{fingerprint}/{policy}".encode()).hexdigest()
 
 
+def seed_of(body: SubmitJobBody, fingerprint: str | None = None) -> int:
+    """The seed ``body`` runs with: its own, else the default derived from its hash."""
+    if body.seed is not None:
+        return body.seed
+    return default_seed(fingerprint or body_hash(body))
+
+
 def default_seed(fingerprint: str) -> int:
     """The seed of a body that names none: derived from the body, so the same body resolves
     to the same spec (and spec_hash) every time. Send ``seed`` to vary it."""
@@ -247,13 +254,18 @@ def draft(
     stack, resolved_config, found = issues(body, catalog, config)
     raise_issues(found)
     assert stack is not None
-    return build(body, stack, resolved_config, fingerprint or body_hash(body))
+    return build(body, stack, resolved_config, fingerprint)
 
 
 def build(
-    body: SubmitJobBody, stack: Stack, resolved_config: dict[str, Any], fingerprint: str
+    body: SubmitJobBody,
+    stack: Stack,
+    resolved_config: dict[str, Any],
+    fingerprint: str | None = None,
 ) -> JobSpec:
-    """The spec of a body that has no issues, with its validated config."""
+    """The spec of a body that has no issues, with its validated config. ``fingerprint``
+    (``body_hash``) gives a body without a ``seed`` its default seed; it is hashed here when
+    not given and needed (a seeded body is not hashed at all)."""
     command = list(body.command) if body.command else list(stack.default_command)
     outputs = [o.model_dump() for o in body.outputs]
     known_globs = {o["glob"] for o in outputs}
@@ -270,7 +282,7 @@ def build(
             "inputs": [m.model_dump() for m in body.inputs],
             "outputs": outputs,
             "limits": body.limits.model_dump(),
-            "seed": body.seed if body.seed is not None else default_seed(fingerprint),
+            "seed": body.seed if body.seed is not None else seed_of(body, fingerprint),
             "requires": _merge_requires(body.requires, stack.requires),
             "mode": body.mode,
             "weights": dict(body.weights),

@@ -19,14 +19,16 @@ from runplane.actors.job_messages import JOBS, Cancel, CancelOutcome
 from runplane.auth.audit import ArrayEntry
 from runplane.ids import new_id
 from runplane.jobs import arrays, repo
+from runplane.jobs.alike import Alike
 from runplane.jobs.jobspec import JobSpec
 from runplane.jobs.rows import JobRow
+from runplane.jobs.spec import SubmitJobBody, seed_of
 from runplane.persistence import Tx, now_ms
 from runplane.placement import JobDemand
 from runplane.policy import LIMIT_KEYS
 from runplane.policy.refusal import AdmissionRefused
 from runplane.problems import FieldProblem, Problem, not_found
-from runplane.services.jobs import Demands, Jobs, MakeRun, Submitter
+from runplane.services.jobs import Jobs, MakeRun, Submitter
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,23 @@ class _Planned:
     item: arrays.Item
     spec: JobSpec
     make_run: MakeRun
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """The plan of the first item of a shape (``arrays.shape``): its body and its spec and
+    ResolvedRun maker, or the Problem that refused it (every item of the shape gets it)."""
+
+    body: SubmitJobBody
+    spec: JobSpec | Problem
+    make_run: MakeRun | None
+
+    def spec_for(self, body: SubmitJobBody) -> JobSpec:
+        """The spec of ``body``, of this shape: the first's, with ``body``'s own seed."""
+        assert isinstance(self.spec, JobSpec)
+        if body.seed == self.body.seed:  # the same body
+            return self.spec
+        return self.spec.model_copy(update={"seed": seed_of(body)})
 
 
 def _prefixed(item: arrays.Item, exc: Problem) -> list[FieldProblem]:
@@ -182,16 +201,26 @@ class JobArrays:
     async def _plan(
         self, items: Sequence[arrays.Item], who: Submitter
     ) -> tuple[list[_Planned], list[Rejected]]:
-        """Each item's spec before admission, or why it cannot run."""
+        """Each item's spec before admission, or why it cannot run. An item whose body is
+        another's but for its ``seed`` (the same field values: ``arrays.shape``) is planned
+        once; the others take that plan with their own seed (nothing else depends on it)."""
         planned: list[_Planned] = []
         rejected: list[Rejected] = []
+        shapes: dict[tuple[int, ...], _Shape] = {}
         for item in items:
-            try:
-                spec, make_run = await self.jobs.plan(item.body, who)
-            except Problem as exc:
-                rejected.append(Rejected(item.index, exc))
+            first = shapes.get(key := arrays.shape(item.body))
+            if first is None:
+                try:
+                    spec, make_run = await self.jobs.plan(item.body, who)
+                    first = _Shape(item.body, spec, make_run)
+                except Problem as exc:
+                    first = _Shape(item.body, exc, None)
+                shapes[key] = first
+            if isinstance(first.spec, Problem):
+                rejected.append(Rejected(item.index, first.spec))
                 continue
-            planned.append(_Planned(item, spec, make_run))
+            assert first.make_run is not None
+            planned.append(_Planned(item, first.spec_for(item.body), first.make_run))
         return planned, rejected
 
     def _admitted(
@@ -205,7 +234,7 @@ class JobArrays:
         ``rejected``."""
         admitted: list[repo.NewJob] = []
         demands: dict[str, JobDemand] = {}
-        known: Demands = {}  # the items of an array mostly ask alike
+        known = Alike()  # the items of an array mostly ask alike
         for new, p, decision in zip(new_jobs, planned, decisions, strict=True):
             try:
                 job, demands[new.id] = self.jobs.admitted(new, decision, p.make_run, known=known)

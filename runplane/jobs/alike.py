@@ -1,0 +1,105 @@
+"""What the jobs of one array share, worked out once (docs/jobs.md "Job arrays").
+
+Most arrays are one body sent many times with each item's ``seed`` (or identical items):
+their specs are copies of one planned spec (``JobArrays._plan``) that share every field
+value but the seed. :class:`Alike` is one array's memo of what follows from those shared
+values: the limits admission clamps them to, the placement demand, the ResolvedRun, and
+the spec hash of the shared part, so that each item costs only its own delta (its seed:
+hashed onto a copy of the shared part's SHA-256 state). A memo is keyed by the identity
+of the values it read and keeps those values alive while the array is admitted, so an id
+is never reused for another value meanwhile; values that are equal but not the same
+objects merely miss the memo and are worked out again (the result is the same).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .jobspec import HASHED_FIELDS, JobSpec, LimitsBody, canonical_json, hashed_subset
+
+#: The spec fields a placement demand reads (``services.jobs._demand_key``).
+DEMAND_FIELDS = (
+    *("limits", "requires", "weights", "weights_preset", "isolation"),
+    *("container", "pod", "preemptible", "preempt_grace_sec", "nodes"),
+)
+_UNSEEDED = tuple(f for f in HASHED_FIELDS if f != "seed")
+
+
+def _ids(spec: JobSpec, fields: tuple[str, ...]) -> tuple[int, ...]:
+    return tuple(id(getattr(spec, f)) for f in fields)
+
+
+class SeedHasher:
+    """``spec_hash`` of the specs that differ from one spec only in their seed: the
+    canonical JSON before the seed is hashed once, each spec's seed and the rest after."""
+
+    def __init__(self, spec: JobSpec) -> None:
+        subset = hashed_subset(spec)
+        self.seeded = subset.get("seed") is not None
+        if not self.seeded:  # no seed in what is hashed: one hash for all
+            self.head, self.tail = hashlib.sha256(canonical_json(subset).encode()), ""
+            return
+        token = json.dumps(f"seed-{uuid.uuid4().hex}")  # a value nothing else in it has
+        text = canonical_json({**subset, "seed": json.loads(token)})
+        at = text.index(token)
+        self.head, self.tail = hashlib.sha256(text[:at].encode()), text[at + len(token) :]
+
+    def __call__(self, spec: JobSpec) -> str:
+        digest = self.head.copy()
+        if self.seeded:
+            digest.update(f"{json.dumps(spec.seed)}{self.tail}".encode())
+        return digest.hexdigest()
+
+
+class Alike:
+    """One array's memo (see the module's docstring); used by ``Jobs.admitted``."""
+
+    def __init__(self) -> None:
+        #: the values whose ids key the memos, held while the array is admitted
+        self._held: list[Any] = []
+        self._limits: dict[tuple[Any, ...], LimitsBody] = {}
+        self._hashers: dict[tuple[Any, ...], SeedHasher] = {}
+        self._runs: dict[tuple[Any, ...], dict[str, Any]] = {}
+        #: demands by the ids of what they read, and by their canonical asks
+        self.demand_ids: dict[tuple[Any, ...], Any] = {}
+        self.demands: dict[tuple[Any, ...], Any] = {}
+
+    def hold(self, value: Any) -> None:
+        self._held.append(value)
+
+    def with_limits(self, spec: JobSpec, limits: Mapping[str, Any]) -> JobSpec:
+        """``spec.with_limits(limits)``, the clamped LimitsBody made once per distinct
+        limits asked and clamp."""
+        key = (id(spec.limits), *sorted(limits.items()))
+        admitted = self._limits.get(key)
+        if admitted is None:
+            self.hold(spec.limits)
+            admitted = self._limits[key] = spec.with_limits(limits).limits
+        return spec.model_copy(update={"limits": admitted})
+
+    def spec_hash(self, spec: JobSpec) -> str:
+        """``jobspec.spec_hash(spec)``, the shared part hashed once."""
+        key = (frozenset(spec.model_fields_set), spec.nodes, id(spec.pod), *_ids(spec, _UNSEEDED))
+        hasher = self._hashers.get(key)
+        if hasher is None:
+            self.hold(spec)
+            hasher = self._hashers[key] = SeedHasher(spec)
+        return hasher(spec)
+
+    def run(self, spec: JobSpec, make_run: Callable[[JobSpec], dict[str, Any]]) -> dict[str, Any]:
+        """``make_run(spec)`` (the stored ResolvedRun: it does not read the seed), made
+        once per maker and what a ResolvedRun reads (``runs.stored_run``)."""
+        key = (id(make_run), spec.stack, *_ids(spec, ("limits", "command", "config")))
+        run = self._runs.get(key)
+        if run is None:
+            self.hold((make_run, spec))
+            run = self._runs[key] = make_run(spec)
+        return run
+
+    def demand_key(self, spec: JobSpec, priority: int, org_id: str | None) -> tuple[Any, ...]:
+        """The key of ``demand_ids``: what a demand reads, by identity."""
+        return (priority, org_id, *_ids(spec, DEMAND_FIELDS))
