@@ -17,6 +17,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import Callable, Mapping
+from operator import attrgetter
 from typing import Any
 
 from .jobspec import HASHED_FIELDS, JobSpec, LimitsBody, canonical_json, hashed_subset
@@ -26,32 +27,40 @@ DEMAND_FIELDS = (
     *("limits", "requires", "weights", "weights_preset", "isolation"),
     *("container", "pod", "preemptible", "preempt_grace_sec", "nodes"),
 )
-_UNSEEDED = tuple(f for f in HASHED_FIELDS if f != "seed")
+_DEMANDED = attrgetter(*DEMAND_FIELDS)
+_UNSEEDED = attrgetter(*(f for f in HASHED_FIELDS if f != "seed"))
+_STORED = attrgetter(*(f for f in JobSpec.model_fields if f != "seed"))
+_RUN = attrgetter("limits", "command", "config")
 
 
-def _ids(spec: JobSpec, fields: tuple[str, ...]) -> tuple[int, ...]:
-    return tuple(id(getattr(spec, f)) for f in fields)
+def _ids(spec: JobSpec, fields: Callable[[JobSpec], tuple[Any, ...]]) -> tuple[int, ...]:
+    """The identity of the values ``fields`` (an ``attrgetter``) reads from ``spec``."""
+    return tuple(map(id, fields(spec)))
 
 
-class SeedHasher:
-    """``spec_hash`` of the specs that differ from one spec only in their seed: the
-    canonical JSON before the seed is hashed once, each spec's seed and the rest after."""
+class SeedSplit:
+    """The canonical JSON of mappings that differ only in their ``seed`` (an int), cut
+    where the seed goes: the text before it (and its SHA-256 state) made once, each
+    mapping's text and hash its seed and the text after."""
 
-    def __init__(self, spec: JobSpec) -> None:
-        subset = hashed_subset(spec)
-        self.seeded = subset.get("seed") is not None
-        if not self.seeded:  # no seed in what is hashed: one hash for all
-            self.head, self.tail = hashlib.sha256(canonical_json(subset).encode()), ""
-            return
-        token = json.dumps(f"seed-{uuid.uuid4().hex}")  # a value nothing else in it has
-        text = canonical_json({**subset, "seed": json.loads(token)})
-        at = text.index(token)
-        self.head, self.tail = hashlib.sha256(text[:at].encode()), text[at + len(token) :]
+    def __init__(self, doc: Mapping[str, Any]) -> None:
+        self.seeded = doc.get("seed") is not None
+        if not self.seeded:  # no seed in it: one text for all
+            self.head, self.tail = canonical_json(doc), ""
+        else:
+            token = json.dumps(f"seed-{uuid.uuid4().hex}")  # a value nothing else in it has
+            text = canonical_json({**doc, "seed": json.loads(token)})
+            at = text.index(token)
+            self.head, self.tail = text[:at], text[at + len(token) :]
+        self.hashed = hashlib.sha256(self.head.encode())
 
-    def __call__(self, spec: JobSpec) -> str:
-        digest = self.head.copy()
+    def text(self, seed: int) -> str:
+        return f"{self.head}{json.dumps(seed)}{self.tail}" if self.seeded else self.head
+
+    def sha256(self, seed: int) -> str:
+        digest = self.hashed.copy()
         if self.seeded:
-            digest.update(f"{json.dumps(spec.seed)}{self.tail}".encode())
+            digest.update(f"{json.dumps(seed)}{self.tail}".encode())
         return digest.hexdigest()
 
 
@@ -61,8 +70,9 @@ class Alike:
     def __init__(self) -> None:
         #: the values whose ids key the memos, held while the array is admitted
         self._held: list[Any] = []
-        self._limits: dict[tuple[Any, ...], LimitsBody] = {}
-        self._hashers: dict[tuple[Any, ...], SeedHasher] = {}
+        self._limits: dict[tuple[Any, ...], LimitsBody | None] = {}
+        self._hashed: dict[tuple[Any, ...], SeedSplit] = {}
+        self._stored: dict[tuple[Any, ...], SeedSplit] = {}
         self._runs: dict[tuple[Any, ...], dict[str, Any]] = {}
         #: demands by the ids of what they read, and by their canonical asks
         self.demand_ids: dict[tuple[Any, ...], Any] = {}
@@ -72,28 +82,39 @@ class Alike:
         self._held.append(value)
 
     def with_limits(self, spec: JobSpec, limits: Mapping[str, Any]) -> JobSpec:
-        """``spec.with_limits(limits)``, the clamped LimitsBody made once per distinct
-        limits asked and clamp."""
+        """``spec`` with the admitted ``limits`` as ``finish`` takes them: itself when the
+        clamp changes nothing, else ``spec.with_limits(limits)``; the clamped LimitsBody
+        made once per distinct limits asked and clamp."""
         key = (id(spec.limits), *sorted(limits.items()))
         admitted = self._limits.get(key)
         if admitted is None:
             self.hold(spec.limits)
-            admitted = self._limits[key] = spec.with_limits(limits).limits
-        return spec.model_copy(update={"limits": admitted})
+            clamped = spec.with_limits(limits).limits
+            admitted = self._limits[key] = None if clamped == spec.limits else clamped
+        return spec if admitted is None else spec.model_copy(update={"limits": admitted})
 
     def spec_hash(self, spec: JobSpec) -> str:
         """``jobspec.spec_hash(spec)``, the shared part hashed once."""
         key = (frozenset(spec.model_fields_set), spec.nodes, id(spec.pod), *_ids(spec, _UNSEEDED))
-        hasher = self._hashers.get(key)
-        if hasher is None:
+        split = self._hashed.get(key)
+        if split is None:
             self.hold(spec)
-            hasher = self._hashers[key] = SeedHasher(spec)
-        return hasher(spec)
+            split = self._hashed[key] = SeedSplit(hashed_subset(spec))
+        return split.sha256(spec.seed)
+
+    def stored_json(self, spec: JobSpec) -> str:
+        """``spec.stored_json()`` (the ``jobs.spec`` column), the shared part encoded once."""
+        key = (frozenset(spec.model_fields_set), *_ids(spec, _STORED))
+        split = self._stored.get(key)
+        if split is None:
+            self.hold(spec)
+            split = self._stored[key] = SeedSplit(spec.stored())
+        return split.text(spec.seed)
 
     def run(self, spec: JobSpec, make_run: Callable[[JobSpec], dict[str, Any]]) -> dict[str, Any]:
         """``make_run(spec)`` (the stored ResolvedRun: it does not read the seed), made
         once per maker and what a ResolvedRun reads (``runs.stored_run``)."""
-        key = (id(make_run), spec.stack, *_ids(spec, ("limits", "command", "config")))
+        key = (id(make_run), spec.stack, *_ids(spec, _RUN))
         run = self._runs.get(key)
         if run is None:
             self.hold((make_run, spec))
@@ -102,4 +123,4 @@ class Alike:
 
     def demand_key(self, spec: JobSpec, priority: int, org_id: str | None) -> tuple[Any, ...]:
         """The key of ``demand_ids``: what a demand reads, by identity."""
-        return (priority, org_id, *_ids(spec, DEMAND_FIELDS))
+        return (priority, org_id, *_ids(spec, _DEMANDED))

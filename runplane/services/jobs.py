@@ -127,7 +127,7 @@ def _finish_alike(
     spec = new.spec
     if limits is not None:
         admitted = known.with_limits(spec, limits)
-        if admitted.limits != spec.limits:
+        if admitted is not spec:
             spec, known_hash = admitted, None
     return ResolvedJob(
         spec=spec,
@@ -321,12 +321,23 @@ class Jobs:
             resolved = _finish_alike(new, limits, known_hash, known)
         resolved = replace(resolved, spec=self._preemption(resolved.spec, decision.caps))
         demand = _check_placeable(resolved, new.id, new.org_id, known)
+        spec = sealed(resolved.spec, self.sealer, new.org_id)
+        if known is None:
+            return replace(
+                new,
+                spec=spec,
+                spec_hash=resolved.spec_hash,
+                run=make_run(resolved.spec),
+                notes=decision.clamp.notes,
+            ), demand
         admitted = replace(
             new,
-            spec=sealed(resolved.spec, self.sealer, new.org_id),
+            spec=spec,
             spec_hash=resolved.spec_hash,
-            run=make_run(resolved.spec) if known is None else known.run(resolved.spec, make_run),
+            run=known.run(resolved.spec, make_run),
             notes=decision.clamp.notes,
+            # a sealed spec is its own (fresh nonces): encoded as ever, in the insert
+            spec_json=known.stored_json(spec) if spec is resolved.spec else None,
         )
         return admitted, demand
 

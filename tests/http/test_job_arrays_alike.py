@@ -133,13 +133,17 @@ def _spec(**fields: Any) -> JobSpec:
         {"seed": 2**63 - 1, "env": {"seed": "seed-0"}, "nodes": 2},
     ],
 )
-def test_the_shared_part_hashed_once_gives_each_spec_its_own_hash(fields: dict[str, Any]) -> None:
+def test_the_shared_part_hashed_and_encoded_once_gives_each_spec_its_own(
+    fields: dict[str, Any],
+) -> None:
     alike = Alike()
     first = _spec(**fields)
     copies = [first, *(first.model_copy(update={"seed": s}) for s in (0, 1, 12345, 2**40))]
     for spec in copies:
         assert alike.spec_hash(spec) == spec_hash(spec)
+        assert alike.stored_json(spec) == spec.stored_json()
     assert alike.spec_hash(first) == spec_hash(first)  # again, from the memo
+    assert alike.stored_json(first) == first.stored_json()
 
 
 def test_the_clamped_limits_are_made_once_and_the_same() -> None:
