@@ -20,7 +20,16 @@ from collections.abc import Callable, Mapping
 from operator import attrgetter
 from typing import Any
 
-from .jobspec import HASHED_FIELDS, JobSpec, LimitsBody, canonical_json, hashed_subset
+from .jobspec import (
+    HASHED_FIELDS,
+    JobSpec,
+    LimitsBody,
+    canonical_json,
+    hashed_subset,
+)
+from .jobspec import (
+    spec_hash as hash_whole,
+)
 
 #: The spec fields a placement demand reads (``services.jobs._demand_key``).
 DEMAND_FIELDS = (
@@ -73,6 +82,7 @@ class Alike:
         self._limits: dict[tuple[Any, ...], LimitsBody | None] = {}
         self._hashed: dict[tuple[Any, ...], SeedSplit] = {}
         self._stored: dict[tuple[Any, ...], SeedSplit] = {}
+        self._seen: set[tuple[Any, ...]] = set()
         self._runs: dict[tuple[Any, ...], dict[str, Any]] = {}
         #: demands by the ids of what they read, and by their canonical asks
         self.demand_ids: dict[tuple[Any, ...], Any] = {}
@@ -94,22 +104,34 @@ class Alike:
         return spec if admitted is None else spec.model_copy(update={"limits": admitted})
 
     def spec_hash(self, spec: JobSpec) -> str:
-        """``jobspec.spec_hash(spec)``, the shared part hashed once."""
+        """``jobspec.spec_hash(spec)``, the shared part hashed once (from its second spec
+        on: the first is hashed whole, so a sweep's items, all unlike, pay nothing more)."""
         key = (frozenset(spec.model_fields_set), spec.nodes, id(spec.pod), *_ids(spec, _UNSEEDED))
         split = self._hashed.get(key)
         if split is None:
-            self.hold(spec)
+            if self._first(key, spec):
+                return hash_whole(spec)
             split = self._hashed[key] = SeedSplit(hashed_subset(spec))
         return split.sha256(spec.seed)
 
     def stored_json(self, spec: JobSpec) -> str:
-        """``spec.stored_json()`` (the ``jobs.spec`` column), the shared part encoded once."""
+        """``spec.stored_json()`` (the ``jobs.spec`` column), the shared part encoded once
+        (from its second spec on, as ``spec_hash``)."""
         key = (frozenset(spec.model_fields_set), *_ids(spec, _STORED))
         split = self._stored.get(key)
         if split is None:
-            self.hold(spec)
+            if self._first(key, spec):
+                return spec.stored_json()
             split = self._stored[key] = SeedSplit(spec.stored())
         return split.text(spec.seed)
+
+    def _first(self, key: tuple[Any, ...], spec: JobSpec) -> bool:
+        """Whether ``key`` is seen for the first time (then held)."""
+        if key in self._seen:
+            return False
+        self._seen.add(key)
+        self.hold(spec)
+        return True
 
     def run(self, spec: JobSpec, make_run: Callable[[JobSpec], dict[str, Any]]) -> dict[str, Any]:
         """``make_run(spec)`` (the stored ResolvedRun: it does not read the seed), made
