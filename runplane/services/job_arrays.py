@@ -192,8 +192,7 @@ class JobArrays:
             for job_id in held:
                 await self.jobs.release(job_id)
             return await self._replay(written)
-        for row in written:
-            await self.jobs.enqueue(row, demands[row.id])
+        await self.jobs.enqueue_many(written, demands)
         notes = {j.array_index or 0: j.notes for j in admitted if j.notes}
         rejected.sort(key=lambda r: r.index)
         return ArrayCreated(array_id, written, notes, rejected)
