@@ -47,29 +47,30 @@ def _ids(spec: JobSpec, fields: Callable[[JobSpec], tuple[Any, ...]]) -> tuple[i
     return tuple(map(id, fields(spec)))
 
 
-class SeedSplit:
-    """The canonical JSON of mappings that differ only in their ``seed`` (an int), cut
-    where the seed goes: the text before it (and its SHA-256 state) made once, each
-    mapping's text and hash its seed and the text after."""
+class Split:
+    """The canonical JSON of mappings that differ only in the value of one ``key``, cut
+    where that value goes: the text before it (and its SHA-256 state) made once, each
+    mapping's text and hash its value and the text after. A mapping without the key (or
+    with None) is one text for all."""
 
-    def __init__(self, doc: Mapping[str, Any]) -> None:
-        self.seeded = doc.get("seed") is not None
-        if not self.seeded:  # no seed in it: one text for all
+    def __init__(self, doc: Mapping[str, Any], key: str = "seed") -> None:
+        self.present = doc.get(key) is not None
+        if not self.present:
             self.head, self.tail = canonical_json(doc), ""
         else:
-            token = json.dumps(f"seed-{uuid.uuid4().hex}")  # a value nothing else in it has
-            text = canonical_json({**doc, "seed": json.loads(token)})
+            token = json.dumps(f"{key}-{uuid.uuid4().hex}")  # a value nothing else in it has
+            text = canonical_json({**doc, key: json.loads(token)})
             at = text.index(token)
             self.head, self.tail = text[:at], text[at + len(token) :]
         self.hashed = hashlib.sha256(self.head.encode())
 
-    def text(self, seed: int) -> str:
-        return f"{self.head}{json.dumps(seed)}{self.tail}" if self.seeded else self.head
+    def text(self, value: Any) -> str:
+        return f"{self.head}{canonical_json(value)}{self.tail}" if self.present else self.head
 
-    def sha256(self, seed: int) -> str:
+    def sha256(self, value: Any) -> str:
         digest = self.hashed.copy()
-        if self.seeded:
-            digest.update(f"{json.dumps(seed)}{self.tail}".encode())
+        if self.present:
+            digest.update(f"{canonical_json(value)}{self.tail}".encode())
         return digest.hexdigest()
 
 
@@ -80,8 +81,8 @@ class Alike:
         #: the values whose ids key the memos, held while the array is admitted
         self._held: list[Any] = []
         self._limits: dict[tuple[Any, ...], LimitsBody | None] = {}
-        self._hashed: dict[tuple[Any, ...], SeedSplit] = {}
-        self._stored: dict[tuple[Any, ...], SeedSplit] = {}
+        self._hashed: dict[tuple[Any, ...], Split] = {}
+        self._stored: dict[tuple[Any, ...], Split] = {}
         self._seen: set[tuple[Any, ...]] = set()
         self._runs: dict[tuple[Any, ...], dict[str, Any]] = {}
         #: demands by the ids of what they read, and by their canonical asks
@@ -111,7 +112,7 @@ class Alike:
         if split is None:
             if self._first(key, spec):
                 return hash_whole(spec)
-            split = self._hashed[key] = SeedSplit(hashed_subset(spec))
+            split = self._hashed[key] = Split(hashed_subset(spec))
         return split.sha256(spec.seed)
 
     def stored_json(self, spec: JobSpec) -> str:
@@ -122,7 +123,7 @@ class Alike:
         if split is None:
             if self._first(key, spec):
                 return spec.stored_json()
-            split = self._stored[key] = SeedSplit(spec.stored())
+            split = self._stored[key] = Split(spec.stored())
         return split.text(spec.seed)
 
     def _first(self, key: tuple[Any, ...], spec: JobSpec) -> bool:

@@ -117,13 +117,15 @@ def fast_batch(data: Mapping[str, Any]) -> BatchBody | None:
     return BatchBody.model_construct(fields, jobs=bodies, atomic=atomic)
 
 
-def shape(body: SubmitJobBody) -> tuple[int, ...]:
+def shape(body: SubmitJobBody, *but: str) -> tuple[int, ...]:
     """What makes items of an array alike: the identity of each field value of ``body``
-    but its ``seed``. Items that share their values (one parsed body copied with each
-    item's seed, ``fast_batch``; a list's identical items) are of one shape and planned
-    once; equal values that are not the same objects are merely planned apart. The bodies
-    are held by the batch while it is planned, so an id is not reused meanwhile."""
-    return tuple(id(value) for name, value in vars(body).items() if name != "seed")
+    but its ``seed`` (and the fields ``but`` names). Items that share their values (one
+    parsed body copied with each item's seed, ``fast_batch``; a sweep's template copied
+    with each item's config; a list's identical items) are of one shape and planned once;
+    equal values that are not the same objects are merely planned apart. The bodies are
+    held by the batch while it is planned, so an id is not reused meanwhile."""
+    left_out = ("seed", *but)
+    return tuple(id(value) for name, value in vars(body).items() if name not in left_out)
 
 
 def batch_hash(batch: BatchBody) -> str:

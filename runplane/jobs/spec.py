@@ -202,13 +202,17 @@ def body_hash(body: SubmitJobBody) -> str:
     policy and the preemption fields are left out: they do not change what a try runs,
     nor its default seed; so are an ``image`` not given and ``nodes`` 1, so that the
     bodies of before images and gangs hash as they did)."""
+    return hashlib.sha256(canonical_json(body_doc(body)).encode()).hexdigest()
+
+
+def body_doc(body: SubmitJobBody) -> dict[str, Any]:
+    """What ``body_hash`` hashes (the canonical JSON of this mapping)."""
     left_out = {"retry", *PREEMPTION_FIELDS}
     if body.image is None:
         left_out.add("image")
     if body.nodes == 1:
         left_out.add("nodes")
-    asked = body.model_dump(mode="json", exclude=left_out)
-    return hashlib.sha256(canonical_json(asked).encode()).hexdigest()
+    return body.model_dump(mode="json", exclude=left_out)
 
 
 #: The submit body's preemption fields (docs/placement.md "Preemption"): not hashed.

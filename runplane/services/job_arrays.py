@@ -19,10 +19,10 @@ from runplane.actors.job_messages import JOBS, Cancel, CancelOutcome
 from runplane.auth.audit import ArrayEntry
 from runplane.ids import new_id
 from runplane.jobs import arrays, repo
-from runplane.jobs.alike import Alike
+from runplane.jobs.alike import Alike, Split
 from runplane.jobs.jobspec import JobSpec
 from runplane.jobs.rows import JobRow
-from runplane.jobs.spec import SubmitJobBody, seed_of
+from runplane.jobs.spec import SubmitJobBody, body_doc, seed_of
 from runplane.persistence import Tx, now_ms
 from runplane.placement import JobDemand
 from runplane.policy import LIMIT_KEYS
@@ -82,6 +82,28 @@ class _Shape:
         if body.seed == self.body.seed:  # the same body
             return self.spec
         return self.spec.model_copy(update={"seed": seed_of(body)})
+
+
+@dataclass(slots=True)
+class _Like:
+    """The first item planned of those alike but for their config (``arrays.shape``):
+    its body and spec, and its ``body_doc`` cut where the config goes (made when a second
+    item needs a default seed)."""
+
+    body: SubmitJobBody
+    spec: JobSpec
+    split: Split | None = None
+
+    def fingerprint(self, body: SubmitJobBody) -> Callable[[], str]:
+        """``body_hash(body)`` for ``body``, alike but for its config: the shared part
+        hashed once."""
+
+        def digest() -> str:
+            if self.split is None:
+                self.split = Split(body_doc(self.body), "config")
+            return self.split.sha256(body.config)
+
+        return digest
 
 
 def _prefixed(item: arrays.Item, exc: Problem) -> list[FieldProblem]:
@@ -206,21 +228,32 @@ class JobArrays:
         planned: list[_Planned] = []
         rejected: list[Rejected] = []
         shapes: dict[tuple[int, ...], _Shape] = {}
+        likes: dict[tuple[int, ...], _Like] = {}
         for item in items:
             first = shapes.get(key := arrays.shape(item.body))
             if first is None:
-                try:
-                    spec, make_run = await self.jobs.plan(item.body, who)
-                    first = _Shape(item.body, spec, make_run)
-                except Problem as exc:
-                    first = _Shape(item.body, exc, None)
-                shapes[key] = first
+                first = shapes[key] = await self._plan_one(item.body, who, likes)
             if isinstance(first.spec, Problem):
                 rejected.append(Rejected(item.index, first.spec))
                 continue
             assert first.make_run is not None
             planned.append(_Planned(item, first.spec_for(item.body), first.make_run))
         return planned, rejected
+
+    async def _plan_one(
+        self, body: SubmitJobBody, who: Submitter, likes: dict[tuple[int, ...], _Like]
+    ) -> _Shape:
+        """The plan of an item of a new shape: of its config alone when an item like it but
+        for its config was planned (a sweep's), else whole."""
+        like = likes.get(key := arrays.shape(body, "config"))
+        try:
+            if like is not None:
+                return _Shape(body, *self.jobs.plan_like(body, like.spec, like.fingerprint(body)))
+            spec, make_run = await self.jobs.plan(body, who)
+        except Problem as exc:
+            return _Shape(body, exc, None)
+        likes[key] = _Like(body, spec)
+        return _Shape(body, spec, make_run)
 
     def _admitted(
         self,

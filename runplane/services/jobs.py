@@ -40,6 +40,7 @@ from runplane.jobs.spec import (
     ResolvedJob,
     SubmitJobBody,
     build,
+    default_seed,
     finish,
     raise_issues,
     request_hash,
@@ -294,6 +295,19 @@ class Jobs:
             spec = await self.resolve_git(spec, who.org_id)
         if self.resolve_image is not None:
             spec = await self.resolve_image(spec, who.org_id, own=body.image is not None)
+        return spec, lambda s: runs.stored_run(s, planned.folded, planned.has_runspec)
+
+    def plan_like(
+        self, body: SubmitJobBody, like: JobSpec, fingerprint: Callable[[], str]
+    ) -> tuple[JobSpec, MakeRun]:
+        """``plan`` of a body that is the body ``like`` was planned from but for its
+        ``config`` and ``seed`` (an array's item): its config checked and resolved (the
+        same Problem ``plan`` raises), the rest of ``like`` kept, its own seed (a default
+        one from ``fingerprint``, its ``body_hash``)."""
+        planned = runs.plan(body, self.catalog)
+        raise_issues(planned.issues)
+        seed = body.seed if body.seed is not None else default_seed(fingerprint())
+        spec = like.model_copy(update={"config": planned.config, "seed": seed})
         return spec, lambda s: runs.stored_run(s, planned.folded, planned.has_runspec)
 
     def admitted(

@@ -81,6 +81,24 @@ async def test_a_sweep_makes_the_jobs_its_items_make_alone(client: Any) -> None:
         assert _same(arrayed) == _same(single)
 
 
+async def test_a_sweeps_bad_values_are_refused_as_when_sent_alone(client: Any) -> None:
+    body = {"job": {**CARTPOLE, "seed": 2}, "sweep": {"episodes": [1, -5, 2, -7]}}
+    body["atomic"] = False
+    answer = await (await client.post("/v1/jobs/batch", json=body)).get_json()
+    assert [j["index"] for j in answer["jobs"]] == [0, 2]
+    assert [r["index"] for r in answer["rejected"]] == [1, 3]
+    for rejected, episodes in zip(answer["rejected"], (-5, -7), strict=True):
+        config = {**CARTPOLE["config"], "episodes": episodes}
+        alone = await client.post("/v1/jobs", json={**CARTPOLE, "seed": 2, "config": config})
+        problem = await alone.get_json()
+        assert rejected["status"] == alone.status_code == 422
+        assert (rejected["code"], rejected["detail"]) == (problem["code"], problem["detail"])
+        assert rejected["errors"] == problem["errors"]
+    for made in answer["jobs"]:
+        job = await (await client.get(f"/v1/jobs/{made['job_id']}")).get_json()
+        assert job["seed"] == 2
+
+
 BODIES: list[dict[str, Any]] = [
     {"jobs": ITEMS},
     {"jobs": ITEMS, "atomic": False},
