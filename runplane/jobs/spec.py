@@ -63,6 +63,8 @@ class SubmitJobBody(_Strict):
     weights_preset: Literal["training", "interactive", "batch"] | None = None
     isolation: Literal["none", "gvisor", "kata"] = "none"
     priority: int = Field(100, ge=-(2**31), le=2**31 - 1)
+    #: (a job array's items are validated without it, the seed checked alone: see
+    #: ``arrays.fast_batch`` before making it depend on another field)
     seed: int | None = Field(None, ge=0, le=INT64_MAX)
     mode: Literal["run", "session"] = "run"
     project: Annotated[str, StringConstraints(max_length=128)] = ""
