@@ -37,8 +37,10 @@ DEMAND_FIELDS = (
     *("container", "pod", "preemptible", "preempt_grace_sec", "nodes"),
 )
 _DEMANDED = attrgetter(*DEMAND_FIELDS)
-_UNSEEDED = attrgetter(*(f for f in HASHED_FIELDS if f != "seed"))
-_STORED = attrgetter(*(f for f in JobSpec.model_fields if f != "seed"))
+#: what the specs of an array's items differ in (a sweep's config, each item's seed)
+_DELTA = ("config", "seed")
+_HASHED = attrgetter(*(f for f in HASHED_FIELDS if f not in _DELTA))
+_STORED = attrgetter(*(f for f in JobSpec.model_fields if f not in _DELTA))
 _RUN = attrgetter("limits", "command", "config")
 
 
@@ -48,29 +50,40 @@ def _ids(spec: JobSpec, fields: Callable[[JobSpec], tuple[Any, ...]]) -> tuple[i
 
 
 class Split:
-    """The canonical JSON of mappings that differ only in the value of one ``key``, cut
-    where that value goes: the text before it (and its SHA-256 state) made once, each
-    mapping's text and hash its value and the text after. A mapping without the key (or
-    with None) is one text for all."""
+    """The canonical JSON of mappings that differ only in the values of ``keys``, cut
+    where those values go: the text before the first (and its SHA-256 state) and the
+    texts between them made once; each mapping's text and hash its values (in JSON, as
+    ``canonical_json`` writes them) between those. A key the mapping lacks (or holds None)
+    is not cut: its value is part of the shared text."""
 
-    def __init__(self, doc: Mapping[str, Any], key: str = "seed") -> None:
-        self.present = doc.get(key) is not None
-        if not self.present:
-            self.head, self.tail = canonical_json(doc), ""
-        else:
-            token = json.dumps(f"{key}-{uuid.uuid4().hex}")  # a value nothing else in it has
-            text = canonical_json({**doc, key: json.loads(token)})
-            at = text.index(token)
-            self.head, self.tail = text[:at], text[at + len(token) :]
+    def __init__(self, doc: Mapping[str, Any], keys: tuple[str, ...] = ("seed",)) -> None:
+        # a value nothing else in the text has, per key cut
+        tokens = {k: f"{k}-{uuid.uuid4().hex}" for k in keys if doc.get(k) is not None}
+        text = canonical_json({**doc, **tokens})
+        quoted = {k: json.dumps(t) for k, t in tokens.items()}
+        cuts = sorted((text.index(q), k, len(q)) for k, q in quoted.items())
+        self.keys = tuple(k for _, k, _ in cuts)
+        pieces, at = [], 0
+        for start, _, size in cuts:
+            pieces.append(text[at:start])
+            at = start + size
+        pieces.append(text[at:])
+        self.head, self.rest = pieces[0], pieces[1:]
         self.hashed = hashlib.sha256(self.head.encode())
 
-    def text(self, value: Any) -> str:
-        return f"{self.head}{canonical_json(value)}{self.tail}" if self.present else self.head
+    def _tail(self, values: Mapping[str, Any]) -> str:
+        """The text after the head: each value cut and the text that follows it."""
+        out: list[str] = []
+        for key, after in zip(self.keys, self.rest, strict=True):
+            out += (canonical_json(values[key]), after)
+        return "".join(out)
 
-    def sha256(self, value: Any) -> str:
+    def text(self, values: Mapping[str, Any]) -> str:
+        return self.head + self._tail(values)
+
+    def sha256(self, values: Mapping[str, Any]) -> str:
         digest = self.hashed.copy()
-        if self.present:
-            digest.update(f"{canonical_json(value)}{self.tail}".encode())
+        digest.update(self._tail(values).encode())
         return digest.hexdigest()
 
 
@@ -105,26 +118,33 @@ class Alike:
         return spec if admitted is None else spec.model_copy(update={"limits": admitted})
 
     def spec_hash(self, spec: JobSpec) -> str:
-        """``jobspec.spec_hash(spec)``, the shared part hashed once (from its second spec
-        on: the first is hashed whole, so a sweep's items, all unlike, pay nothing more)."""
-        key = (frozenset(spec.model_fields_set), spec.nodes, id(spec.pod), *_ids(spec, _UNSEEDED))
+        """``jobspec.spec_hash(spec)``, the shared part hashed once: specs alike but for
+        their seed and config (an array's), from the second on (the first is hashed whole,
+        so an array of unlike items pays nothing more)."""
+        key = (frozenset(spec.model_fields_set), spec.nodes, id(spec.pod), *_ids(spec, _HASHED))
         split = self._hashed.get(key)
         if split is None:
             if self._first(key, spec):
                 return hash_whole(spec)
-            split = self._hashed[key] = Split(hashed_subset(spec))
-        return split.sha256(spec.seed)
+            split = self._hashed[key] = Split(hashed_subset(spec), _DELTA)
+        try:
+            return split.sha256({"seed": spec.seed, "config": spec.config})
+        except TypeError:  # a config value that is not JSON as it is (pydantic dumps it)
+            return hash_whole(spec)
 
     def stored_json(self, spec: JobSpec) -> str:
         """``spec.stored_json()`` (the ``jobs.spec`` column), the shared part encoded once
-        (from its second spec on, as ``spec_hash``)."""
+        (as ``spec_hash``)."""
         key = (frozenset(spec.model_fields_set), *_ids(spec, _STORED))
         split = self._stored.get(key)
         if split is None:
             if self._first(key, spec):
                 return spec.stored_json()
-            split = self._stored[key] = Split(spec.stored())
-        return split.text(spec.seed)
+            split = self._stored[key] = Split(spec.stored(), _DELTA)
+        try:
+            return split.text({"seed": spec.seed, "config": spec.config})
+        except TypeError:
+            return spec.stored_json()
 
     def _first(self, key: tuple[Any, ...], spec: JobSpec) -> bool:
         """Whether ``key`` is seen for the first time (then held)."""

@@ -22,7 +22,7 @@ from runplane.jobs import arrays, repo
 from runplane.jobs.alike import Alike, Split
 from runplane.jobs.jobspec import JobSpec
 from runplane.jobs.rows import JobRow
-from runplane.jobs.spec import SubmitJobBody, body_doc, seed_of
+from runplane.jobs.spec import SubmitJobBody, body_doc, body_hash, seed_of
 from runplane.persistence import Tx, now_ms
 from runplane.placement import JobDemand
 from runplane.policy import LIMIT_KEYS
@@ -100,8 +100,11 @@ class _Like:
 
         def digest() -> str:
             if self.split is None:
-                self.split = Split(body_doc(self.body), "config")
-            return self.split.sha256(body.config)
+                self.split = Split(body_doc(self.body), ("config",))
+            try:
+                return self.split.sha256({"config": body.config})
+            except TypeError:  # not JSON as it is (a body built in code): hashed whole
+                return body_hash(body)
 
         return digest
 

@@ -157,6 +157,9 @@ def test_the_shared_part_hashed_and_encoded_once_gives_each_spec_its_own(
     alike = Alike()
     first = _spec(**fields)
     copies = [first, *(first.model_copy(update={"seed": s}) for s in (0, 1, 12345, 2**40))]
+    configs = ({"seed": 1, "a": [1.5, None]}, {}, {"z": {"y": '\u00e9"seed":'}}, {"t": (1, 2)})
+    copies += [first.model_copy(update={"config": c}) for c in configs]
+    copies += [first.model_copy(update={"config": c, "seed": 9}) for c in configs]
     for spec in copies:
         assert alike.spec_hash(spec) == spec_hash(spec)
         assert alike.stored_json(spec) == spec.stored_json()
