@@ -1,14 +1,15 @@
 """What the jobs of one array share, worked out once (docs/jobs.md "Job arrays").
 
-Most arrays are one body sent many times with each item's ``seed`` (or identical items):
-their specs are copies of one planned spec (``JobArrays._plan``) that share every field
-value but the seed. :class:`Alike` is one array's memo of what follows from those shared
-values: the limits admission clamps them to, the placement demand, the ResolvedRun, and
-the spec hash of the shared part, so that each item costs only its own delta (its seed:
-hashed onto a copy of the shared part's SHA-256 state). A memo is keyed by the identity
-of the values it read and keeps those values alive while the array is admitted, so an id
-is never reused for another value meanwhile; values that are equal but not the same
-objects merely miss the memo and are worked out again (the result is the same).
+Most arrays are one body sent many times with each item's ``seed``, or one template with
+each item's sweep ``config``: their specs are copies of one planned spec
+(``JobArrays._plan``) that share every field value but those two. :class:`Alike` is one
+array's memo of what follows from the shared values: the limits admission clamps them to,
+the placement demand, the ResolvedRun, and the spec hash and stored text of the shared
+part, so that each item costs only its own delta (its seed and config, hashed onto a copy
+of the shared part's SHA-256 state). A memo is keyed by the identity of the values it read
+and keeps those values alive while the array is admitted, so an id is never reused for
+another value meanwhile; values that are equal but not the same objects merely miss the
+memo and are worked out again (the result is the same).
 """
 
 from __future__ import annotations
