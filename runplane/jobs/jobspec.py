@@ -343,8 +343,13 @@ class JobSpec(_Stored):
         return vault.references_in(self.env, ((s.name, s.env) for s in self.pod or ()))
 
 
+#: ``json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``, its
+#: encoder made once (``json.dumps`` with arguments makes one per call)
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(value)
 
 
 def spec_hash(spec: JobSpec) -> str:
