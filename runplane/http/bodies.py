@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -144,10 +144,14 @@ def validate_body(model: type[B], data: Mapping[str, Any]) -> B:
         raise validation_problem(exc, model=model) from None
 
 
-async def parse_body(model: type[B]) -> B:
+async def parse_body(
+    model: type[B], fast: Callable[[Mapping[str, Any]], B | None] | None = None
+) -> B:
     """Parse the request's JSON body into ``model`` (:func:`validate_body`, strict) or raise
-    a 400 Problem."""
+    a 400 Problem. ``fast``: a cheaper validation of the same model for the bodies it
+    knows (a job array's items, validated once per distinct item), None for any other
+    body or any fault, which is then validated (and answered) as ever."""
     data = await read_json()
     if not isinstance(data, dict):
         raise Problem(400, "malformed_json", "request body must be a JSON object")
-    return validate_body(model, data)
+    return (fast(data) if fast is not None else None) or validate_body(model, data)

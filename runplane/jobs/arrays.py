@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from runplane.jobs.jobspec import canonical_json
 from runplane.jobs.phase import TERMINAL
-from runplane.jobs.spec import SubmitJobBody
+from runplane.jobs.spec import INT64_MAX, SubmitJobBody
 from runplane.persistence import Store, Tx, from_json, to_json
 
 #: Most jobs one batch may create (items, or the sweep's grid size).
@@ -82,6 +85,56 @@ def expand(batch: BatchBody) -> list[Item]:
         config = {**base.config, **dict(zip(keys, combo, strict=True))}
         items.append(Item(i, base.model_copy(update={"config": config}), f"sweep.{i}."))
     return items
+
+
+def fast_batch(data: Mapping[str, Any]) -> BatchBody | None:
+    """A ``jobs`` batch (``data``, the decoded body) validated once per distinct item: each
+    item but its ``seed`` is validated as a SubmitJobBody once for every item that sends the
+    same, and each seed checked on its own (an integer in range; anything else is left in
+    the item to validate). None when the body is of another shape or anything in it is
+    wrong: the caller then validates the whole body, which names every fault exactly as
+    before (a fast path only for bodies that validate)."""
+    jobs, atomic = data.get("jobs"), data.get("atomic", True)
+    if not data.keys() <= {"jobs", "atomic"} or type(atomic) is not bool:
+        return None
+    if not isinstance(jobs, list) or not 1 <= len(jobs) <= MAX_BATCH:
+        return None
+    seen: dict[str, SubmitJobBody] = {}
+    bodies: list[SubmitJobBody] = []
+    for raw in jobs:
+        if not isinstance(raw, dict):
+            return None
+        seed = raw.get("seed")
+        seeded = type(seed) is int and 0 <= seed <= INT64_MAX
+        text = json.dumps({k: v for k, v in raw.items() if k != "seed"} if seeded else raw)
+        body = seen.get(text)
+        if body is None:
+            try:
+                body = seen[text] = SubmitJobBody.model_validate_json(text, strict=True)
+            except ValidationError:
+                return None
+        bodies.append(body.model_copy(update={"seed": seed}) if seeded else body)
+    fields = {"jobs", "atomic"} if "atomic" in data else {"jobs"}
+    return BatchBody.model_construct(fields, jobs=bodies, atomic=atomic)
+
+
+def shape(body: SubmitJobBody, *but: str) -> tuple[int, ...]:
+    """What makes items of an array alike: the identity of each field value of ``body``
+    but its ``seed`` (and the fields ``but`` names). Items that share their values (one
+    parsed body copied with each item's seed, ``fast_batch``; a sweep's template copied
+    with each item's config; a list's identical items) are of one shape and planned once;
+    equal values that are not the same objects are merely planned apart. The bodies are
+    held by the batch while it is planned, so an id is not reused meanwhile."""
+    fields = _SHAPES.get(but)
+    if fields is None:
+        left_out = ("seed", *but)
+        names = (name for name in SubmitJobBody.model_fields if name not in left_out)
+        fields = _SHAPES[but] = attrgetter(*names)
+    return tuple(map(id, fields(body)))
+
+
+#: the getters of ``shape``, by the fields it leaves out besides the seed
+_SHAPES: dict[tuple[str, ...], Callable[[SubmitJobBody], tuple[Any, ...]]] = {}
 
 
 def batch_hash(batch: BatchBody) -> str:

@@ -343,25 +343,37 @@ class JobSpec(_Stored):
         return vault.references_in(self.env, ((s.name, s.env) for s in self.pod or ()))
 
 
+#: ``json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``, its
+#: encoder made once (``json.dumps`` with arguments makes one per call)
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(value)
 
 
 def spec_hash(spec: JobSpec) -> str:
     """Lowercase hex SHA-256 of the canonical JSON of the hashed fields (a session's pod
     and a gang's ``nodes`` too: only those specs have them, other hashes are unchanged)."""
+    return hashlib.sha256(canonical_json(hashed_subset(spec)).encode()).hexdigest()
+
+
+def hashed_subset(spec: JobSpec) -> dict[str, Any]:
+    """What ``spec_hash`` hashes (the canonical JSON of this mapping)."""
     stored = spec.stored()
     subset = {name: stored.get(name) for name in HASHED_FIELDS}
     if spec.pod:
         subset["pod"] = stored["pod"]
     if spec.nodes:  # a gang runs another thing than its single twin
         subset["nodes"] = spec.nodes
-    return hashlib.sha256(canonical_json(subset).encode()).hexdigest()
+    return subset
 
 
 def sealed(spec: JobSpec, sealer: Callable[[], Sealer], org_id: str) -> JobSpec:
     """``spec`` as stored: its secret-looking plain env values sealed
     (``sealed_env.sealed_doc``); itself when it has none."""
+    if not spec.env and not spec.pod:  # nothing to seal (``wants_sealing`` reads these)
+        return spec
     stored = spec.stored()
     if not sealed_env.wants_sealing(stored):
         return spec

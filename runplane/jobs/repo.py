@@ -66,6 +66,9 @@ class NewJob:
     #: the job array (``POST /v1/jobs/batch``) it belongs to, and its index there
     array_id: str | None = None
     array_index: int | None = None
+    #: the ``spec`` column's text when already made (``Alike.stored_json``; None: encoded
+    #: in the insert)
+    spec_json: str | None = None
 
 
 def check_key(prior: dict[str, Any] | None, digest: str | None, now: int) -> str | None:
@@ -146,9 +149,12 @@ def write_jobs(tx: Tx, jobs: Sequence[NewJob], now: int) -> list[JobRow]:
     """Insert ``jobs`` with their first events (``queued``, then one system line per
     admission note), count them as submitted and write each one's ``also`` statement, in
     the caller's transaction; the new rows, as ``get_row`` would read them."""
+    # an array's jobs share their run object: encoded once (``jobs`` holds them, so an id
+    # names one run here)
+    run_texts = {id(job.run): to_json(job.run) for job in jobs if job.run is not None}
     values = [
         {
-            **new_row(job, now),
+            **new_row(job, now, run_texts.get(id(job.run))),
             "idempotency_key": job.idempotency_key,
             "idempotency_hash": job.idempotency_hash,
         }
@@ -213,10 +219,12 @@ INSERT_COLUMNS = (
 )
 
 
-def new_row(job: NewJob, now: int) -> dict[str, Any]:
+def new_row(job: NewJob, now: int, run_text: str | None = None) -> dict[str, Any]:
     """The jobs row ``insert_job`` writes (JSON columns as the text stored);
-    ``JobRow.of`` of it is the row ``get_row`` reads back."""
+    ``JobRow.of`` of it is the row ``get_row`` reads back. ``run_text``: the ``run``
+    column's text when already encoded."""
     spec = job.spec
+    run = run_text if run_text is not None or job.run is None else to_json(job.run)
     return {
         "id": job.id,
         "org_id": job.org_id,
@@ -229,7 +237,7 @@ def new_row(job: NewJob, now: int) -> dict[str, Any]:
         "mode": spec.mode,
         "seed": spec.seed,
         "spec_hash": job.spec_hash,
-        "spec": spec.stored_json(),
+        "spec": job.spec_json if job.spec_json is not None else spec.stored_json(),
         "node_id": None,
         "attempt": 0,
         "attempts": 0,
@@ -244,7 +252,7 @@ def new_row(job: NewJob, now: int) -> dict[str, Any]:
         "started_at": None,
         "finished_at": None,
         "updated_at": now,
-        "run": to_json(job.run) if job.run is not None else None,
+        "run": run,
         "rerun_of": job.rerun_of,
         "pipeline_run_id": job.pipeline_run_id,
         "stage": job.stage,

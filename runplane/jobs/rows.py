@@ -152,6 +152,8 @@ class JobRow:
 
 def ranks_of(stored: Any) -> tuple[RankState, ...]:
     """A gang's ranks from the ``ranks`` column's JSON (None: a plain job)."""
+    if not stored:
+        return ()
     return tuple(RankState(r["node_id"], Phase(r["phase"])) for r in stored or ())
 
 

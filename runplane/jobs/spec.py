@@ -63,6 +63,8 @@ class SubmitJobBody(_Strict):
     weights_preset: Literal["training", "interactive", "batch"] | None = None
     isolation: Literal["none", "gvisor", "kata"] = "none"
     priority: int = Field(100, ge=-(2**31), le=2**31 - 1)
+    #: (a job array's items are validated without it, the seed checked alone: see
+    #: ``arrays.fast_batch`` before making it depend on another field)
     seed: int | None = Field(None, ge=0, le=INT64_MAX)
     mode: Literal["run", "session"] = "run"
     project: Annotated[str, StringConstraints(max_length=128)] = ""
@@ -202,13 +204,17 @@ def body_hash(body: SubmitJobBody) -> str:
     policy and the preemption fields are left out: they do not change what a try runs,
     nor its default seed; so are an ``image`` not given and ``nodes`` 1, so that the
     bodies of before images and gangs hash as they did)."""
+    return hashlib.sha256(canonical_json(body_doc(body)).encode()).hexdigest()
+
+
+def body_doc(body: SubmitJobBody) -> dict[str, Any]:
+    """What ``body_hash`` hashes (the canonical JSON of this mapping)."""
     left_out = {"retry", *PREEMPTION_FIELDS}
     if body.image is None:
         left_out.add("image")
     if body.nodes == 1:
         left_out.add("nodes")
-    asked = body.model_dump(mode="json", exclude=left_out)
-    return hashlib.sha256(canonical_json(asked).encode()).hexdigest()
+    return body.model_dump(mode="json", exclude=left_out)
 
 
 #: The submit body's preemption fields (docs/placement.md "Preemption"): not hashed.
@@ -229,6 +235,13 @@ def request_hash(body: SubmitJobBody) -> str:
     return hashlib.sha256(f"{fingerprint}/{policy}".encode()).hexdigest()
 
 
+def seed_of(body: SubmitJobBody, fingerprint: str | None = None) -> int:
+    """The seed ``body`` runs with: its own, else the default derived from its hash."""
+    if body.seed is not None:
+        return body.seed
+    return default_seed(fingerprint or body_hash(body))
+
+
 def default_seed(fingerprint: str) -> int:
     """The seed of a body that names none: derived from the body, so the same body resolves
     to the same spec (and spec_hash) every time. Send ``seed`` to vary it."""
@@ -247,13 +260,18 @@ def draft(
     stack, resolved_config, found = issues(body, catalog, config)
     raise_issues(found)
     assert stack is not None
-    return build(body, stack, resolved_config, fingerprint or body_hash(body))
+    return build(body, stack, resolved_config, fingerprint)
 
 
 def build(
-    body: SubmitJobBody, stack: Stack, resolved_config: dict[str, Any], fingerprint: str
+    body: SubmitJobBody,
+    stack: Stack,
+    resolved_config: dict[str, Any],
+    fingerprint: str | None = None,
 ) -> JobSpec:
-    """The spec of a body that has no issues, with its validated config."""
+    """The spec of a body that has no issues, with its validated config. ``fingerprint``
+    (``body_hash``) gives a body without a ``seed`` its default seed; it is hashed here when
+    not given and needed (a seeded body is not hashed at all)."""
     command = list(body.command) if body.command else list(stack.default_command)
     outputs = [o.model_dump() for o in body.outputs]
     known_globs = {o["glob"] for o in outputs}
@@ -270,7 +288,7 @@ def build(
             "inputs": [m.model_dump() for m in body.inputs],
             "outputs": outputs,
             "limits": body.limits.model_dump(),
-            "seed": body.seed if body.seed is not None else default_seed(fingerprint),
+            "seed": body.seed if body.seed is not None else seed_of(body, fingerprint),
             "requires": _merge_requires(body.requires, stack.requires),
             "mode": body.mode,
             "weights": dict(body.weights),

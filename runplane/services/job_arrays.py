@@ -19,14 +19,16 @@ from runplane.actors.job_messages import JOBS, Cancel, CancelOutcome
 from runplane.auth.audit import ArrayEntry
 from runplane.ids import new_id
 from runplane.jobs import arrays, repo
+from runplane.jobs.alike import Alike, Split
 from runplane.jobs.jobspec import JobSpec
 from runplane.jobs.rows import JobRow
+from runplane.jobs.spec import SubmitJobBody, body_doc, body_hash, seed_of
 from runplane.persistence import Tx, now_ms
 from runplane.placement import JobDemand
 from runplane.policy import LIMIT_KEYS
 from runplane.policy.refusal import AdmissionRefused
 from runplane.problems import FieldProblem, Problem, not_found
-from runplane.services.jobs import Demands, Jobs, MakeRun, Submitter
+from runplane.services.jobs import Jobs, MakeRun, Submitter
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,48 @@ class _Planned:
     item: arrays.Item
     spec: JobSpec
     make_run: MakeRun
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """The plan of the first item of a shape (``arrays.shape``): its body and its spec and
+    ResolvedRun maker, or the Problem that refused it (every item of the shape gets it)."""
+
+    body: SubmitJobBody
+    spec: JobSpec | Problem
+    make_run: MakeRun | None
+
+    def spec_for(self, body: SubmitJobBody) -> JobSpec:
+        """The spec of ``body``, of this shape: the first's, with ``body``'s own seed."""
+        assert isinstance(self.spec, JobSpec)
+        if body.seed == self.body.seed:  # the same body
+            return self.spec
+        return self.spec.model_copy(update={"seed": seed_of(body)})
+
+
+@dataclass(slots=True)
+class _Like:
+    """The first item planned of those alike but for their config (``arrays.shape``):
+    its body and spec, and its ``body_doc`` cut where the config goes (made when a second
+    item needs a default seed)."""
+
+    body: SubmitJobBody
+    spec: JobSpec
+    split: Split | None = None
+
+    def fingerprint(self, body: SubmitJobBody) -> Callable[[], str]:
+        """``body_hash(body)`` for ``body``, alike but for its config: the shared part
+        hashed once."""
+
+        def digest() -> str:
+            if self.split is None:
+                self.split = Split(body_doc(self.body), ("config",))
+            try:
+                return self.split.sha256({"config": body.config})
+            except TypeError:  # not JSON as it is (a body built in code): hashed whole
+                return body_hash(body)
+
+        return digest
 
 
 def _prefixed(item: arrays.Item, exc: Problem) -> list[FieldProblem]:
@@ -173,8 +217,7 @@ class JobArrays:
             for job_id in held:
                 await self.jobs.release(job_id)
             return await self._replay(written)
-        for row in written:
-            await self.jobs.enqueue(row, demands[row.id])
+        await self.jobs.enqueue_many(written, demands)
         notes = {j.array_index or 0: j.notes for j in admitted if j.notes}
         rejected.sort(key=lambda r: r.index)
         return ArrayCreated(array_id, written, notes, rejected)
@@ -182,17 +225,38 @@ class JobArrays:
     async def _plan(
         self, items: Sequence[arrays.Item], who: Submitter
     ) -> tuple[list[_Planned], list[Rejected]]:
-        """Each item's spec before admission, or why it cannot run."""
+        """Each item's spec before admission, or why it cannot run. An item whose body is
+        another's but for its ``seed`` (the same field values: ``arrays.shape``) is planned
+        once; the others take that plan with their own seed (nothing else depends on it)."""
         planned: list[_Planned] = []
         rejected: list[Rejected] = []
+        shapes: dict[tuple[int, ...], _Shape] = {}
+        likes: dict[tuple[int, ...], _Like] = {}
         for item in items:
-            try:
-                spec, make_run = await self.jobs.plan(item.body, who)
-            except Problem as exc:
-                rejected.append(Rejected(item.index, exc))
+            first = shapes.get(key := arrays.shape(item.body))
+            if first is None:
+                first = shapes[key] = await self._plan_one(item.body, who, likes)
+            if isinstance(first.spec, Problem):
+                rejected.append(Rejected(item.index, first.spec))
                 continue
-            planned.append(_Planned(item, spec, make_run))
+            assert first.make_run is not None
+            planned.append(_Planned(item, first.spec_for(item.body), first.make_run))
         return planned, rejected
+
+    async def _plan_one(
+        self, body: SubmitJobBody, who: Submitter, likes: dict[tuple[int, ...], _Like]
+    ) -> _Shape:
+        """The plan of an item of a new shape: of its config alone when an item like it but
+        for its config was planned (a sweep's), else whole."""
+        like = likes.get(key := arrays.shape(body, "config"))
+        try:
+            if like is not None:
+                return _Shape(body, *self.jobs.plan_like(body, like.spec, like.fingerprint(body)))
+            spec, make_run = await self.jobs.plan(body, who)
+        except Problem as exc:
+            return _Shape(body, exc, None)
+        likes[key] = _Like(body, spec)
+        return _Shape(body, spec, make_run)
 
     def _admitted(
         self,
@@ -205,7 +269,7 @@ class JobArrays:
         ``rejected``."""
         admitted: list[repo.NewJob] = []
         demands: dict[str, JobDemand] = {}
-        known: Demands = {}  # the items of an array mostly ask alike
+        known = Alike()  # the items of an array mostly ask alike
         for new, p, decision in zip(new_jobs, planned, decisions, strict=True):
             try:
                 job, demands[new.id] = self.jobs.admitted(new, decision, p.make_run, known=known)

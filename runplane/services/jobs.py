@@ -29,6 +29,7 @@ from runplane.actors.job_messages import JOBS, Cancel, CancelOutcome, SetPriorit
 from runplane.histogram import Histogram
 from runplane.ids import new_id
 from runplane.jobs import repo
+from runplane.jobs.alike import DEMAND_FIELDS, Alike
 from runplane.jobs.demand import demand_of
 from runplane.jobs.events import JobEvent
 from runplane.jobs.follow import JobEventSource, follow
@@ -38,8 +39,8 @@ from runplane.jobs.rows import JobRow
 from runplane.jobs.spec import (
     ResolvedJob,
     SubmitJobBody,
-    body_hash,
     build,
+    default_seed,
     finish,
     raise_issues,
     request_hash,
@@ -76,18 +77,13 @@ class ResolveImage(Protocol):
 
 #: Makes a job's stored ResolvedRun from its admitted spec.
 MakeRun = Callable[[JobSpec], dict[str, Any]]
-#: Demands already made, by what they depend on (``_demand_key``), for a job array's items.
-Demands = dict[tuple[Any, ...], JobDemand]
 
 
 def _demand_key(resolved: ResolvedJob, org_id: str | None) -> tuple[Any, ...]:
     asks = resolved.spec.model_dump(
         mode="json",
         # a demand reads the images too (placement's capability, arch and cache weight)
-        include={
-            *("limits", "requires", "weights", "weights_preset", "isolation"),
-            *("container", "pod", "preemptible", "preempt_grace_sec", "nodes"),
-        },
+        include=set(DEMAND_FIELDS),
     )
     return (resolved.priority, org_id, canonical_json(asks))
 
@@ -96,21 +92,50 @@ def _check_placeable(
     resolved: ResolvedJob,
     job_id: str = "check",
     org_id: str | None = None,
-    known: Demands | None = None,
+    known: Alike | None = None,
 ) -> JobDemand:
     """The job's placement demand; a 422 Problem when placement cannot read its spec.
-    With ``known``, a demand made for the same asks is reused (a copy for this job)."""
-    key = _demand_key(resolved, org_id) if known is not None else ()
-    if known is not None and key in known:
-        return known[key].for_job(job_id, job_id)  # ids sort by creation time
+    With ``known``, a demand made for the same asks is reused (a copy for this job):
+    found by the identity of what it reads, else by its canonical asks."""
+    if known is None:
+        return _demand(resolved, job_id, org_id)
+    ids = known.demand_key(resolved.spec, resolved.priority, org_id)
+    demand = known.demand_ids.get(ids)
+    if demand is None:
+        key = _demand_key(resolved, org_id)
+        demand = known.demands.get(key)
+        if demand is None:
+            demand = known.demands[key] = _demand(resolved, job_id, org_id)
+        known.hold(resolved.spec)
+        known.demand_ids[ids] = demand
+    if demand.job_id == job_id:
+        return demand
+    return demand.for_job(job_id, job_id)  # ids sort by creation time
+
+
+def _demand(resolved: ResolvedJob, job_id: str, org_id: str | None) -> JobDemand:
     try:
-        demand = demand_of(job_id, resolved.priority, resolved.spec, org_id)
+        return demand_of(job_id, resolved.priority, resolved.spec, org_id)
     except DemandError as exc:
         errors = [FieldProblem(pr.key, pr.code, pr.message) for pr in exc.problems]
         raise Problem(422, "invalid_placement", str(exc), errors) from None
-    if known is not None:
-        known[key] = demand
-    return demand
+
+
+def _finish_alike(
+    new: repo.NewJob, limits: dict[str, Any] | None, known_hash: str | None, known: Alike
+) -> ResolvedJob:
+    """``finish`` for a job of an array, with the array's memo."""
+    spec = new.spec
+    if limits is not None:
+        admitted = known.with_limits(spec, limits)
+        if admitted is not spec:
+            spec, known_hash = admitted, None
+    return ResolvedJob(
+        spec=spec,
+        spec_hash=known_hash or known.spec_hash(spec),
+        priority=new.priority,
+        project=new.project,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,11 +283,10 @@ class Jobs:
         checked, secret references, git mounts and its image resolved) and the function
         making its stored ResolvedRun from the admitted spec; a Problem (400/422, 503: a
         registry or repository out of reach) when it cannot run."""
-        fingerprint = body_hash(body)
         planned = runs.plan(body, self.catalog)
         raise_issues(planned.issues)
         assert planned.stack is not None
-        spec = build(body, planned.stack, planned.config, fingerprint)
+        spec = build(body, planned.stack, planned.config)  # hashed only for a default seed
         if pod:
             services = [PodService.model_validate(service) for service in pod]
             spec = spec.model_copy(update={"pod": services})
@@ -273,32 +297,61 @@ class Jobs:
             spec = await self.resolve_image(spec, who.org_id, own=body.image is not None)
         return spec, lambda s: runs.stored_run(s, planned.folded, planned.has_runspec)
 
+    def plan_like(
+        self, body: SubmitJobBody, like: JobSpec, fingerprint: Callable[[], str]
+    ) -> tuple[JobSpec, MakeRun]:
+        """``plan`` of a body that is the body ``like`` was planned from but for its
+        ``config`` and ``seed`` (an array's item): its config checked and resolved (the
+        same Problem ``plan`` raises), the rest of ``like`` kept, its own seed (a default
+        one from ``fingerprint``, its ``body_hash``)."""
+        planned = runs.plan(body, self.catalog)
+        raise_issues(planned.issues)
+        seed = body.seed if body.seed is not None else default_seed(fingerprint())
+        spec = like.model_copy(update={"config": planned.config, "seed": seed})
+        return spec, lambda s: runs.stored_run(s, planned.folded, planned.has_runspec)
+
     def admitted(
         self,
         new: repo.NewJob,
         decision: adm.Decision,
         make_run: MakeRun,
         known_hash: str | None = None,
-        known: Demands | None = None,
+        known: Alike | None = None,
     ) -> tuple[repo.NewJob, JobDemand]:
         """``new`` as admitted: limits clamped, placeable (else a 422 Problem), hashed
         plain and stored sealed, with its ResolvedRun and the admission notes; and its
-        placement demand (placement takes it as is)."""
-        resolved = finish(
-            new.spec,
-            priority=new.priority,
-            project=new.project,
-            limits=decision.clamp.limits,
-            known_hash=known_hash,
-        )
+        placement demand (placement takes it as is). ``known``: the memo of an array's
+        jobs (``runplane/jobs/alike.py``), the same results for less."""
+        limits = decision.clamp.limits
+        if known is None:
+            resolved = finish(
+                new.spec,
+                priority=new.priority,
+                project=new.project,
+                limits=limits,
+                known_hash=known_hash,
+            )
+        else:
+            resolved = _finish_alike(new, limits, known_hash, known)
         resolved = replace(resolved, spec=self._preemption(resolved.spec, decision.caps))
         demand = _check_placeable(resolved, new.id, new.org_id, known)
+        spec = sealed(resolved.spec, self.sealer, new.org_id)
+        if known is None:
+            return replace(
+                new,
+                spec=spec,
+                spec_hash=resolved.spec_hash,
+                run=make_run(resolved.spec),
+                notes=decision.clamp.notes,
+            ), demand
         admitted = replace(
             new,
-            spec=sealed(resolved.spec, self.sealer, new.org_id),
+            spec=spec,
             spec_hash=resolved.spec_hash,
-            run=make_run(resolved.spec),
+            run=known.run(resolved.spec, make_run),
             notes=decision.clamp.notes,
+            # a sealed spec is its own (fresh nonces): encoded as ever, in the insert
+            spec_json=known.stored_json(spec) if spec is resolved.spec else None,
         )
         return admitted, demand
 
@@ -320,7 +373,6 @@ class Jobs:
     async def dry_run(self, body: SubmitJobBody, who: Submitter) -> DryRun:
         """Plan, clamp and check ``body`` as a submit would, without reserving or enqueuing.
         An unknown stack is still a 400 (the spec's answer for validate and resolve)."""
-        fingerprint = body_hash(body)
         planned = runs.plan(body, self.catalog)
         raise_issues([i for i in planned.issues if i.status == 400])
         limits = {k: getattr(body.limits, k) for k in LIMIT_KEYS}
@@ -336,7 +388,7 @@ class Jobs:
         digest = None
         if planned.ok:
             assert planned.stack is not None
-            spec = build(body, planned.stack, planned.config, fingerprint)
+            spec = build(body, planned.stack, planned.config)
             resolved = finish(
                 spec, priority=body.priority, project=body.project, limits=clamp.limits
             )
@@ -448,6 +500,14 @@ class Jobs:
         something); an activation meanwhile enqueues it again, harmlessly."""
         with trio.CancelScope(shield=True):
             await self.placement.tell(pl.Enqueue.of(row, demand))
+
+    async def enqueue_many(self, rows: Sequence[JobRow], demands: dict[str, JobDemand]) -> None:
+        """``enqueue`` each of an array's jobs, in order, without a scheduling point between
+        them while placement's mailbox has room: placement takes the array's messages in a
+        row and plans once for them, not once per job."""
+        with trio.CancelScope(shield=True):
+            for row in rows:
+                await self.placement.tell_now(pl.Enqueue.of(row, demands[row.id]))
 
     async def release(self, job_id: str) -> None:
         with trio.CancelScope(shield=True):

@@ -15,7 +15,7 @@ from runplane.http.context import services
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 from runplane.http.routes.jobs import idempotency_key
-from runplane.jobs.arrays import BatchBody
+from runplane.jobs.arrays import BatchBody, fast_batch
 from runplane.services.job_arrays import JobArrays
 from runplane.services.jobs import Submitter
 from runplane.timefmt import iso_ms
@@ -37,7 +37,7 @@ def arrays_service() -> JobArrays:
     rule=scope("runs:submit"),
 )
 async def submit_batch() -> tuple[dict[str, Any], int]:
-    body = await parse_body(BatchBody)
+    body = await parse_body(BatchBody, fast=fast_batch)
     caller = current_caller()
     created = await arrays_service().submit(
         body,
