@@ -153,8 +153,7 @@ class PipelineActor(Actor[PipelineMsg]):
 
     def can_passivate(self) -> bool:
         idle = not self._dirty and not self._dirty_run
-        live = any(s.phase.live for s in self.state.stages)
-        return idle and self.state.status.terminal and not live
+        return idle and self.state.status.terminal and not self.state.live
 
     async def handle(self, msg: PipelineMsg) -> object:
         match msg:
@@ -220,7 +219,8 @@ class PipelineActor(Actor[PipelineMsg]):
                 return
             state, changed = self.state, sorted(self._dirty)
             self._dirty, self._dirty_run = set(), False
-            await self.deps.store.transaction(repo.save(self.run.id, state, changed))
+            progress = state.progress()
+            await self.deps.store.transaction(repo.save(self.run.id, state, changed, progress))
         if state.status is not self._written_status:
             log.info(
                 "pipeline status",
@@ -228,7 +228,7 @@ class PipelineActor(Actor[PipelineMsg]):
                     "pipeline_run_id": self.run.id,
                     "from": self._written_status.value,
                     "to": state.status.value,
-                    "progress": state.progress(),
+                    "progress": progress,
                 },
             )
             self._written_status = state.status
