@@ -14,6 +14,11 @@ own work between stages. Two phases:
   overhead of an unloaded server (the figure the < 20 ms p99 target is about).
 * ``chains``: C pipelines (default 200) of L stages (default 10) in a chain, created over
   HTTP from 20 threads at once; ``pipelines_created_per_s`` over that creation window.
+* ``cancel``: K pipelines (default 10, 5 with --quick) of a root, a 998-wide wave that
+  needs it and a join, one after the other: once the wave has started (a second stage job
+  is listed, polled every 2 ms), ``POST /v1/pipelines/{id}/cancel`` is timed
+  (``cancel_during_wave_ms`` p50/p99, target < 100 ms) and, from the store, how many of
+  the wave's jobs were created before the cancel stopped it.
 
 From the store after the run (unix ms): the stage-launch overhead of every non-root
 stage, the moment its job row was created minus the moment the last job it needs
@@ -44,6 +49,9 @@ from bench import common
 #: Targets from the issue.
 LAUNCH_P99_TARGET_MS = 20.0
 CREATE_TARGET_MS = 1000.0
+CANCEL_TARGET_MS = 100.0
+#: The wave a cancel lands in: 998 stages between a root and a join (the issue's width).
+CANCEL_WAVE = 998
 THREADS = 20
 
 
@@ -51,10 +59,51 @@ def stage(name: str, *needs: str) -> dict[str, Any]:
     return {"name": name, "needs": list(needs), "stack": "shell", "command": ["true"]}
 
 
-def fanout_body(n: int) -> dict[str, Any]:
+def fanout_body(n: int, project: str = "fanout") -> dict[str, Any]:
     middle = [f"m{i}" for i in range(n - 2)]
     stages = [stage("root"), *(stage(m, "root") for m in middle), stage("join", *middle)]
-    return {"name": f"fanout-{n}", "project": "fanout", "stages": stages}
+    return {"name": f"fanout-{n}", "project": project, "stages": stages}
+
+
+def cancel_during_wave(
+    client: httpx.Client, runs: int, limit: float
+) -> tuple[list[str], list[float]]:
+    """Create ``runs`` wide pipelines one at a time and cancel each once its wave has
+    started: the run ids and each cancel's answer time (s)."""
+    ids: list[str] = []
+    answers: list[float] = []
+    for _ in range(runs):
+        created = client.post("/v1/pipelines", json=fanout_body(CANCEL_WAVE + 2, "cancelwave"))
+        if created.status_code != 202:
+            raise RuntimeError(f"cancel-wave create: {created.status_code} {created.text}")
+        run_id = created.json()["pipeline_run_id"]
+        deadline = time.monotonic() + limit
+        while len(client.get("/v1/jobs", params={"pipeline": run_id, "limit": 2}).json()) < 2:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the wave of {run_id} never started")
+            time.sleep(0.002)
+        t0 = time.perf_counter()
+        cancelled = client.post(f"/v1/pipelines/{run_id}/cancel")
+        answers.append(time.perf_counter() - t0)
+        if cancelled.status_code != 200 or cancelled.json()["status"] != "cancelled":
+            raise RuntimeError(f"cancel: {cancelled.status_code} {cancelled.text}")
+        ids.append(run_id)
+    return ids, answers
+
+
+def wave_jobs_created(db_path: Any, run_ids: list[str]) -> list[int]:
+    """Per run, the wave's stage jobs that were created (every job but the root's)."""
+    with sqlite3.connect(db_path) as db:
+        marks = ",".join("?" * len(run_ids))
+        rows = dict(
+            db.execute(
+                "SELECT pipeline_run_id, COUNT(*) FROM jobs"
+                f" WHERE pipeline_run_id IN ({marks}) AND stage != 'root'"
+                " GROUP BY pipeline_run_id",
+                run_ids,
+            ).fetchall()
+        )
+    return [int(rows.get(r, 0)) for r in run_ids]
 
 
 def chain_body(i: int, length: int, project: str = "chains") -> dict[str, Any]:
@@ -181,12 +230,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--chains", type=int, default=None)
     parser.add_argument("--chain-length", type=int, default=10)
     parser.add_argument("--solo-length", type=int, default=30)
+    parser.add_argument("--cancels", type=int, default=None, help="wide runs cancelled mid-wave")
     parser.add_argument("--agents", type=int, default=20)
     parser.add_argument("--slots", type=int, default=64, help="max_concurrency of each agent")
     args = parser.parse_args(argv)
     fanout = args.fanout or (300 if args.quick else 1000)
     chains = args.chains or (50 if args.quick else 200)
-    total = fanout + chains * args.chain_length + args.solo_length
+    cancels = args.cancels or (5 if args.quick else 10)
+    # the agents stop after this many finishes; the cancelled runs' count is not known
+    total = fanout + chains * args.chain_length + args.solo_length + cancels * (CANCEL_WAVE + 2)
     limit = 300.0
     started = time.monotonic()
     result: dict[str, Any] = {
@@ -197,6 +249,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "chains": chains,
             "chain_length": args.chain_length,
             "solo_chain_length": args.solo_length,
+            "cancel_runs": cancels,
+            "cancel_wave_width": CANCEL_WAVE,
             "agents": args.agents,
             "agent_slots": args.slots,
             "store": "sqlite (default)",
@@ -249,12 +303,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     chain_ids = list(pool.map(create_chain, range(chains)))
                 create_window = time.perf_counter() - t1
                 chain_status = wait_finished(client, chain_ids, limit)
+                cancel_ids, cancel_answers = cancel_during_wave(client, cancels, limit)
+                cancel_status = wait_finished(client, cancel_ids, limit)
         finally:
             common.stop(agents)
         common.stop(srv.proc)
         fan = figures(srv.db_path(), "fanout")
         chain = figures(srv.db_path(), "chains")
         alone = figures(srv.db_path(), "solo")
+        stopped_at = wave_jobs_created(srv.db_path(), cancel_ids)
+    cancel_ms = common.latency_summary(cancel_answers)
     statuses = {*fan_status.values(), *chain_status.values(), *solo_status.values()}
     all_ok = statuses == {"succeeded"}
     result.update(
@@ -277,6 +335,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "chain_makespan_ms": chain["makespan"],
             "chain_stage_time_sum_ms": chain["stage_time_sum_ms"],
             "chain_makespan_ratio": chain["makespan_over_stage_time_per_run"],
+            "cancel_during_wave_ms": cancel_ms,
+            "cancel_during_wave_p99_ratio": common.ratio(cancel_ms["p99_ms"], CANCEL_TARGET_MS),
+            # the wave's jobs created when the cancel stopped it, per run (of 998)
+            "cancel_wave_jobs_created": stopped_at,
+            "cancel_all_cancelled": set(cancel_status.values()) == {"cancelled"},
             "all_succeeded": all_ok,
             "solo": alone,
             "fanout": fan,
