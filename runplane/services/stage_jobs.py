@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -22,7 +23,8 @@ from runplane.actors import admission as adm
 from runplane.actors.pipeline import Invalid, Launch, LaunchResult, Refused
 from runplane.ids import new_id
 from runplane.jobs import repo
-from runplane.persistence import now_ms
+from runplane.jobs.jobspec import JobSpec, spec_hash
+from runplane.persistence import now_ms, to_json
 from runplane.placement import JobDemand
 from runplane.policy import LIMIT_KEYS
 from runplane.problems import Problem
@@ -38,6 +40,8 @@ class _Planned:
     at: int  # the launch's position in the chunk
     new: repo.NewJob
     make_run: MakeRun
+    #: the planned spec's hash (one per distinct body), reused when admission clamps nothing
+    spec_hash: str
 
 
 def _problems(exc: ValidationError) -> list[RunProblem]:
@@ -58,7 +62,9 @@ async def launch_wave(jobs: Jobs, launches: Sequence[Launch]) -> list[LaunchResu
     try:
         for p, decision in zip(planned, decisions, strict=False):
             try:
-                job, demands[p.new.id] = jobs.admitted(p.new, decision, p.make_run, known=known)
+                job, demands[p.new.id] = jobs.admitted(
+                    p.new, decision, p.make_run, p.spec_hash, known=known
+                )
             except Problem as exc:
                 results[p.at] = Invalid(exc.detail)
                 await jobs.release(p.new.id)
@@ -83,19 +89,20 @@ async def _plan(
 ) -> list[_Planned]:
     """Each stage's spec before admission; a stage that cannot run gets Invalid."""
     planned: list[_Planned] = []
+    # the stages of a fan-out mostly run the same body: each distinct one is validated
+    # and planned once per chunk (the same body under the same submitter plans the same)
+    seen: dict[str, tuple[RunSpecBody, JobSpec, MakeRun, str] | Invalid] = {}
     for at, launch in enumerate(launches):
         run = launch.run
         payload = sealed_env.opened_doc(launch.body, jobs.sealer, run.org_id)[0]
-        try:
-            body = RunSpecBody.model_validate(payload)
-        except ValidationError as exc:
-            results[at] = Invalid("; ".join(f"{p.key}: {p.message}" for p in _problems(exc)))
+        key = to_json(payload)
+        if key not in seen:
+            seen[key] = await _plan_one(jobs, payload, Submitter(run.org_id, run.submitted_by))
+        done = seen[key]
+        if isinstance(done, Invalid):
+            results[at] = done
             continue
-        try:
-            spec, make_run = await jobs.plan(body, Submitter(run.org_id, run.submitted_by))
-        except Problem as exc:
-            results[at] = Invalid(exc.detail)
-            continue
+        body, spec, make_run, digest = done
         new = repo.NewJob(
             id=new_id("job_"),
             org_id=run.org_id,
@@ -108,8 +115,22 @@ async def _plan(
             stage=launch.stage,
             stage_retry=launch.retry,
         )
-        planned.append(_Planned(at, new, make_run))
+        planned.append(_Planned(at, new, make_run, digest))
     return planned
+
+
+async def _plan_one(
+    jobs: Jobs, payload: dict[str, Any], who: Submitter
+) -> tuple[RunSpecBody, JobSpec, MakeRun, str] | Invalid:
+    try:
+        body = RunSpecBody.model_validate(payload)
+    except ValidationError as exc:
+        return Invalid("; ".join(f"{p.key}: {p.message}" for p in _problems(exc)))
+    try:
+        spec, make_run = await jobs.plan(body, who)
+    except Problem as exc:
+        return Invalid(exc.detail)
+    return body, spec, make_run, spec_hash(spec)
 
 
 async def _admit(

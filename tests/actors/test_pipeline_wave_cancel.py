@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from runplane.actors.pipeline import PIPELINES, WAVE_CHUNK, Cancel, Launching, Sync
+from runplane.jobs import repo as job_repo
+from runplane.jobs.jobspec import spec_hash
 from runplane.persistence import Store
 from runplane.pipelines import repo
 from runplane.pipelines.machine import Status
@@ -79,6 +81,14 @@ async def test_a_wave_wider_than_a_chunk_is_created_whole(store: Store, tmp_path
         run = await repo.get_run(store, "plr_whole", None)
         assert run is not None and run.status is Status.RUNNING
         assert run.progress["queued"] == WIDTH
+        # planned once per distinct body, each job still hashed as a single submit's
+        row = await job_repo.get_row(store, jobs[-1]["id"], None)
+        assert row is not None and row.spec_hash == spec_hash(row.spec)
+        assert (row.pipeline_run_id, row.stage, row.stage_retry) == (
+            "plr_whole",
+            jobs[-1]["stage"],
+            0,
+        )
 
 
 async def test_the_quota_is_applied_per_stage_job_within_a_chunk(
