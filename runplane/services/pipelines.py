@@ -21,6 +21,8 @@ import trio
 from pydantic import ValidationError
 
 from runplane import sealed_env
+from runplane.actors.job_messages import JOBS
+from runplane.actors.job_messages import Cancel as JobCancel
 from runplane.actors.pipeline import (
     PIPELINES,
     Cancel,
@@ -290,7 +292,9 @@ class Pipelines:
         kill = await self.registry.ask(PIPELINES, run_id, Cancel())
 
         async def one(job_id: str) -> None:
-            await self.jobs.cancel(job_id, None)
+            # straight to the job's actor (as an array's cancel does): the kill list names
+            # live jobs of this run, so the jobs service's reads before and after are moot
+            await self.registry.ask(JOBS, job_id, JobCancel())
 
         async with trio.open_nursery() as nursery:
             for job_id in kill:

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.parametrize(
     "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
 
-WIDTH = 300  # three chunks
+WIDTH = 300  # six chunks
 
 
 def wide_run(run_id: str, width: int = WIDTH) -> repo.NewRun:
