@@ -114,6 +114,11 @@ class Stage:
         return self.phase.terminal and not self.satisfies
 
 
+#: How far back an older state can be read: this many changes per stage (a stage changes a
+#: handful of times per try); older ones are forgotten (the actor keeps only the newest).
+HISTORY_PER_STAGE = 16
+
+
 class _Tables:
     """The run's stages and what is derived from them, kept up to date one stage at a
     time (:meth:`put`): the stages by name (in submitted order), their positions, who needs
@@ -121,12 +126,13 @@ class _Tables:
     satisfied), and counts for the run's status and progress. Shared by the states of one
     run: a transition updates it in place and bumps ``version``; ``history`` keeps each
     replaced stage with the version it belonged to, so an older state can still be read
-    (:meth:`as_of`)."""
+    (:meth:`as_of`), back to :data:`HISTORY_PER_STAGE` changes per stage."""
 
     __slots__ = (
         "by_name",
         "dependents",
         "failed_hard",
+        "forgot",
         "history",
         "order",
         "phases",
@@ -159,6 +165,7 @@ class _Tables:
             self._count(s, 1)
         self.version = 0
         self.history: list[tuple[int, Stage]] = []
+        self.forgot = -1  # the newest version whose changes were dropped from history
 
     def _count(self, s: Stage, by: int) -> None:
         self.phases[s.phase] += by
@@ -170,6 +177,10 @@ class _Tables:
         O(1), plus O(dependents) when whether it satisfies its dependents changes."""
         old = self.by_name[new.name]
         self.history.append((self.version, old))
+        if len(self.history) > HISTORY_PER_STAGE * len(self.by_name) + 64:
+            half = len(self.history) // 2
+            self.forgot = self.history[half - 1][0]
+            del self.history[:half]  # amortized O(1)
         self._count(old, -1)
         self._count(new, 1)
         self.by_name[new.name] = new
@@ -184,6 +195,8 @@ class _Tables:
         """New tables holding the stages as they were at ``version`` (O(stages + the
         changes since)): what an older state reads (tests, never the actor)."""
         stages = dict(self.by_name)
+        if version <= self.forgot:
+            raise RuntimeError(f"pipeline state version {version} is too old to read back")
         for at, old in reversed(self.history):
             if at < version:
                 break

@@ -135,3 +135,18 @@ def test_a_wide_fan_out_is_linear_in_its_width() -> None:
         state = new.transition(state, new.JobPhase(m, f"job_{m}", "succeeded", 4)).state
     assert new.launchable(state) == ["join"]
     assert state.progress()["succeeded"] == width + 1
+
+
+def test_the_history_is_bounded_and_a_state_too_old_says_so() -> None:
+    """The tables forget changes older than a few per stage: a state that old cannot be
+    read back (an error, never a wrong answer); recent ones still can."""
+    state = first = new.initial([new.Stage("a")])
+    states = []
+    for i in range(200):  # alternate wait reasons: one change each
+        state = new.transition(state, new.Waiting("a", f"quota {i % 2}")).state
+        states.append(state)
+    assert len(state.tables.history) <= new.HISTORY_PER_STAGE + 64
+    with pytest.raises(RuntimeError, match="too old"):
+        first.stage("a")
+    assert states[-3].stage("a").reason == "quota 1"
+    assert state.stage("a").reason == "quota 1" and states[-2].stage("a").reason == "quota 0"
