@@ -16,10 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import trio
 from pydantic import ValidationError
 
 from runplane import sealed_env
 from runplane.actors import admission as adm
+from runplane.actors import placement as pl
 from runplane.actors.pipeline import Invalid, Launch, LaunchResult, Refused
 from runplane.ids import new_id
 from runplane.jobs import repo
@@ -77,8 +79,11 @@ async def launch_wave(jobs: Jobs, launches: Sequence[Launch]) -> list[LaunchResu
         for p in planned[: len(decisions)]:  # every slot still held (twice is harmless)
             await jobs.release(p.new.id)
         raise
-    for row in rows:
-        await jobs.enqueue(row, demands[row.id])
+    # handed to placement as Jobs.enqueue does (shielded), without a scheduling point per
+    # job: a yield per job lets every other ready task run 50 times per chunk
+    with trio.CancelScope(shield=True):
+        for row in rows:
+            await jobs.placement.tell_now(pl.Enqueue.of(row, demands[row.id]))
     jobs.submits["created"] += len(rows)
     assert all(r is not None for r in results)  # each launch planned, admitted or refused
     return [r for r in results if r is not None]
