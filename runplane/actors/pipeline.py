@@ -4,20 +4,29 @@
 It learns its stage jobs' phases from their job actors (a ``JobPhase`` message per
 transition, never by polling), writes its transitions to the store in batches (see
 ``_record``: the store is where they become visible; create and cancel answer after the
-write), launches the stages whose needs are met as normal admitted jobs (concurrently,
-each with ``{{stages.<name>.job_id}}`` resolved), and keeps a stage the quota refuses pending
-with the reason, trying again every :data:`QUOTA_RETRY_SEC` and whenever one of its own
-stages ends. Started again (a crash, a server restart, a late message after passivation)
-it rebuilds from the store: the stage rows, then the jobs carrying its id, whose phases
-win (a job created or finished just before a crash is adopted, never launched twice).
-It passivates once the run is over and no stage job is live. A ``Retry`` (the run over)
-re-runs what did not succeed (``machine.retry``): written before it answers, then launched.
+write), launches the stages whose needs are met as normal admitted jobs, each with
+``{{stages.<name>.job_id}}`` resolved, and keeps a stage the quota refuses pending with the
+reason, trying again every :data:`QUOTA_RETRY_SEC` and whenever one of its own stages ends.
+
+A wave (the stages ready at once) is created like a job array, in chunks of
+:data:`WAVE_CHUNK`: each chunk's jobs admitted per job and inserted in one transaction
+(``PipelineDeps.launch``). Between chunks the actor serves its mailbox (the next chunk is
+an ``Advance`` it tells itself, queued behind what arrived meanwhile), so a ``Cancel``
+waits for at most the chunk in hand, never the whole wave, and the cancelled run
+launches nothing more. The mailbox is FIFO (``runplane/runtime``): no message jumps the
+queue, but every message other than a chunk is O(1) work (``machine.py``).
+
+Started again (a crash, a server restart, a late message after passivation) it rebuilds
+from the store: the stage rows, then the jobs carrying its id, whose phases win (a job
+created or finished just before a crash is adopted, never launched twice). It passivates
+once the run is over and no stage job is live. A ``Retry`` (the run over) re-runs what
+did not succeed (``machine.retry``): written before it answers, then launched.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, assert_never
 
@@ -47,8 +56,10 @@ log = logging.getLogger("runplane.pipelines")
 
 #: Seconds between tries of a stage the quota refused (also tried when a stage ends).
 QUOTA_RETRY_SEC = 1.0
-#: Stages launched at once (their admissions and inserts overlap; the store batches them).
-LAUNCH_CONCURRENCY = 64
+#: Stage jobs created per transaction; the mailbox is served between chunks (a cancel
+#: during a wave waits for one chunk at most, and kills at most what was created: about
+#: 1 ms per stage job on the 2-core development machine, so 50 keeps it well under 100 ms).
+WAVE_CHUNK = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +73,8 @@ class Launch:
 
 
 class Refused(Exception):
-    """``launch`` could not create the job now (quota): the stage waits with ``reason``."""
+    """``launch`` could not create the stage's job now (quota): the stage waits with
+    ``reason``."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -70,19 +82,34 @@ class Refused(Exception):
 
 
 class Invalid(Exception):
-    """``launch`` can never create the job (its body does not validate): the stage fails."""
+    """``launch`` can never create the stage's job (its body does not validate): the stage
+    fails."""
+
+
+#: What ``launch`` answers per stage: its new job's id, or why it has none.
+LaunchResult = str | Refused | Invalid
 
 
 @dataclass(frozen=True, slots=True)
 class PipelineDeps:
     store: Store
-    #: create the stage's job; returns its id, raises Refused or Invalid
-    launch: Callable[[Launch], Awaitable[str]]
+    #: create the stages' jobs in one transaction, each admitted on its own (a stage the
+    #: quota refuses and every one after it: Refused); one result per launch, in order
+    launch: Callable[[Sequence[Launch]], Awaitable[list[LaunchResult]]]
 
 
 @dataclass(frozen=True, slots=True)
 class Advance:
-    """Launch what can run now (sent to self after a start and by the retry timer)."""
+    """Launch the next chunk of what can run now (told to self after a start, after a
+    chunk when more is ready, and by the quota retry timer: ``timer``)."""
+
+    timer: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Launching(Asks[bool]):
+    """Answered once everything queued before it was handled: whether stages that can
+    run are still waiting for their chunk (create and retry ask until not, or time out)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +128,7 @@ class Sync(Asks[Status]):
     """Answered once everything queued before it was handled: the run's status."""
 
 
-PipelineMsg = JobPhase | Advance | Cancel | Retry | Sync
+PipelineMsg = JobPhase | Advance | Cancel | Retry | Sync | Launching
 
 #: The pipeline actors, one per live run, addressed by pipeline run id.
 PIPELINES = ActorKind[PipelineMsg]("pipeline")
@@ -126,6 +153,8 @@ class PipelineActor(Actor[PipelineMsg]):
         self._written_status = run.status
         self._wake = trio.Event()
         self._writing = trio.Lock()
+        #: an Advance is queued: the next chunk is coming, JobPhase launches nothing
+        self._chunk_queued = False
 
     async def on_start(self) -> None:
         """Adopt what the stage jobs say (the store's word over the stage rows), then
@@ -146,28 +175,33 @@ class PipelineActor(Actor[PipelineMsg]):
         await self._write()
         self.context.start_soon(self._writer)
         if not self.state.status.terminal:
-            self.context.ref.try_tell(Advance())
+            self._next_chunk()
 
     async def on_stop(self) -> None:
         await self._write()
 
     def can_passivate(self) -> bool:
         idle = not self._dirty and not self._dirty_run
-        live = any(s.phase.live for s in self.state.stages)
-        return idle and self.state.status.terminal and not live
+        return idle and self.state.status.terminal and not self.state.live
 
     async def handle(self, msg: PipelineMsg) -> object:
         match msg:
             case JobPhase():
                 outcome = transition(self.state, msg)
                 self._record(outcome)
-                if any(outcome.state.stage(n).phase.terminal for n in outcome.changed):
+                ended = any(outcome.state.stage(n).phase.terminal for n in outcome.changed)
+                if ended and not self._chunk_queued:
                     await self._advance()
                 return None
-            case Advance():
-                self._retry = None
+            case Advance(timer):
+                if timer:
+                    self._retry = None
+                else:
+                    self._chunk_queued = False
                 await self._advance()
                 return None
+            case Launching():
+                return self._chunk_queued
             case Cancel():
                 outcome = transition(self.state, CancelRequested(now_ms()))
                 self._record(outcome)
@@ -184,7 +218,7 @@ class PipelineActor(Actor[PipelineMsg]):
                     "pipeline retried",
                     extra={"pipeline_run_id": self.run.id, "stages": sorted(outcome.changed)},
                 )
-                self.context.ref.try_tell(Advance())
+                self._next_chunk()
                 return None
             case Sync():
                 await self._write()
@@ -220,7 +254,8 @@ class PipelineActor(Actor[PipelineMsg]):
                 return
             state, changed = self.state, sorted(self._dirty)
             self._dirty, self._dirty_run = set(), False
-            await self.deps.store.transaction(repo.save(self.run.id, state, changed))
+            progress = state.progress()
+            await self.deps.store.transaction(repo.save(self.run.id, state, changed, progress))
         if state.status is not self._written_status:
             log.info(
                 "pipeline status",
@@ -228,54 +263,55 @@ class PipelineActor(Actor[PipelineMsg]):
                     "pipeline_run_id": self.run.id,
                     "from": self._written_status.value,
                     "to": state.status.value,
-                    "progress": state.progress(),
+                    "progress": progress,
                 },
             )
             self._written_status = state.status
 
     # -- launching ----------------------------------------------------------------------
 
+    def _next_chunk(self) -> None:
+        if not self._chunk_queued:
+            self._chunk_queued = True
+            self.context.ref.try_tell(Advance())
+
     async def _advance(self) -> None:
-        """Launch every stage that can run now, concurrently."""
-        state = self.state
-        ready = launchable(state)
+        """Launch the first chunk of what can run now (one transaction); queue an Advance
+        for the next one when more can run."""
+        ready = launchable(self.state, WAVE_CHUNK)
         if not ready:
             return
-        events: list[Event] = []
-        refused: list[str] = []  # the first quota refusal stops further launches
+        state = self.state
+        bodies = [self._body(state, name) for name in ready]
+        launches = [
+            Launch(self.run, name, body, state.stage(name).retry)
+            for name, body in zip(ready, bodies, strict=True)
+        ]
+        results = await self.deps.launch(launches)
+        refused = next((r.reason for r in results if isinstance(r, Refused)), None)
+        for name, result in zip(ready, results, strict=True):
+            self._record(transition(self.state, self._event(name, result)))
+        if refused is not None:  # the rest of the wave waits with the same reason
+            for name in launchable(self.state):
+                self._record(transition(self.state, Waiting(name, refused)))
+            if self._retry is None:
+                self._retry = self.context.tell_after(QUOTA_RETRY_SEC, Advance(timer=True))
+        elif launchable(self.state, 1):  # the rest of the wave, or a failed launch's dependents
+            self._next_chunk()
 
-        async def one(name: str, limiter: trio.CapacityLimiter) -> None:
-            async with limiter:
-                if refused:
-                    events.append(Waiting(name, refused[0]))
-                    return
-                events.append(await self._launch(state, name, refused))
-
-        limiter = trio.CapacityLimiter(LAUNCH_CONCURRENCY)
-        async with trio.open_nursery() as nursery:
-            for name in ready:
-                nursery.start_soon(one, name, limiter)
-        for event in events:
-            self._record(transition(self.state, event))
-        if refused and self._retry is None:
-            self._retry = self.context.tell_after(QUOTA_RETRY_SEC, Advance())
-        if any(isinstance(e, LaunchFailed) for e in events):
-            await self._advance()  # a failed launch may make dependents skip, or run
-
-    async def _launch(self, state: PipelineState, name: str, refused: list[str]) -> Event:
+    def _body(self, state: PipelineState, name: str) -> dict[str, Any]:
         def job_of(stage: str) -> str:
             return state.stage(stage).job_id or ""
 
-        body = resolve(self.bodies[name], job_of, self.run.origin)
-        try:
-            job_id = await self.deps.launch(Launch(self.run, name, body, state.stage(name).retry))
-        except Refused as exc:
-            refused.append(exc.reason)
-            return Waiting(name, exc.reason)
-        except Invalid as exc:
+        return resolve(self.bodies[name], job_of, self.run.origin)
+
+    def _event(self, name: str, result: LaunchResult) -> Event:
+        if isinstance(result, Refused):
+            return Waiting(name, result.reason)
+        if isinstance(result, Invalid):
             log.warning(
                 "pipeline stage not launched",
-                extra={"pipeline_run_id": self.run.id, "stage": name, "error": str(exc)},
+                extra={"pipeline_run_id": self.run.id, "stage": name, "error": str(result)},
             )
-            return LaunchFailed(name, f"could not launch: {exc}", now_ms())
-        return Launched(name, job_id, now_ms())
+            return LaunchFailed(name, f"could not launch: {result}", now_ms())
+        return Launched(name, result, now_ms())

@@ -151,9 +151,11 @@ def insert_run(run: NewRun) -> Any:
     return write
 
 
-def save(run_id: str, state: PipelineState, changed: Sequence[str]) -> Any:
+def save(
+    run_id: str, state: PipelineState, changed: Sequence[str], progress: dict[str, int]
+) -> Any:
     """A transaction function writing the ``changed`` stages and the run's status, times
-    and progress."""
+    and ``progress`` (read from ``state`` now: the function runs later)."""
     stage_rows = []
     for name in changed:
         s = state.stage(name)
@@ -173,7 +175,7 @@ def save(run_id: str, state: PipelineState, changed: Sequence[str]) -> Any:
         state.status.value,
         state.started_at,
         state.finished_at,
-        to_json(state.progress()),
+        to_json(progress),
         state.retries,
         now_ms(),
         run_id,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,14 +21,16 @@ import trio
 from pydantic import ValidationError
 
 from runplane import sealed_env
+from runplane.actors.job_messages import JOBS
+from runplane.actors.job_messages import Cancel as JobCancel
 from runplane.actors.pipeline import (
     PIPELINES,
     Cancel,
-    Invalid,
     Launch,
+    Launching,
+    LaunchResult,
     PipelineActor,
     PipelineDeps,
-    Refused,
     Retry,
     Sync,
 )
@@ -39,11 +42,11 @@ from runplane.pipelines.body import PipelineBody, PipelineStageBody
 from runplane.pipelines.machine import JobPhase
 from runplane.pipelines.refs import PLACEHOLDER_JOB_ID, resolve
 from runplane.pipelines.view import run_view
-from runplane.policy.refusal import AdmissionRefused
 from runplane.problems import FieldProblem, Problem, not_found
 from runplane.runs import RunProblem, RunSpecBody
-from runplane.runtime import ActorError, AskTimeout, MailboxFull, Registry
+from runplane.runtime import ActorError, AskTimeout, Registry
 from runplane.services.jobs import Jobs, Submitter
+from runplane.services.stage_jobs import launch_wave
 
 log = logging.getLogger("runplane.pipelines")
 
@@ -120,7 +123,11 @@ class Pipelines:
     def register(self, transitions: Transitions) -> None:
         """The pipeline actors, and their stage jobs' transitions told to them."""
         transitions.subscribe(self.stage_changed)
-        deps = PipelineDeps(store=self.store, launch=self._launch)
+
+        async def launch(launches: Sequence[Launch]) -> list[LaunchResult]:
+            return await launch_wave(self.jobs, launches)
+
+        deps = PipelineDeps(store=self.store, launch=launch)
 
         async def activate(run_id: str) -> PipelineActor:
             run = await repo.get_run(self.store, run_id, None)
@@ -238,9 +245,20 @@ class Pipelines:
         # answer once the root stages are launched; a very wide first wave that takes
         # longer is answered as it stands (the run exists: an error here would invite a
         # retry that creates it twice)
-        with contextlib.suppress(AskTimeout):
-            await self.registry.ask(PIPELINES, run.id, Sync(), timeout=CREATE_WAIT_SEC)
+        await self._launched(run.id)
         return await self.view(run.id, None)
+
+    async def _launched(self, run_id: str) -> None:
+        """Wait until every chunk of the wave that can run now is launched and written, at
+        most ``CREATE_WAIT_SEC`` (the actor serves other messages between chunks)."""
+        deadline = trio.current_time() + CREATE_WAIT_SEC
+        with contextlib.suppress(AskTimeout):
+            while await self.registry.ask(
+                PIPELINES, run_id, Launching(), timeout=max(0.0, deadline - trio.current_time())
+            ):
+                pass
+            left = max(0.0, deadline - trio.current_time())
+            await self.registry.ask(PIPELINES, run_id, Sync(), timeout=left)
 
     async def validate(self, body: PipelineBody, who: Submitter) -> None:
         """What create checks before anything is written: 400 the topology, 422 a stage."""
@@ -274,7 +292,9 @@ class Pipelines:
         kill = await self.registry.ask(PIPELINES, run_id, Cancel())
 
         async def one(job_id: str) -> None:
-            await self.jobs.cancel(job_id, None)
+            # straight to the job's actor (as an array's cancel does): the kill list names
+            # live jobs of this run, so the jobs service's reads before and after are moot
+            await self.registry.ask(JOBS, job_id, JobCancel())
 
         async with trio.open_nursery() as nursery:
             for job_id in kill:
@@ -292,8 +312,7 @@ class Pipelines:
         refused = await self.registry.ask(PIPELINES, run_id, Retry())
         if refused is not None:
             raise Problem(409, "not_retryable", refused)
-        with contextlib.suppress(AskTimeout):
-            await self.registry.ask(PIPELINES, run_id, Sync(), timeout=CREATE_WAIT_SEC)
+        await self._launched(run_id)
         return await self.view(run_id, None)
 
     # -- reads ----------------------------------------------------------------------------
@@ -309,26 +328,3 @@ class Pipelines:
             run_view(r)
             for r in await repo.list_runs(self.store, org_id, limit=limit, offset=offset)
         ]
-
-    # -- the actor's launcher ---------------------------------------------------------------
-
-    async def _launch(self, launch: Launch) -> str:
-        run = launch.run
-        payload = sealed_env.opened_doc(launch.body, self.jobs.sealer, run.org_id)[0]
-        try:
-            body = RunSpecBody.model_validate(payload)
-        except ValidationError as exc:
-            raise Invalid("; ".join(f"{p.key}: {p.message}" for p in _problems(exc))) from None
-        try:
-            created = await self.jobs.submit(
-                body,
-                Submitter(run.org_id, run.submitted_by),
-                stage_of=(run.id, launch.stage, launch.retry),
-            )
-        except AdmissionRefused as exc:
-            raise Refused(exc.reason) from None
-        except (MailboxFull, AskTimeout):
-            raise Refused("the server is busy; the stage is tried again shortly") from None
-        except Problem as exc:
-            raise Invalid(exc.detail) from None
-        return created.row.id
