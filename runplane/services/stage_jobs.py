@@ -25,6 +25,7 @@ from runplane.actors import placement as pl
 from runplane.actors.pipeline import Invalid, Launch, LaunchResult, Refused
 from runplane.ids import new_id
 from runplane.jobs import repo
+from runplane.jobs.alike import Alike
 from runplane.jobs.jobspec import JobSpec, spec_hash
 from runplane.persistence import now_ms, to_json
 from runplane.placement import JobDemand
@@ -32,7 +33,7 @@ from runplane.policy import LIMIT_KEYS
 from runplane.problems import Problem
 from runplane.runs import RunProblem, RunSpecBody
 from runplane.runtime import AskTimeout, MailboxFull
-from runplane.services.jobs import Demands, Jobs, MakeRun, Submitter
+from runplane.services.jobs import Jobs, MakeRun, Submitter
 
 BUSY = "the server is busy; the stage is tried again shortly"
 
@@ -60,7 +61,8 @@ async def launch_wave(jobs: Jobs, launches: Sequence[Launch]) -> list[LaunchResu
     decisions = await _admit(jobs, planned, results)
     admitted: list[repo.NewJob] = []
     demands: dict[str, JobDemand] = {}
-    known: Demands = {}  # the stages of a wave mostly ask alike
+    known = Alike()  # the stages of a wave mostly ask alike (its memos are safe across
+    # bodies: keyed by the identity of what each result reads, and by the maker of a run)
     try:
         for p, decision in zip(planned, decisions, strict=False):
             try:
