@@ -22,6 +22,7 @@ slots over Slurm's ``over``). Prints ONE JSON object.
 from __future__ import annotations
 
 import argparse
+import subprocess
 import time
 from typing import Any
 
@@ -62,7 +63,7 @@ def runplane(quick: bool) -> dict[str, Any]:
     for key, argv in runs.items():
         try:
             res = common.run_json(argv, timeout=1200)
-        except (RuntimeError, ValueError, OSError) as exc:
+        except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as exc:
             out[key] = {"error": str(exc)[-2000:]}
             continue
         if key == "submit":
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             continue
         try:
             result[peer] = step()
-        except (RuntimeError, OSError, ValueError, KeyError) as exc:
+        except (RuntimeError, OSError, ValueError, KeyError, subprocess.SubprocessError) as exc:
             result[peer] = {"error": f"{type(exc).__name__}: {str(exc)[-2000:]}"}
     result["skipped"] = skipped
     result["figures"] = figures(result)

@@ -240,30 +240,46 @@ def creation(port: int, dep: str, seconds: float, connections: int) -> dict[str,
     }
 
 
+def api_retrying(port: int, method: str, path: str, body: Any, tries: int = 10) -> Any:
+    """``api`` with the retries Prefect's own client makes on a 503 or a dropped
+    connection (its SQLite store answers 503 while it is busy)."""
+    for attempt in range(tries):
+        try:
+            return api(port, method, path, body)
+        except urllib.error.HTTPError as exc:
+            if exc.code != 503 or attempt == tries - 1:
+                raise
+        except (urllib.error.URLError, OSError):
+            if attempt == tries - 1:
+                raise
+        time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
 def end_to_end(port: int, dep: str, n: int, limit: float) -> dict[str, Any]:
+    """N runs created for now, one after the other; completed/s until all ended."""
     t0 = time.monotonic()
-    ids = [
-        str(api(port, "POST", f"/deployments/{dep}/create_flow_run", {})["id"]) for _ in range(n)
-    ]
+    create = f"/deployments/{dep}/create_flow_run"
+    ids = [str(api_retrying(port, "POST", create, {})["id"]) for _ in range(n)]
     deadline = t0 + limit
     states: list[str] = []
+    query = {"flow_runs": {"id": {"any_": ids}}, "limit": 200}
     while time.monotonic() < deadline:
-        runs = api(
-            port, "POST", "/flow_runs/filter", {"flow_runs": {"id": {"any_": ids}}, "limit": 200}
-        )
+        runs = api_retrying(port, "POST", "/flow_runs/filter", query)
         states = [str(r.get("state_type")) for r in runs]
         if len(states) == n and all(s in ENDED for s in states):
             break
         time.sleep(0.5)
     elapsed = time.monotonic() - t0
     done = states.count("COMPLETED")
+    ended = sum(s in ENDED for s in states)
     return {
         "runs": n,
         "completed": done,
-        "ended": sum(s in ENDED for s in states),
+        "ended": ended,
         "seconds": round(elapsed, 2),
         "completed_per_s": round(done / elapsed, 3) if elapsed else None,
-        "timed_out": sum(s in ENDED for s in states) < n,
+        "timed_out": ended < n,
     }
 
 
