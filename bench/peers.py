@@ -173,8 +173,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for peer, step in steps.items():
         if peer in skipped:
             continue
+        load = common.loadavg()
         try:
-            result[peer] = step()
+            result[peer] = {"loadavg_before": load, **step()}
         except (RuntimeError, OSError, ValueError, KeyError, subprocess.SubprocessError) as exc:
             result[peer] = {"error": f"{type(exc).__name__}: {str(exc)[-2000:]}"}
     result["skipped"] = skipped
