@@ -7,7 +7,9 @@ Scenarios: submit, lean_submit, batch_submit, scale, lifecycle, placement, fanou
 local_lifecycle, admission, teleop_rtt, stream_fanout, pipeline, sessions, analytics,
 webhooks, retries, schedules, ha, containers, preemption, placement_gangs, and the soak
 chaos (``python -m bench chaos --minutes N``, 30 by default; ``--quick`` about 2 minutes),
-which ``all`` leaves out: run it on its own.
+and the side-by-side peers (``python -m bench peers [--quick]``: runplane next to Slurm
+and Prefect on this machine, after ``scripts/peers-install``), which ``all`` leaves out:
+run them on their own.
 Each runs in its own process, starts its own server on loopback with a fresh data dir,
 and prints ONE JSON object; ``all`` prints them as they finish, then a last ``summary``
 line with the headline figures. ``--quick`` keeps all of them under 9 minutes on the
@@ -49,9 +51,11 @@ SCENARIOS: dict[str, str] = {
     "preemption": "bench.preemption",
     "placement_gangs": "bench.placement_gangs",
     "chaos": "bench.chaos",
+    "peers": "bench.peers",
 }
-#: scenarios ``all`` leaves out: soaks, run on their own for as long as they are asked to
-SOAKS = ("chaos",)
+#: scenarios ``all`` leaves out, run on their own: soaks (for as long as they are asked
+#: to), and ``peers``, which needs Slurm and Prefect installed (``scripts/peers-install``)
+SOAKS = ("chaos", "peers")
 #: seconds one scenario may take before ``all`` gives up on it
 LIMIT_QUICK, LIMIT_FULL = 180, 1200
 
@@ -85,6 +89,7 @@ HEADLINES: dict[str, tuple[str, ...]] = {
     "schedules": ("firing_delay_ms", "fired_twice"),
     "ha": ("takeover_ms", "lost", "doubled", "targets"),
     "chaos": ("lost", "doubled", "stuck", "followers", "faults", "rss_growth_mb_per_hour", "ok"),
+    "peers": ("figures", "ratios", "skipped"),
     "containers": ("targets", "pull"),
     "preemption": ("latency_ms", "targets"),
     "sessions": (
