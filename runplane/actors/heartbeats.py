@@ -16,9 +16,10 @@ import logging
 from dataclasses import dataclass
 from typing import assert_never
 
+from runplane.actors.batched_log import BatchedLog
 from runplane.nodes import repo as nodes_repo
-from runplane.persistence import Store, StoreFullError, StoreUnavailableError
-from runplane.runtime import Actor, Asks
+from runplane.persistence import Store
+from runplane.runtime import Asks
 
 log = logging.getLogger("runplane.nodes")
 
@@ -52,25 +53,19 @@ class LatestBeats(Asks[dict[str, int]]):
 BeatMsg = Beaten | FlushBeats | _FlushTick | LatestBeats
 
 
-class HeartbeatLog(Actor[BeatMsg]):
-    """Owns the beats not yet written: node id -> wall ms of its latest beat.
-
-    A flush runs inside ``handle``, so nothing changes the pending map while it writes;
-    beats that arrive meanwhile wait in the mailbox. A failed write keeps the pending
-    beats for the next flush (newer beats replace them meanwhile). It has nothing to
-    rebuild on a restart: the rows hold every beat written, and the next beats refill it.
-    """
+class HeartbeatLog(BatchedLog[BeatMsg]):
+    """Owns the beats not yet written: node id -> wall ms of its latest beat
+    (``batched_log.py``: one write per period; newer beats replace pending ones)."""
 
     def __init__(self, store: Store, every: float = BEAT_FLUSH_SEC) -> None:
+        super().__init__(
+            lambda pending: nodes_repo.write_beats(store, pending),
+            every,
+            tick=_FlushTick(),
+            what="the nodes' last heartbeats",
+            log=log,
+        )
         self.store = store
-        self.every = every
-        self.pending: dict[str, int] = {}
-
-    async def on_start(self) -> None:
-        self.context.tell_after(self.every, _FlushTick())
-
-    def can_passivate(self) -> bool:
-        return False
 
     async def handle(self, msg: BeatMsg) -> object:
         match msg:
@@ -78,37 +73,11 @@ class HeartbeatLog(Actor[BeatMsg]):
                 self.pending[node_id] = at_ms
                 return None
             case _FlushTick():
-                await self._flush()
-                self.context.tell_after(self.every, _FlushTick())
+                await self.ticked()
                 return None
             case FlushBeats():
-                return await self._flush()
+                return await self.flush()
             case LatestBeats():
                 return dict(self.pending)
             case _:
                 assert_never(msg)
-
-    async def on_stop(self) -> None:
-        await self._flush()
-
-    async def _flush(self) -> int:
-        if not self.pending:
-            return 0
-        try:
-            await nodes_repo.write_beats(self.store, self.pending)
-        except (StoreUnavailableError, StoreFullError) as exc:  # one line, no traceback
-            log.warning(
-                "writing the nodes' last heartbeats failed; kept for the next flush",
-                extra={"nodes": len(self.pending), "error": str(exc)},
-            )
-            return 0
-        except Exception:
-            log.warning(
-                "writing the nodes' last heartbeats failed; kept for the next flush",
-                exc_info=True,
-                extra={"nodes": len(self.pending)},
-            )
-            return 0
-        written = len(self.pending)
-        self.pending.clear()  # handle() is not re-entered: nothing came in meanwhile
-        return written

@@ -21,8 +21,9 @@ import logging
 from dataclasses import dataclass
 from typing import assert_never
 
-from runplane.persistence import Store, StoreFullError, StoreUnavailableError
-from runplane.runtime import Actor, Asks
+from runplane.actors.batched_log import BatchedLog
+from runplane.persistence import Store
+from runplane.runtime import Asks
 from runplane.sessions import repo
 
 log = logging.getLogger("runplane.sessions")
@@ -62,25 +63,19 @@ class LatestKeepalives(Asks[dict[str, int]]):
 KeepaliveMsg = Kept | FlushKeepalives | _FlushTick | LatestKeepalives
 
 
-class KeepaliveLog(Actor[KeepaliveMsg]):
-    """Owns the keepalives not yet written: session id -> its latest ``last_keepalive``.
-
-    A flush runs inside ``handle``, so nothing changes the pending map while it writes. A
-    failed write keeps them for the next flush. Nothing to rebuild on a restart: the rows
-    hold every keepalive written, and the session actors hold the newer ones (they tell
-    the log again at their next keepalive).
-    """
+class KeepaliveLog(BatchedLog[KeepaliveMsg]):
+    """Owns the keepalives not yet written: session id -> its latest ``last_keepalive``
+    (``batched_log.py``: one write per period; the session actors hold the newer ones)."""
 
     def __init__(self, store: Store, every: float = KEEPALIVE_FLUSH_SEC) -> None:
+        super().__init__(
+            lambda pending: repo.write_keepalives(store, pending),
+            every,
+            tick=_FlushTick(),
+            what="the sessions' last keepalives",
+            log=log,
+        )
         self.store = store
-        self.every = every
-        self.pending: dict[str, int] = {}
-
-    async def on_start(self) -> None:
-        self.context.tell_after(self.every, _FlushTick())
-
-    def can_passivate(self) -> bool:
-        return False
 
     async def handle(self, msg: KeepaliveMsg) -> object:
         match msg:
@@ -88,37 +83,11 @@ class KeepaliveLog(Actor[KeepaliveMsg]):
                 self.pending[session_id] = max(at_ms, self.pending.get(session_id, at_ms))
                 return None
             case _FlushTick():
-                await self._flush()
-                self.context.tell_after(self.every, _FlushTick())
+                await self.ticked()
                 return None
             case FlushKeepalives():
-                return await self._flush()
+                return await self.flush()
             case LatestKeepalives():
                 return dict(self.pending)
             case _:
                 assert_never(msg)
-
-    async def on_stop(self) -> None:
-        await self._flush()
-
-    async def _flush(self) -> int:
-        if not self.pending:
-            return 0
-        try:
-            await repo.write_keepalives(self.store, self.pending)
-        except (StoreUnavailableError, StoreFullError) as exc:  # one line, no traceback
-            log.warning(
-                "writing the sessions' last keepalives failed; kept for the next flush",
-                extra={"sessions": len(self.pending), "error": str(exc)},
-            )
-            return 0
-        except Exception:
-            log.warning(
-                "writing the sessions' last keepalives failed; kept for the next flush",
-                exc_info=True,
-                extra={"sessions": len(self.pending)},
-            )
-            return 0
-        written = len(self.pending)
-        self.pending.clear()  # handle() is not re-entered: nothing came in meanwhile
-        return written
