@@ -177,6 +177,23 @@ def work_dir() -> Iterator[Path]:
     shutil.rmtree(top, ignore_errors=True)
 
 
+@pytest.fixture
+def shared() -> Iterator[Path]:
+    """A directory every job can write: jobs run as uids of their own (or the node's job
+    user), and pytest's tmp_path is under a 0700 directory; world-writable and sticky,
+    like /tmp."""
+    top = Path(tempfile.mkdtemp(prefix="runplane-e2e-shared-"))
+    top.chmod(0o1777)
+    yield top
+    shutil.rmtree(top, ignore_errors=True)
+
+
+async def node_status(client: httpx.AsyncClient, node_id: str) -> str:
+    """The ``status`` of node ``node_id`` in ``GET /v1/nodes``."""
+    nodes = {n["id"]: n for n in (await client.get("/v1/nodes")).json()}
+    return str(nodes[node_id]["status"])
+
+
 async def job_logs(client: httpx.AsyncClient, job_id: str, stream: str) -> list[str]:
     """The lines of one stream of a job's log (up to 1,000)."""
     body = (await client.get(f"/v1/jobs/{job_id}/logs?stream={stream}&limit=1000")).json()

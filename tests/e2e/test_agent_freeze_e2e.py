@@ -12,13 +12,10 @@ acting on what it read, says hello again, and the job runs once, as a later atte
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
-import httpx
 import pytest
 import trio
 
@@ -27,6 +24,7 @@ from .conftest import (
     StartAgent,
     e2e_settings,
     job,
+    node_status,
     online_nodes,
     saved_credential,
     start_server,
@@ -47,20 +45,12 @@ async def server(nursery: trio.Nursery, data_dir: Path) -> AsyncIterator[LiveSer
 
 
 @pytest.fixture
-def ledger() -> Iterator[Path]:
-    """A file every job uid may append to (pytest's tmp_path is under a 0700 dir)."""
-    top = Path(tempfile.mkdtemp(prefix="runplane-e2e-ledger-"))
-    top.chmod(0o711)
-    path = top / "ledger"
-    path.touch(0o666)
+def ledger(shared: Path) -> Path:
+    """A file every job uid may append to."""
+    path = shared / "ledger"
+    path.touch()
     path.chmod(0o666)
-    yield path
-    shutil.rmtree(top, ignore_errors=True)
-
-
-async def node_status(client: httpx.AsyncClient, node_id: str) -> str:
-    nodes = {n["id"]: n for n in (await client.get("/v1/nodes")).json()}
-    return str(nodes[node_id]["status"])
+    return path
 
 
 async def test_a_frozen_agent_drops_the_orders_it_held_and_the_job_runs_once(

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import trio
 import trio_websocket
@@ -28,6 +27,7 @@ from .conftest import (
     LiveServer,
     StartAgent,
     job,
+    node_status,
     online_nodes,
     submit,
     wait_for,
@@ -47,11 +47,6 @@ def shared_dir() -> Iterator[Path]:
 
 def records(agent: AgentProcess) -> list[dict[str, Any]]:
     return [json.loads(line) for line in agent.log.read_text().splitlines() if line.startswith("{")]
-
-
-async def node_status(client: httpx.AsyncClient, node_id: str) -> str:
-    nodes = {n["id"]: n for n in (await client.get("/v1/nodes")).json()}
-    return str(nodes[node_id]["status"])
 
 
 async def exited(agent: AgentProcess) -> int | None:

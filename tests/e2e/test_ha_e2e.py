@@ -23,9 +23,7 @@ figures (docs/benchmarks.md "High availability"); a test's failure report names 
 from __future__ import annotations
 
 import json
-import shutil
 import signal
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -51,15 +49,6 @@ def cluster(pg_database: str, tmp_path: Path) -> Iterator[Cluster]:
         yield cluster
     finally:
         cluster.stop_all()
-
-
-@pytest.fixture
-def shared() -> Iterator[Path]:
-    """A directory every job can write (jobs run as the node's job user)."""
-    top = Path(tempfile.mkdtemp(prefix="runplane-e2e-ha-"))
-    top.chmod(0o1777)
-    yield top
-    shutil.rmtree(top, ignore_errors=True)
 
 
 class Failover:

@@ -46,7 +46,7 @@ from runplane.persistence.errors import FencedError, WriteBatchError
 from runplane.persistence.postgres import Fence, PostgresStore
 from runplane.settings import load_settings
 from tests.e2e.conftest import ADMIN, StartAgent, wait_for
-from tests.e2e.test_ha_e2e import TERMINAL, Failover, follow, shared  # noqa: F401 (a fixture)
+from tests.e2e.test_ha_e2e import TERMINAL, Failover, follow
 from tests.test_scripts import needs_postgres_binaries, pg_dir, pgtest  # noqa: F401 (fixture)
 
 ENV = {"RUNPLANE_ADMIN_TOKEN": ADMIN, "RUNPLANE_EGRESS_ALLOW": "127.0.0.1"}
@@ -111,7 +111,7 @@ async def test_replicas_outlive_two_postgres_restarts(
     pg_dir: Path,  # noqa: F811 (the fixture imported above)
     tmp_path: Path,
     start_agent: StartAgent,
-    shared: Path,  # noqa: F811
+    shared: Path,
 ) -> None:
     url = await _pg("start", pg_dir)
     cluster = Cluster(url, tmp_path, replicas=2, env=ENV)

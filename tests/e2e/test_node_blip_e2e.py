@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import httpx
 import pytest
 import trio
 
@@ -20,6 +19,7 @@ from .conftest import (
     StartAgent,
     e2e_settings,
     job,
+    node_status,
     online_nodes,
     saved_credential,
     start_server,
@@ -36,11 +36,6 @@ async def server(nursery: trio.Nursery, data_dir: Path) -> AsyncIterator[LiveSer
     yield live
     live.stop.set()
     await live.done.wait()
-
-
-async def node_status(client: httpx.AsyncClient, node_id: str) -> str:
-    nodes = {n["id"]: n for n in (await client.get("/v1/nodes")).json()}
-    return str(nodes[node_id]["status"])
 
 
 async def test_a_job_submitted_while_the_only_node_is_disconnected_waits_and_then_runs(

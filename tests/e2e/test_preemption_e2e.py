@@ -8,14 +8,10 @@ the high job waits with a reason."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.e2e.conftest import (
     LiveServer,
@@ -29,15 +25,6 @@ from tests.e2e.conftest import (
 from tests.e2e.test_jobs_e2e import _sse_events
 
 GRACE = 1
-
-
-@pytest.fixture
-def shared() -> Iterator[Path]:
-    """A directory every job can write (world-writable and sticky, like /tmp)."""
-    top = Path(tempfile.mkdtemp(prefix="runplane-e2e-preempt-"))
-    top.chmod(0o1777)
-    yield top
-    shutil.rmtree(top, ignore_errors=True)
 
 
 def sleeper(marker: Path) -> list[str]:

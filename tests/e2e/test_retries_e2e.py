@@ -6,13 +6,8 @@ failed, keeping the succeeded stages' jobs (docs/jobs.md "Retries", docs/pipelin
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.e2e.conftest import (
     LiveServer,
@@ -24,16 +19,6 @@ from tests.e2e.conftest import (
     wait_phase,
 )
 from tests.e2e.test_pipelines_e2e import create, finished, phases, stage
-
-
-@pytest.fixture
-def shared() -> Iterator[Path]:
-    """A directory every try can write (jobs run as the node's job user, and pytest's
-    tmp_path is under a 0700 directory): world-writable and sticky, like /tmp."""
-    top = Path(tempfile.mkdtemp(prefix="runplane-e2e-retry-"))
-    top.chmod(0o1777)
-    yield top
-    shutil.rmtree(top, ignore_errors=True)
 
 
 def fails_once(marker: Path) -> list[str]:
