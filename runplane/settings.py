@@ -168,6 +168,10 @@ class Settings(BaseSettings):
     #: requests per source address without a credential, and logins and node enrollments
     #: from it whatever they present; unset as for ``rate_limit``
     rate_limit_address: Annotated[RateLimit | None, NoDecode] = None
+    #: the hot routes answered by the lean ASGI lanes in front of Quart (submit, batch,
+    #: the agents' WebSocket, SSE writes; docs/lean-lanes.md); off: Quart answers
+    #: every request (the same bytes, slower)
+    lean_lanes: bool = True
 
     @field_validator(
         "database_url",

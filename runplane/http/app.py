@@ -22,6 +22,7 @@ from runplane.artifacts import open_artifact_store
 from runplane.http.auth_hook import install as install_auth
 from runplane.http.context import Services
 from runplane.http.input_checks import check_request_text
+from runplane.http.lean.install import lean_app
 from runplane.http.middleware import RequestLogMiddleware
 from runplane.http.problems import problem_response
 from runplane.http.query import check_query
@@ -424,5 +425,6 @@ def create_app(
         _lifespan(app, settings, store, catalog, Timing(heartbeat_sec, node_sample_sec))
     )
     # Quart's documented way to add ASGI middleware; mypy flags any assignment to a method
-    app.asgi_app = RequestLogMiddleware(app.asgi_app)  # type: ignore[method-assign]
+    lean = lean_app(app, settings, app.asgi_app)
+    app.asgi_app = RequestLogMiddleware(lean)  # type: ignore[method-assign]
     return app
