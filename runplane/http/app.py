@@ -17,10 +17,10 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import MapAdapter
 
-from runplane.artifacts import StoreFull as ArtifactStoreFull
 from runplane.artifacts import open_artifact_store
 from runplane.http.auth_hook import install as install_auth
 from runplane.http.context import Services
+from runplane.http.error_answers import ANSWERS, Where, quart_handler
 from runplane.http.input_checks import check_request_text
 from runplane.http.lean.install import lean_app
 from runplane.http.middleware import RequestLogMiddleware
@@ -29,13 +29,8 @@ from runplane.http.query import check_query
 from runplane.http.ratelimit import EXTENSION as RATE_LIMITER
 from runplane.http.ratelimit import Limiter
 from runplane.http.readiness import (
-    STORE_RETRY_AFTER_SEC,
-    STORE_UNAVAILABLE_DETAIL,
     Readiness,
-    log_request_full,
-    log_request_outage,
 )
-from runplane.http.refusals import refusal_problem
 from runplane.http.routes import (
     admin,
     agents,
@@ -71,17 +66,6 @@ from runplane.http.routes import (
 from runplane.http.strict import check_answer, strict_views
 from runplane.nodes.metrics import SAMPLE_SEC
 from runplane.persistence import Store, open_store
-from runplane.persistence.errors import (
-    FencedError,
-    StoreFullError,
-    StoreUnavailableError,
-    WriteBatchError,
-    store_full,
-    store_outage,
-)
-from runplane.policy.refusal import AdmissionRefused
-from runplane.problems import Problem
-from runplane.runtime import AskTimeout, MailboxFull
 from runplane.settings import Settings, ensure_secret_key
 from runplane.stacks import Catalog, load_catalog
 from runplane.system import HEARTBEAT_SEC, Root
@@ -110,99 +94,12 @@ def _request_id() -> str | None:
         return None
 
 
-async def _on_problem(exc: Problem) -> Any:
-    return problem_response(
-        exc.status,
-        exc.code,
-        exc.detail,
-        request_id=_request_id(),
-        errors=exc.errors,
-        headers=exc.headers,
-    )
-
-
-async def _on_refused(exc: AdmissionRefused) -> Any:
-    return await _on_problem(refusal_problem(exc))
-
-
-#: Seconds a client should wait before retrying a request the server was too busy for.
-OVERLOAD_RETRY_AFTER_SEC = 1
-
-
-async def _on_overload(exc: MailboxFull | AskTimeout) -> Any:
-    """An actor's mailbox was full, or it did not answer in time: the server is busy, not
-    broken. 503 with Retry-After, so clients back off and retry."""
-    log.warning("overloaded", extra={"error": str(exc), "kind": type(exc).__name__})
-    return problem_response(
-        503,
-        "overloaded",
-        "the server is busy right now; retry after the Retry-After delay",
-        request_id=_request_id(),
-        headers={"Retry-After": str(OVERLOAD_RETRY_AFTER_SEC)},
-    )
-
-
-async def _on_store_unavailable(exc: StoreUnavailableError) -> Any:
-    """The store cannot be reached (runplane/http/readiness.py): 503 with Retry-After,
-    nothing was done, the client retries. Logged once per interval, not per request."""
-    if has_request_context():
-        log_request_outage(exc, request.method, request.path)
-    else:  # the agents' WebSocket
-        log_request_outage(exc, "WEBSOCKET", websocket.path)
-    return problem_response(
-        503,
-        "store_unavailable",
-        STORE_UNAVAILABLE_DETAIL,
-        request_id=_request_id(),
-        headers={"Retry-After": str(STORE_RETRY_AFTER_SEC)},
-    )
-
-
-async def _on_store_full(exc: StoreFullError) -> Any:
-    """The store's disk is full (docs/operations.md "Full disks"): 507, nothing was
-    written, the detail names what is full; reads keep being served. Logged once per
-    interval, not per request."""
-    if has_request_context():
-        log_request_full(exc, request.method, request.path)
-    else:  # the agents' WebSocket
-        log_request_full(exc, "WEBSOCKET", websocket.path)
-    return problem_response(507, "insufficient_storage", str(exc), request_id=_request_id())
-
-
-async def _on_artifact_store_full(exc: ArtifactStoreFull) -> Any:
-    """An upload met the artifact store's full disk: 507, the write was discarded (no
-    file, not even a temp file, is left)."""
-    log_request_full(exc, request.method, request.path)
-    return problem_response(507, "insufficient_storage", str(exc), request_id=_request_id())
-
-
-async def _on_write_failed(exc: WriteBatchError) -> Any:
-    """A write that did not commit. Fenced (``RUNPLANE_HA=1``: another replica took the
-    lease): 503, nothing was done, the client retries and reaches the new leader. The
-    store unreachable: 503 ``store_unavailable``."""
-    if isinstance(exc, StoreUnavailableError):
-        return await _on_store_unavailable(exc)
-    if isinstance(exc, StoreFullError):
-        return await _on_store_full(exc)
-    if isinstance(exc.cause, FencedError):
-        return _not_leader("this replica no longer leads, so nothing was written")
-    return await _on_unexpected(exc)
-
-
-def _not_leader(why: str) -> Any:
-    return problem_response(
-        503,
-        "not_leader",
-        f"{why}; retry (the new leader answers)",
-        request_id=_request_id(),
-        headers={"Retry-After": str(OVERLOAD_RETRY_AFTER_SEC)},
-    )
-
-
-def _lease_lost() -> bool:
-    """HA: this replica's lease is over, or may be (runplane/http/replica.py)."""
+def _where() -> Where:
+    """The current request (or the agents' WebSocket) for :mod:`error_answers`."""
     leading = current_app.extensions.get("runplane.ha.leading")
-    return leading is not None and not leading()
+    if has_request_context():
+        return Where(_request_id(), request.method, request.path, leading)
+    return Where(None, "WEBSOCKET", websocket.path, leading)
 
 
 def allowed_methods(app: QuartTrio, adapter: MapAdapter | None, path: str) -> list[str]:
@@ -250,32 +147,6 @@ async def _on_http_exception(exc: HTTPException) -> Any:
     return problem_response(status, code, detail, request_id=_request_id(), headers=headers)
 
 
-async def _on_unexpected(exc: Exception) -> Any:
-    outage = store_outage(exc)  # e.g. an actor that crashed on the store's outage
-    if outage is not None:
-        return await _on_store_unavailable(outage)
-    full = store_full(exc)  # ... or on its full disk
-    if full is not None:
-        return await _on_store_full(full)
-    if _lease_lost():
-        # the actor tree of a replica that lost its lease is torn down under the request
-        # (an actor stopped, a mailbox closed): no bug, and the gate cuts this answer
-        log.warning("request cut by a lost lease", extra={"error": repr(exc)})
-        return _not_leader("this replica lost its lease while answering")
-    request_id = _request_id()
-    log.error(
-        "unhandled error",
-        exc_info=exc,
-        extra={"request_id": request_id, "method": request.method, "path": request.path},
-    )
-    return problem_response(
-        500,
-        "internal_error",
-        "the server hit an unexpected error; quote the request_id when reporting it",
-        request_id=request_id,
-    )
-
-
 #: The route modules, in the order their blueprints are registered.
 ROUTES = (
     health,
@@ -312,16 +183,10 @@ ROUTES = (
 
 
 def _install_error_handlers(app: QuartTrio) -> None:
-    app.register_error_handler(Problem, _on_problem)
-    app.register_error_handler(AdmissionRefused, _on_refused)
-    app.register_error_handler(MailboxFull, _on_overload)
-    app.register_error_handler(AskTimeout, _on_overload)
-    app.register_error_handler(WriteBatchError, _on_write_failed)
-    app.register_error_handler(StoreUnavailableError, _on_store_unavailable)
-    app.register_error_handler(StoreFullError, _on_store_full)
-    app.register_error_handler(ArtifactStoreFull, _on_artifact_store_full)
+    handler = quart_handler(_where)
+    for kind in ANSWERS:
+        app.register_error_handler(kind, handler)
     app.register_error_handler(HTTPException, _on_http_exception)
-    app.register_error_handler(Exception, _on_unexpected)
 
 
 def _install_routes(app: QuartTrio) -> None:
