@@ -8,14 +8,15 @@ from typing import Any
 from quart import has_request_context, request
 
 from runplane.auth import audit
-from runplane.auth.audit import ArrayEntry, Entry
+from runplane.auth.audit import Entry
 from runplane.http.auth_hook import current_principal
 from runplane.http.context import services
 from runplane.jobs.rows import JobRow
 from runplane.persistence import Store
 
 
-def _by() -> audit.By:
+def by() -> audit.By:
+    """The current request's principal and client address."""
     return audit.By(current_principal(), request.remote_addr if has_request_context() else None)
 
 
@@ -33,19 +34,14 @@ async def record(
 ) -> None:
     """Record an action of the current request's principal (never fails the request)."""
     await audit.record(
-        _store(), _by(), action, resource_type, resource_id, org_id=org_id, after=after
+        _store(), by(), action, resource_type, resource_id, org_id=org_id, after=after
     )
 
 
 async def record_job(action: str, row: JobRow, **extra: Any) -> None:
-    await audit.record_job(_store(), _by(), action, row, **extra)
+    await audit.record_job(_store(), by(), action, row, **extra)
 
 
 def job_entry(action: str, **extra: Any) -> Entry | None:
     """The request's audit row for a job about to be created (its insert transaction)."""
-    return audit.job_entry(_store(), _by(), action, **extra)
-
-
-def array_entry(action: str) -> ArrayEntry | None:
-    """The request's audit row for a job array about to be created."""
-    return audit.array_entry(_store(), _by(), action)
+    return audit.job_entry(_store(), by(), action, **extra)

@@ -20,6 +20,7 @@ knows nothing of Quart; this module only reads the request and applies them.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from quart import (
@@ -31,13 +32,12 @@ from quart import (
     request,
     websocket,
 )
-from werkzeug.datastructures import Headers
 
 from runplane.auth import access, shares
 from runplane.auth.access import Denial, decide
 from runplane.auth.principal import NO_ORG, InvalidCredential, Principal, anonymous
 from runplane.auth.rules import WEBSOCKET, Rule
-from runplane.http.context import services
+from runplane.http.context import Services, services
 from runplane.http.openapi.route_doc import doc_of
 from runplane.http.ratelimit import limiter_of
 from runplane.problems import Problem, not_found
@@ -57,10 +57,9 @@ NOT_BEARER = (
 EMPTY_BEARER = "the Authorization header's bearer is empty"
 
 
-def _bearer(headers: Headers) -> tuple[str | None, str | None]:
-    """The secret of an ``Authorization: Bearer <secret>`` header, and why a header that is
-    present but not that is refused: (None, None) without one."""
-    value = headers.get("Authorization")
+def bearer_of(value: str | None) -> tuple[str | None, str | None]:
+    """The secret of an ``Authorization: Bearer <secret>`` header's ``value``, and why a
+    header that is present but not that is refused: (None, None) without one."""
     if value is None:
         return None, None
     scheme, _, token = value.strip().partition(" ")
@@ -132,7 +131,7 @@ async def _credential(req: Any, rule: Rule) -> tuple[Principal, str | None] | No
     ``Authorization`` header that is not ``Bearer <secret>`` included). None when nothing
     is left to decide: a share grant authorizes a route its shares read, and a stream
     ticket stands in for the credential (the route verifies it)."""
-    secret, malformed = _bearer(req.headers)
+    secret, malformed = bearer_of(req.headers.get("Authorization"))
     presented = _shared_token(req, secret, rule)
     shared: Principal | None = None
     if presented is not None:
@@ -166,14 +165,30 @@ async def _credential(req: Any, rule: Rule) -> tuple[Principal, str | None] | No
 async def _decide(
     req: Any, rule: Rule, principal: Principal, invalid: str | None, route: str
 ) -> None:
-    """Apply ``rule`` to ``principal`` under the deployment's mode: raise the refusal, or
-    (``shadow``) log what ``required`` would have refused."""
+    """Apply ``rule`` to ``principal`` under the deployment's mode: raise the refusal."""
     svc = services()
-    mode = svc.settings.auth
     standing = None
     if rule.need == "org_manage" and principal.authenticated:
         org_id = str((req.view_args or {}).get("org_id", ""))
         standing = await access.org_role(svc.store, principal, org_id)
+    denial = verdict(svc, rule, principal, invalid, route, req.path, standing)
+    if denial is not None:
+        raise denial.problem()
+
+
+def verdict(
+    svc: Services,
+    rule: Rule,
+    principal: Principal,
+    invalid: str | None,
+    route: str,
+    path: str,
+    standing: str | None = None,
+) -> Denial | None:
+    """``rule`` applied to ``principal`` under the deployment's mode: the refusal, or None
+    (``shadow``: logs what ``required`` would have refused). ``standing``: the
+    principal's role in the org a ``org_manage`` route names."""
+    mode = svc.settings.auth
     admin_configured = svc.settings.admin_token is not None
 
     def under(as_mode: str) -> Denial | None:
@@ -188,7 +203,7 @@ async def _decide(
 
     denial = under("off" if mode == "shadow" else mode)
     if denial is not None:
-        raise denial.problem()
+        return denial
     if mode == "shadow":
         would = under("required")
         if would is not None:
@@ -196,12 +211,37 @@ async def _decide(
                 "auth shadow: required mode would refuse this request",
                 extra={
                     "route": route,
-                    "path": req.path,
+                    "path": path,
                     "principal": principal.describe(),
                     "reason": would.detail,
                     "status": would.status,
                 },
             )
+    return None
+
+
+async def plain_principal(
+    svc: Services, rule: Rule, headers: Mapping[str, str]
+) -> Principal | None:
+    """The principal of a request (``headers`` by lower-case name, the first of each)
+    with a plain credential: none, the admin token, an access token or a login session,
+    valid, on a route whose rule needs nothing else read (no share grant, stream ticket,
+    identity or org standing). None when the request is not that: the hook above then
+    decides it (the lean lanes hand it to Quart, docs/lean-lanes.md)."""
+    if rule.identity or rule.shared or rule.stream_ticket or rule.reads_credential:
+        return None
+    if rule.need == "org_manage" or rule.query_token:
+        return None
+    secret, malformed = bearer_of(headers.get("authorization"))
+    if malformed is not None or "x-share-token" in headers or "x-embed-token" in headers:
+        return None
+    if secret is not None and shares.kind_of(secret):
+        return None
+    org_id = headers.get(ORG_HEADER.lower()) or None
+    try:
+        return await access.resolve(svc.settings, svc.store, secret, org_id=org_id)
+    except InvalidCredential:
+        return None
 
 
 def _shared_token(req: Any, secret: str | None, rule: Rule) -> str | None:

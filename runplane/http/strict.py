@@ -102,10 +102,16 @@ async def check_answer(response: Response) -> Response:
         return response
     if response.status_code not in (route.status, *route.also):
         return response
-    why = drift(route, json.loads(await response.get_data(as_text=True)))
+    answer = json.loads(await response.get_data(as_text=True))
+    return drift_answer(route, f"{request.method} {url_rule.rule}", answer) or response
+
+
+def drift_answer(route: RouteDoc, where: str, answer: Any) -> Response | None:
+    """The 500 for a success ``answer`` of ``route`` (``where``: its method and rule) that
+    drifted from its declared model; None when it did not."""
+    why = drift(route, answer)
     if why is None:
-        return response
-    where = f"{request.method} {url_rule.rule}"
+        return None
     log.error("answer drifted from its model", extra={"route": where, "drift": why})
     return problem_response(
         500,

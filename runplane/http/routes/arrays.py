@@ -7,11 +7,12 @@ from typing import Any
 
 from quart import Blueprint
 
+from runplane.auth.audit import By, array_entry
 from runplane.auth.rules import READ, scope
 from runplane.http import audit
 from runplane.http.bodies import parse_body
 from runplane.http.caller import current_caller
-from runplane.http.context import services
+from runplane.http.context import Services, services
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 from runplane.http.routes.jobs import idempotency_key
@@ -38,12 +39,20 @@ def arrays_service() -> JobArrays:
 )
 async def submit_batch() -> tuple[dict[str, Any], int]:
     body = await parse_body(BatchBody, fast=fast_batch)
-    caller = current_caller()
-    created = await arrays_service().submit(
+    return await batch_submitted(services(), body, audit.by(), idempotency_key())
+
+
+async def batch_submitted(
+    svc: Services, body: BatchBody, by: By, key: str | None
+) -> tuple[dict[str, Any], int]:
+    """Submit the array ``body`` for ``by`` and answer the 202: ``POST /v1/jobs/batch``
+    on both lanes (docs/lean-lanes.md)."""
+    principal = by.principal
+    created = await svc.root.arrays.submit(
         body,
-        Submitter(caller.org_id, caller.subject),
-        idempotency_key=idempotency_key(),
-        audit=audit.array_entry("runs:submit"),
+        Submitter(principal.org_id, principal.subject),
+        idempotency_key=key,
+        audit=array_entry(svc.store, by, "runs:submit"),
     )
     jobs = [
         {

@@ -9,11 +9,12 @@ from typing import Annotated, Any
 from pydantic import Field
 from quart import Blueprint, request
 
+from runplane.auth.audit import By, job_entry
 from runplane.auth.rules import READ, Rule, scope
 from runplane.http import audit
 from runplane.http.bodies import Body, parse_body
 from runplane.http.caller import current_caller
-from runplane.http.context import services
+from runplane.http.context import Services, services
 from runplane.http.listing import JOB_LIST_PARAMS, job_filter, listing
 from runplane.http.mcp.tools import JobArgs, ListJobsArgs, LogsArgs, Tool
 from runplane.http.openapi import doc
@@ -37,18 +38,37 @@ def jobs_service() -> Jobs:
     return services().root.jobs
 
 
-async def job_reply(row: JobRow, *, best_effort: bool = False) -> dict[str, Any]:
+async def job_reply(
+    row: JobRow, *, best_effort: bool = False, jobs: Jobs | None = None
+) -> dict[str, Any]:
     """The Job view of one row, with its wait reason while queued (``best_effort``: none
     when placement is busy, instead of a 503)."""
-    reasons = await jobs_service().wait_reasons([row], best_effort=best_effort)
+    reasons = await (jobs or jobs_service()).wait_reasons([row], best_effort=best_effort)
     return job_view(row, wait_reason=reasons.get(row.id))
 
 
-async def created_reply(created: Created, **extra: Any) -> tuple[dict[str, Any], int]:
+async def created_reply(
+    created: Created, *, jobs: Jobs | None = None, **extra: Any
+) -> tuple[dict[str, Any], int]:
     """The 202 of a submit, rerun or run: the Job, ``extra`` and the admission notes. The
     job is stored: nothing may fail the answer now (the wait reason is best effort)."""
-    view = await job_reply(created.row, best_effort=True)
+    view = await job_reply(created.row, best_effort=True, jobs=jobs)
     return {**view, **extra, "clamp_notes": list(created.notes)}, 202
+
+
+async def submitted(
+    svc: Services, body: SubmitJobBody, by: By, key: str | None
+) -> tuple[dict[str, Any], int]:
+    """Submit ``body`` for ``by`` (the principal and its address) and answer the 202:
+    ``POST /v1/jobs`` on both lanes (docs/lean-lanes.md)."""
+    principal, jobs = by.principal, svc.root.jobs
+    created = await jobs.submit(
+        body,
+        Submitter(principal.org_id, principal.subject),
+        idempotency_key=key,
+        audit=job_entry(svc.store, by, "runs:submit"),
+    )
+    return await created_reply(created, jobs=jobs)
 
 
 def idempotency_key() -> str | None:
@@ -85,14 +105,7 @@ def idempotency_key() -> str | None:
 )
 async def submit() -> tuple[dict[str, Any], int]:
     body = await parse_body(SubmitJobBody)
-    caller = current_caller()
-    created = await jobs_service().submit(
-        body,
-        Submitter(caller.org_id, caller.subject),
-        idempotency_key=idempotency_key(),
-        audit=audit.job_entry("runs:submit"),
-    )
-    return await created_reply(created)
+    return await submitted(services(), body, audit.by(), idempotency_key())
 
 
 @blueprint.get("")
