@@ -46,6 +46,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a 4 s phase")
     parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument(
+        "--lanes",
+        choices=("on", "off"),
+        default="on",
+        help="the lean lanes (docs/lean-lanes.md): on, as shipped; off: Quart answers all",
+    )
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=None)
     args = parser.parse_args(argv)
@@ -55,6 +61,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "bench": "batch_submit",
         "machine": {**common.machine(), "loadavg_before": common.loadavg()},
         "settings": {
+            "lean_lanes": args.lanes,
             "batch": args.batch,
             "connections": args.connections,
             "seconds": seconds,
@@ -63,7 +70,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "nodes": 0,
         },
     }
-    with common.server() as srv:
+    with common.server(env=common.lanes_env(args.lanes)) as srv:
         load = common.http_load(
             srv.pid,
             srv.port,

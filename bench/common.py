@@ -441,3 +441,8 @@ def wait_count(db_path: Any, sql: str, params: Sequence[Any], n: int, limit: flo
             break
         time.sleep(0.2)
     return done
+
+
+def lanes_env(lanes: str) -> dict[str, str]:
+    """The server env for ``--lanes on|off`` (``RUNPLANE_LEAN_LANES``, docs/lean-lanes.md)."""
+    return {"RUNPLANE_LEAN_LANES": "1" if lanes == "on" else "0"}

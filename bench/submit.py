@@ -13,7 +13,7 @@ activation, the 202 view). In the same run, the ceilings:
   fixes, ``runplane/http/serving.py``), and ``*_stock``: the same under stock hypercorn;
 * ``h11_hello``: a minimal trio + h11 server.
 
-Ratios: ``submit / healthz`` (the target is >= 0.6), ``healthz / h11_hello`` and
+Ratios: ``submit / healthz`` (the target is >= 0.8, issue 42), ``healthz / h11_hello`` and
 ``asgi_hello / asgi_hello_stock``. Prints ONE JSON object.
 """
 
@@ -33,6 +33,12 @@ BODY = json.dumps({"stack": "shell", "command": ["true"], "project": "bench"})
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short phases (about 40 s in all)")
+    parser.add_argument(
+        "--lanes",
+        choices=("on", "off"),
+        default="on",
+        help="the lean lanes (docs/lean-lanes.md): on, as shipped; off: Quart answers all",
+    )
     parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=None, help="length of each phase")
     args = parser.parse_args(argv)
@@ -44,6 +50,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "bench": "submit",
         "machine": {**common.machine(), "loadavg_before": common.loadavg()},
         "settings": {
+            "lean_lanes": args.lanes,
             "connections": conns,
             "seconds": seconds,
             "ceiling_seconds": ceiling_seconds,
@@ -53,7 +60,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "nodes": 0,
         },
     }
-    with common.server() as srv:
+    with common.server(env=common.lanes_env(args.lanes)) as srv:
         submit = common.http_load(
             srv.pid,
             srv.port,
@@ -104,9 +111,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "ceilings": ceilings,
             "targets": {
                 "jobs_per_s >= 1000": jobs_per_s >= 1000,
-                "p99_ms < 50": (submit["latency"]["p99_ms"] or 1e9) < 50,
-                "submit_over_healthz >= 0.6": (common.ratio(jobs_per_s, rps["healthz"]) or 0)
-                >= 0.6,
+                "p99_ms < 100": (submit["latency"]["p99_ms"] or 1e9) < 100,
+                "submit_over_healthz >= 0.8": (common.ratio(jobs_per_s, rps["healthz"]) or 0)
+                >= 0.8,
             },
         }
     )
