@@ -214,11 +214,10 @@ def server(
     env: dict[str, str] | None = None,
     log_level: str = "INFO",
     keep: bool = False,
-    module: str = "runplane",
 ) -> Iterator[Server]:
     """Start ``python -m runplane serve --port 0`` with a fresh data dir; stop it after.
     The org concurrency quota is off (``RUNPLANE_MAX_CONCURRENT_ORG=0``) unless ``env``
-    sets it. ``module``: another entry point taking the same arguments (an experiment)."""
+    sets it."""
     tmp = Path(tempfile.mkdtemp(prefix="runplane-bench-"))
     data_dir = tmp / "data"
     log_path = tmp / "server.log"
@@ -240,7 +239,7 @@ def server(
             [
                 PYTHON,
                 "-m",
-                module,
+                "runplane",
                 "serve",
                 "--host",
                 LOOPBACK,

@@ -1,13 +1,12 @@
-"""lean_submit: the next lever for single submits, tried and measured (an experiment).
+"""lean_submit: single submits on the lean lane and on Quart, A/B in one run.
 
     python -m bench.lean_submit [--quick] [--rounds 2] [--seconds 4]
 
-Alternating rounds on fresh servers: ``runplane serve`` as shipped, and
-``bench.lean_serve`` (the same server with ``POST /v1/jobs`` answered by a bare ASGI
-handler in front of Quart; see its docstring for what it skips). Each round: ``POST
-/v1/jobs`` at 50 connections (no node), then ``GET /healthz`` on the same server. Figures
-per variant: durable jobs/s, server CPU per submit, the ratio to ``/healthz``. Prints ONE
-JSON object.
+Alternating rounds on fresh servers: ``runplane serve`` with ``RUNPLANE_LEAN_LANES=0``
+(Quart answers every request) and as shipped (``POST /v1/jobs`` on its lean lane,
+docs/lean-lanes.md). Each round: ``POST /v1/jobs`` at 50 connections (no node), then
+``GET /healthz`` on the same server. Figures per variant: durable jobs/s, server CPU per
+submit, the ratio to ``/healthz``. Prints ONE JSON object.
 """
 
 from __future__ import annotations
@@ -22,8 +21,8 @@ from bench import common
 BODY = json.dumps({"stack": "shell", "command": ["true"], "project": "bench"})
 
 
-def round_of(module: str, seconds: float) -> dict[str, Any]:
-    with common.server(module=module) as srv:
+def round_of(lanes: str, seconds: float) -> dict[str, Any]:
+    with common.server(env=common.lanes_env(lanes)) as srv:
         submit = common.http_load(
             srv.pid, srv.port, path="/v1/jobs", method="POST", body=BODY, seconds=seconds
         )
@@ -52,10 +51,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "machine": {**common.machine(), "loadavg_before": common.loadavg()},
         "settings": {"rounds": rounds, "seconds": seconds, "connections": 50, "body": BODY},
     }
-    runs: dict[str, list[dict[str, Any]]] = {"shipped": [], "lean": []}
+    runs: dict[str, list[dict[str, Any]]] = {"quart": [], "lean": []}
     for _ in range(rounds):
-        runs["shipped"].append(round_of("runplane", seconds))
-        runs["lean"].append(round_of("bench.lean_serve", seconds))
+        runs["quart"].append(round_of("off", seconds))
+        runs["lean"].append(round_of("on", seconds))
 
     def best(name: str, key: str) -> Any:
         return max(r[key] or 0 for r in runs[name])
