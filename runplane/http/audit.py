@@ -8,9 +8,9 @@ from typing import Any
 from quart import has_request_context, request
 
 from runplane.auth import audit
-from runplane.auth.audit import Entry
+from runplane.auth.audit import ArrayEntry, Entry
 from runplane.http.auth_hook import current_principal
-from runplane.http.context import services
+from runplane.http.context import Services, services
 from runplane.jobs.rows import JobRow
 from runplane.persistence import Store
 
@@ -45,3 +45,14 @@ async def record_job(action: str, row: JobRow, **extra: Any) -> None:
 def job_entry(action: str, **extra: Any) -> Entry | None:
     """The request's audit row for a job about to be created (its insert transaction)."""
     return audit.job_entry(_store(), by(), action, **extra)
+
+
+def job_entry_of(svc: Services, who: audit.By, action: str) -> Entry | None:
+    """``who``'s audit row for a job about to be created, outside Quart's request context
+    (the lean lanes, docs/lean-lanes.md)."""
+    return audit.job_entry(svc.store, who, action)
+
+
+def array_entry_of(svc: Services, who: audit.By, action: str) -> ArrayEntry | None:
+    """``who``'s audit row for a job array about to be created (as above)."""
+    return audit.array_entry(svc.store, who, action)

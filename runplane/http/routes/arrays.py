@@ -7,7 +7,7 @@ from typing import Any
 
 from quart import Blueprint
 
-from runplane.auth.audit import By, array_entry
+from runplane.auth.audit import By
 from runplane.auth.rules import READ, scope
 from runplane.http import audit
 from runplane.http.bodies import parse_body
@@ -52,7 +52,7 @@ async def batch_submitted(
         body,
         Submitter(principal.org_id, principal.subject),
         idempotency_key=key,
-        audit=array_entry(svc.store, by, "runs:submit"),
+        audit=audit.array_entry_of(svc, by, "runs:submit"),
     )
     jobs = [
         {

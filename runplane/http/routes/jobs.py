@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from pydantic import Field
 from quart import Blueprint, request
 
-from runplane.auth.audit import By, job_entry
+from runplane.auth.audit import By
 from runplane.auth.rules import READ, Rule, scope
 from runplane.http import audit
 from runplane.http.bodies import Body, parse_body
@@ -66,7 +66,7 @@ async def submitted(
         body,
         Submitter(principal.org_id, principal.subject),
         idempotency_key=key,
-        audit=job_entry(svc.store, by, "runs:submit"),
+        audit=audit.job_entry_of(svc, by, "runs:submit"),
     )
     return await created_reply(created, jobs=jobs)
 
