@@ -113,7 +113,8 @@ PREEMPT_GROUPS = 8
 #: the waiting job waits again, and may preempt again
 HOLD_EXTRA_SEC = 30.0
 _PLACEMENT_COLUMNS = (
-    "id, priority, spec, phase, node_id, org_id, retry_at, started_at, ranks, master_port"
+    f"id, priority, {jobs_repo.SPEC}, phase, node_id, org_id, retry_at, started_at, ranks, "
+    "master_port"
 )
 
 

@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from operator import attrgetter
 from typing import Any
 
+from runplane.ids import new_id
+
 from .jobspec import (
     HASHED_FIELDS,
     JobSpec,
@@ -88,6 +90,36 @@ class Split:
         return digest.hexdigest()
 
 
+class SpecPart:
+    """The stored text of one shape of an array's specs, cut around each one's config
+    and seed (``job_spec_parts``, migration 0031): a spec's whole text is ``head`` + its
+    config's JSON (when ``cuts_config``) + ``mid`` + its seed + ``tail``, as
+    ``repo.SPEC`` puts it together when it reads a row."""
+
+    def __init__(self, head: str, mid: str, tail: str, *, cuts_config: bool) -> None:
+        self.id = new_id("jsp_")
+        self.head, self.mid, self.tail = head, mid, tail
+        self.cuts_config = cuts_config
+
+    @classmethod
+    def of(cls, split: Split) -> SpecPart:
+        """The part of ``split`` (cut at the config and seed, or at the seed alone);
+        :data:`NOT_CUT` when it is cut otherwise (a spec without a seed is never one)."""
+        if split.keys == ("config", "seed"):
+            return cls(split.head, split.rest[0], split.rest[1], cuts_config=True)
+        if split.keys == ("seed",):
+            return cls(split.head, "", split.rest[0], cuts_config=False)
+        return NOT_CUT
+
+    def whole(self, config_json: str, seed: int) -> str:
+        """The whole stored text of the spec with this config JSON and seed."""
+        return f"{self.head}{config_json}{self.mid}{seed}{self.tail}"
+
+
+#: The part of a shape that is not cut at its seed: its specs are stored whole.
+NOT_CUT = SpecPart("", "", "", cuts_config=False)
+
+
 class Alike:
     """One array's memo (see the module's docstring); used by ``Jobs.admitted``."""
 
@@ -96,7 +128,7 @@ class Alike:
         self._held: list[Any] = []
         self._limits: dict[tuple[Any, ...], LimitsBody | None] = {}
         self._hashed: dict[tuple[Any, ...], Split] = {}
-        self._stored: dict[tuple[Any, ...], Split] = {}
+        self._parts: dict[tuple[Any, ...], SpecPart] = {}
         self._seen: set[tuple[Any, ...]] = set()
         self._runs: dict[tuple[Any, ...], dict[str, Any]] = {}
         #: demands by the ids of what they read, and by their canonical asks
@@ -133,19 +165,23 @@ class Alike:
         except TypeError:  # a config value that is not JSON as it is (pydantic dumps it)
             return hash_whole(spec)
 
-    def stored_json(self, spec: JobSpec) -> str:
-        """``spec.stored_json()`` (the ``jobs.spec`` column), the shared part encoded once
-        (as ``spec_hash``)."""
+    def stored(self, spec: JobSpec) -> tuple[str, SpecPart | None]:
+        """What the ``jobs`` row stores of ``spec``: ``spec.stored_json()`` whole (the
+        first spec of its shape, or one whose delta is not JSON as it is), or, from the
+        second on, the shape's :class:`SpecPart` (stored once) and the text of this
+        spec's config in it ("" when the config is not cut)."""
         key = (frozenset(spec.model_fields_set), *_ids(spec, _STORED))
-        split = self._stored.get(key)
-        if split is None:
+        part = self._parts.get(key)
+        if part is None:
             if self._first(key, spec):
-                return spec.stored_json()
-            split = self._stored[key] = Split(spec.stored(), _DELTA)
+                return spec.stored_json(), None
+            part = self._parts[key] = SpecPart.of(Split(spec.stored(), _DELTA))
+        if part is NOT_CUT:
+            return spec.stored_json(), None
         try:
-            return split.text({"seed": spec.seed, "config": spec.config})
+            return (canonical_json(spec.config) if part.cuts_config else ""), part
         except TypeError:
-            return spec.stored_json()
+            return spec.stored_json(), None
 
     def _first(self, key: tuple[Any, ...], spec: JobSpec) -> bool:
         """Whether ``key`` is seen for the first time (then held)."""

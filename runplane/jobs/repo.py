@@ -22,15 +22,26 @@ from runplane.jobs.phase import TERMINAL, JobState, Phase
 from runplane.persistence import Store, Tx, now_ms, to_json
 from runplane.problems import Problem
 
+from .alike import SpecPart
 from .jobspec import JobSpec
 from .rows import JobRow as JobRow  # re-exported: the rows these functions return
 from .rows import ranks_json
 
 IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000
 
+#: A job's whole stored spec: its own ``spec`` column, or, for an item of a job array
+#: stored with its shape's shared part (``job_spec_parts``, migration 0031), that part
+#: around the item's config JSON and seed (``alike.SpecPart``): the same text either way.
+#: Reads naming it select ``FROM jobs`` + :data:`SPEC_PARTS`.
+SPEC = (
+    "CASE WHEN jobs.spec_part IS NULL THEN jobs.spec ELSE spec_head || jobs.spec || spec_mid "
+    "|| CAST(jobs.seed AS TEXT) || spec_tail END AS spec"
+)
+SPEC_PARTS = " LEFT JOIN job_spec_parts ON spec_part_id = jobs.spec_part"
+
 JOB_COLUMNS = (
     "id, org_id, project, submitted_by, stack, image, phase, priority, mode, seed, spec_hash, "
-    "spec, node_id, attempt, attempts, error, wait_reason, final_metrics, artifacts, "
+    f"{SPEC}, node_id, attempt, attempts, error, wait_reason, final_metrics, artifacts, "
     "event_seq, log_lines, log_dropped, created_at, started_at, finished_at, updated_at, run, "
     "rerun_of, exit_code, signal, gpus, streams, pipeline_run_id, stage, session_id, "
     "retries, retry_at, tries, stage_retry, array_id, array_index, purged_at, report_n, "
@@ -66,9 +77,11 @@ class NewJob:
     #: the job array (``POST /v1/jobs/batch``) it belongs to, and its index there
     array_id: str | None = None
     array_index: int | None = None
-    #: the ``spec`` column's text when already made (``Alike.stored_json``; None: encoded
-    #: in the insert)
+    #: the ``spec`` column's text when already made (``Alike.stored``; None: encoded in
+    #: the insert): the whole spec, or with ``spec_part`` the item's config JSON in it
     spec_json: str | None = None
+    #: the shared part of the array's specs this item's spec is stored in (migration 0031)
+    spec_part: SpecPart | None = None
 
 
 def check_key(prior: dict[str, Any] | None, digest: str | None, now: int) -> str | None:
@@ -152,6 +165,13 @@ def write_jobs(tx: Tx, jobs: Sequence[NewJob], now: int) -> list[JobRow]:
     # an array's jobs share their run object: encoded once (``jobs`` holds them, so an id
     # names one run here)
     run_texts = {id(job.run): to_json(job.run) for job in jobs if job.run is not None}
+    parts = {job.spec_part.id: job.spec_part for job in jobs if job.spec_part is not None}
+    if parts:
+        tx.execute_many(
+            "INSERT INTO job_spec_parts (spec_part_id, spec_head, spec_mid, spec_tail) "
+            "VALUES (?, ?, ?, ?)",
+            [(p.id, p.head, p.mid, p.tail) for p in parts.values()],
+        )
     values = [
         {
             **new_row(job, now, run_texts.get(id(job.run))),
@@ -216,6 +236,7 @@ INSERT_COLUMNS = (
     "session_id",
     "array_id",
     "array_index",
+    "spec_part",
 )
 
 
@@ -238,6 +259,7 @@ def new_row(job: NewJob, now: int, run_text: str | None = None) -> dict[str, Any
         "seed": spec.seed,
         "spec_hash": job.spec_hash,
         "spec": job.spec_json if job.spec_json is not None else spec.stored_json(),
+        "spec_part": job.spec_part.id if job.spec_part is not None else None,
         "node_id": None,
         "attempt": 0,
         "attempts": 0,
@@ -268,7 +290,9 @@ def new_row(job: NewJob, now: int, run_text: str | None = None) -> dict[str, Any
 
 async def get_row(store: Store, job_id: str, org_id: str | None) -> JobRow | None:
     """The job, None when there is none or it is not ``org_id``'s (None: any org)."""
-    row = await store.fetchone(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
+    row = await store.fetchone(
+        f"SELECT {JOB_COLUMNS} FROM jobs{SPEC_PARTS} WHERE id = ?", (job_id,)
+    )
     if row is None or (org_id is not None and row["org_id"] != org_id):
         return None
     return JobRow.of(row)
@@ -357,7 +381,7 @@ async def list_rows(
     if before is not None:
         where += (" AND " if where else " WHERE ") + "id < ?"
         params.append(before)
-    sql = f"SELECT {JOB_COLUMNS} FROM jobs{where} ORDER BY id DESC LIMIT ? OFFSET ?"
+    sql = f"SELECT {JOB_COLUMNS} FROM jobs{SPEC_PARTS}{where} ORDER BY id DESC LIMIT ? OFFSET ?"
     return [JobRow.of(r) for r in await store.fetchall(sql, (*params, limit, offset))]
 
 
@@ -386,11 +410,13 @@ async def live_rows(store: Store) -> list[JobRow]:
 async def live_columns(store: Store, columns: str) -> list[dict[str, Any]]:
     """``columns`` (a narrowed select list, such as ``"id, phase"``) of every job not in a
     terminal phase, oldest first, as raw store rows (JSON columns still text): for
-    start-up recounts that read many rows and few columns."""
+    start-up recounts that read many rows and few columns. A list naming :data:`SPEC`
+    reads the parts too."""
     terminal = tuple(p.value for p in Phase if p.terminal)
     marks = ",".join("?" * len(terminal))
+    parts = SPEC_PARTS if SPEC in columns else ""
     return await store.fetchall(
-        f"SELECT {columns} FROM jobs WHERE phase NOT IN ({marks}) ORDER BY id", terminal
+        f"SELECT {columns} FROM jobs{parts} WHERE phase NOT IN ({marks}) ORDER BY id", terminal
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from runplane.jobs.jobspec import JobSpec
 from runplane.jobs.phase import ON_NODE, Phase
+from runplane.jobs.repo import SPEC, SPEC_PARTS
 from runplane.jobs.rows import rank_nodes
 from runplane.nodes.status import AttemptOutcome, NodeStatus
 from runplane.persistence import Store, from_json, now_ms, to_json
@@ -301,8 +302,8 @@ async def jobs_on(store: Store, node_ids: Sequence[str]) -> dict[str, list[NodeJ
         return {}
     marks = ",".join("?" * len(node_ids))
     rows = await store.fetchall(
-        f"SELECT id, org_id, stack, phase, node_id, priority, spec, gpus FROM jobs WHERE node_id IN"
-        f" ({marks}) AND phase IN ({_ON_NODE_MARKS}) ORDER BY id",
+        f"SELECT id, org_id, stack, phase, node_id, priority, {SPEC}, gpus FROM jobs{SPEC_PARTS}"
+        f" WHERE node_id IN ({marks}) AND phase IN ({_ON_NODE_MARKS}) ORDER BY id",
         (*node_ids, *_ON_NODE),
     )
     by_node: dict[str, list[NodeJob]] = {}

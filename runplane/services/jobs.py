@@ -344,14 +344,16 @@ class Jobs:
                 run=make_run(resolved.spec),
                 notes=decision.clamp.notes,
             ), demand
+        # a sealed spec is its own (fresh nonces): encoded as ever, in the insert
+        text, part = known.stored(spec) if spec is resolved.spec else (None, None)
         admitted = replace(
             new,
             spec=spec,
             spec_hash=resolved.spec_hash,
             run=known.run(resolved.spec, make_run),
             notes=decision.clamp.notes,
-            # a sealed spec is its own (fresh nonces): encoded as ever, in the insert
-            spec_json=known.stored_json(spec) if spec is resolved.spec else None,
+            spec_json=text,
+            spec_part=part,
         )
         return admitted, demand
 

@@ -56,7 +56,7 @@ from tests.webhook_receiver import Receiver
 
 #: The earlier release the upgrade test starts from: d73ef20 (2026-11-25) is the last
 #: release before images, preemption and gangs; its store has migrations up to 0027, so
-#: today's 0028-0030 apply on top of real data. Move it forward to the oldest release still
+#: today's 0028-0031 apply on top of real data. Move it forward to the oldest release still
 #: supported (the one before the last schema change at least) when a release is cut, and
 #: say so in docs/operations.md "Upgrading".
 OLD_RELEASE = "d73ef20"

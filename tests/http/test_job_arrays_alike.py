@@ -4,6 +4,7 @@ and a batch's body parses to the model the full validation makes."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -162,9 +163,15 @@ def test_the_shared_part_hashed_and_encoded_once_gives_each_spec_its_own(
     copies += [first.model_copy(update={"config": c, "seed": 9}) for c in configs]
     for spec in copies:
         assert alike.spec_hash(spec) == spec_hash(spec)
-        assert alike.stored_json(spec) == spec.stored_json()
+        assert _whole(alike, spec) == spec.stored_json()
     assert alike.spec_hash(first) == spec_hash(first)  # again, from the memo
-    assert alike.stored_json(first) == first.stored_json()
+    assert _whole(alike, first) == first.stored_json()
+
+
+def _whole(alike: Alike, spec: JobSpec) -> str:
+    """The stored text of ``spec`` as a row read back puts it together (``repo.SPEC``)."""
+    text, part = alike.stored(spec)
+    return text if part is None else part.whole(text, spec.seed)
 
 
 def test_the_clamped_limits_are_made_once_and_the_same() -> None:
@@ -174,3 +181,47 @@ def test_the_clamped_limits_are_made_once_and_the_same() -> None:
         for limits in ({"cpu_cores": 4}, {"cpu_cores": 64, "ram_gb": 8}, {"ram_gb": None}):
             mine, theirs = alike.with_limits(spec, limits), spec.with_limits(limits)
             assert mine == theirs and mine.stored() == theirs.stored()
+
+
+async def test_an_array_stores_its_shared_spec_once_and_reads_back_whole(app: QuartTrio) -> None:
+    """Migration 0031: the items of one shape store the shape's part once and their own
+    config (and seed) only; every reader puts the same whole spec back together."""
+    from runplane.jobs import repo
+    from runplane.nodes import repo as nodes_repo
+
+    client = app.test_client()
+    ids = []
+    for body in (
+        {"jobs": [{**SHELL, "seed": n} for n in range(5)]},
+        {"job": {**CARTPOLE, "seed": 1}, "sweep": {"episodes": [1, 2, 3, 4]}},
+    ):
+        response = await client.post("/v1/jobs/batch", json=body)
+        assert response.status_code == 202, await response.get_data()
+        ids += [j["job_id"] for j in (await response.get_json())["jobs"]]
+    store = app.extensions["runplane"].store
+    sql = "SELECT id, spec, spec_part, seed FROM jobs"
+    raw = {r["id"]: r for r in await store.fetchall(sql, ())}
+    parts = await store.fetchall("SELECT * FROM job_spec_parts", ())
+    # the first item of each shape is stored whole; the others name their shape's part
+    stored_whole = [raw[i]["spec_part"] is None for i in ids]
+    assert stored_whole == [True] + [False] * 4 + [True] + [False] * 3, str(stored_whole)
+    assert len(parts) == 2 and len({raw[i]["spec_part"] for i in ids[1:5]}) == 1
+    # a shell item: its config's JSON alone (its seed is in its own column)
+    assert len({raw[i]["spec"] for i in ids[1:5]}) == 1 and len(raw[ids[1]]["spec"]) < 80
+    # a sweep's item: its own config's JSON, the rest in the part
+    assert [json.loads(raw[i]["spec"])["episodes"] for i in ids[6:]] == [2, 3, 4]
+    # every reader: the one row, a list, the live rows, the node view
+    whole = {}
+    for job_id in ids:
+        row = await repo.get_row(store, job_id, None)
+        assert row is not None and row.spec.seed == raw[job_id]["seed"]
+        assert JobSpec.load(row.spec.stored_json()) == row.spec
+        whole[job_id] = row.spec
+    assert [whole[i].config["episodes"] for i in ids[5:]] == [1, 2, 3, 4]
+    listed = {r.id: r.spec for r in await repo.list_rows(store, repo.JobFilter(), limit=100)}
+    live = {r.id: r.spec for r in await repo.live_rows(store)}
+    assert all(listed[i] == live[i] == whole[i] for i in ids)
+    update = "UPDATE jobs SET node_id = 'node_x', phase = 'running' WHERE id = ?"
+    await store.execute(update, (ids[3],))
+    [on_node] = (await nodes_repo.jobs_on(store, ["node_x"]))["node_x"]
+    assert on_node.spec == whole[ids[3]]
