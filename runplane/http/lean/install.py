@@ -6,6 +6,7 @@ from typing import Any
 
 from runplane.settings import Settings
 
+from . import sse
 from .lanes import LeanLanes, Next
 
 
@@ -17,4 +18,5 @@ def lean_app(app: Any, settings: Settings, inner: Any) -> Next:
         quart: Next = inner
         return quart
     lanes = LeanLanes(inner)
+    lanes.wrap(sse.layer)  # the SSE follows' writes (docs/lean-lanes.md)
     return lanes
