@@ -30,6 +30,7 @@ from quart import Response, request
 
 from runplane.http.middleware import TALLY, Tally
 
+from . import wire
 from .lanes import Next, Receive, Scope, Send
 
 #: The scope key of a follow's :class:`Handoff`.
@@ -129,6 +130,7 @@ async def write(frames: AsyncIterator[bytes], receive: Receive, tally: Tally) ->
     """Write ``frames`` as the body's chunks, then the end; stop early, without the end,
     when the client goes. ``frames`` is closed either way."""
     send = cast(Send, tally.send)
+    direct = wire.chunk_writer(send)  # below hypercorn's ASGI send, where it can
     left = False
 
     async def until_gone(cancel_scope: trio.CancelScope) -> None:
@@ -143,7 +145,10 @@ async def write(frames: AsyncIterator[bytes], receive: Receive, tally: Tally) ->
             nursery.start_soon(until_gone, nursery.cancel_scope)
             async for frame in frames:
                 tally.sent += len(frame)
-                await send({"type": "http.response.body", "body": frame, "more_body": True})
+                if direct is not None:
+                    await direct(frame)
+                else:
+                    await send({"type": "http.response.body", "body": frame, "more_body": True})
             nursery.cancel_scope.cancel()
     finally:
         await _close(frames)

@@ -49,6 +49,7 @@ class Served:
     lean: int  # the port of the app's own stack (lanes on)
     quart: int  # the port of the stack without lanes (Quart writes the frames)
     writes: list[bool]  # one per follow whose frames the lean writer wrote
+    stop: trio.Event  # set: the server shuts down
 
     @property
     def services(self) -> Any:
@@ -94,7 +95,7 @@ async def served(
         await write(frames, receive, tally)
 
     monkeypatch.setattr(lean_sse, "write", counted)  # a spy: the lean lane really wrote
-    yield Served(app, lean, quart, writes)
+    yield Served(app, lean, quart, writes, stop)
     stop.set()
 
 
@@ -112,14 +113,19 @@ class Answer:
 
 
 async def get(
-    port: int, target: str, *, seen: trio.Event | None = None, leave: bool = False
+    port: int,
+    target: str,
+    *,
+    seen: trio.Event | None = None,
+    leave: bool = False,
+    version: str = "1.1",
 ) -> Answer:
     """GET ``target`` on a fresh connection and read the answer to its end (the server
     closes: ``Connection: close``). ``seen`` is set once a body byte came; ``leave``
     closes the connection right then instead (the client goes)."""
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     request = (
-        f"GET {target} HTTP/1.1\r\nHost: t\r\nX-Request-ID: {REQUEST_ID}\r\n"
+        f"GET {target} HTTP/{version}\r\nHost: t\r\nX-Request-ID: {REQUEST_ID}\r\n"
         "Connection: close\r\n\r\n"
     )
     raw = b""
@@ -161,11 +167,11 @@ async def until(check: Callable[[], Any]) -> None:
             await trio.sleep(0.01)
 
 
-async def both_lanes(served: Served, target: str) -> tuple[Answer, Answer]:
+async def both_lanes(served: Served, target: str, version: str = "1.1") -> tuple[Answer, Answer]:
     answers: dict[int, Answer] = {}
 
     async def one(port: int) -> None:
-        answers[port] = await get(port, target)
+        answers[port] = await get(port, target, version=version)
 
     with trio.fail_after(HANG):
         async with trio.open_nursery() as nursery:
@@ -201,6 +207,11 @@ def publish(ring: Ring[StreamChunk], *values: int) -> None:
     for value in values:
         seq = ring.last_seq + 1
         ring.publish(StreamChunk(seq, STREAM, "data", "json", 1_000 + seq, json.dumps(value)))
+
+
+def frames(answer: Answer) -> list[bytes]:
+    """The ``data:`` lines of the answer's events."""
+    return [line for line in answer.body.split(b"\n") if line.startswith(b"data: ")]
 
 
 def data_path(job_id: str, query: str = "") -> str:
@@ -334,3 +345,67 @@ async def test_a_client_that_leaves_mid_follow_frees_its_cursor(
     [line] = log_lines(caplog, data_path(job_id))
     assert line["status"] == 200 and line["client_gone"] is True and line["bytes"] > 0
     assert served.writes == ([True] if lane == "lean" else [])
+
+
+async def test_an_http_1_0_follow_is_the_same_on_both_lanes(served: Served) -> None:
+    """HTTP/1.0: no chunked encoding (the body ends with the connection), so the writer
+    below hypercorn's send steps aside and the frames go through hypercorn's send."""
+    job_id = await finished_job(served)
+    ring = ring_of(served, job_id)
+    publish(ring, 1, 2, 3)
+    ring.close()
+    lean, quart = await both_lanes(served, data_path(job_id), version="1.0")
+    assert lean.status == 200 and lean.same_as(quart)
+    assert ("transfer-encoding", "chunked") not in lean.headers
+    assert lean.body.count(b"event: stream\n") == 3 and served.writes == [True]
+
+
+async def test_a_burst_bigger_than_the_socket_takes_arrives_whole_on_both_lanes(
+    served: Served,
+) -> None:
+    """8 MiB ready at once: one write the kernel cannot take whole, so the rest goes
+    through hypercorn's send (its lock, waiting for room), in order."""
+    job_id = await finished_job(served)
+    ring = ring_of(served, job_id)
+    answers: dict[int, Answer] = {}
+
+    async def follow(port: int) -> None:
+        answers[port] = await get(port, data_path(job_id))
+
+    with trio.fail_after(HANG):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(follow, served.lean)
+            nursery.start_soon(follow, served.quart)
+            await until(lambda: ring.subscribers == 2)
+            for n in range(64):
+                seq = ring.last_seq + 1
+                data = json.dumps({"n": n, "pad": "x" * 128 * 1024})
+                ring.publish(StreamChunk(seq, STREAM, "data", "json", seq, data))
+            ring.close()
+    lean, quart = answers[served.lean], answers[served.quart]
+    assert len(lean.body) > 8 * 1024 * 1024 and lean.same_as(quart)
+    assert [json.loads(json.loads(frame[6:])["data"])["n"] for frame in frames(lean)] == list(
+        range(64)
+    )
+
+
+async def test_a_shutdown_ends_an_open_follow_and_frees_its_cursor(served: Served) -> None:
+    job_id = await finished_job(served)
+    ring = ring_of(served, job_id)
+    publish(ring, 1)
+    seen = {served.lean: trio.Event(), served.quart: trio.Event()}
+    answers: dict[int, Answer] = {}
+
+    async def follow(port: int) -> None:
+        answers[port] = await get(port, data_path(job_id), seen=seen[port])
+
+    with trio.fail_after(HANG):
+        async with trio.open_nursery() as nursery:
+            for port in seen:
+                nursery.start_soon(follow, port)
+            for event in seen.values():
+                await event.wait()
+            served.stop.set()  # the follows are cut (the ring stays open)
+        await until(lambda: ring.subscribers == 0)
+    assert answers[served.lean].body == answers[served.quart].body
+    assert answers[served.lean].body.startswith(b"id: 1\n") and served.writes == [True]
