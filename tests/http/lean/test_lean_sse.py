@@ -30,6 +30,7 @@ from quart_trio import QuartTrio
 
 from runplane.http import serving
 from runplane.http.app import create_app
+from runplane.http.lean import LeanLanes
 from runplane.http.lean import sse as lean_sse
 from runplane.http.middleware import RequestLogMiddleware
 from runplane.runtime import Ring
@@ -69,8 +70,14 @@ async def served(
     )
     assert settings.lean_lanes
     app = create_app(settings)
-    # create_app's stack with RUNPLANE_LEAN_LANES=0: the request log around Quart's app
-    without = RequestLogMiddleware(partial(QuartTrio.asgi_app, app))
+    # create_app's stack with RUNPLANE_LEAN_LANES=0: the request log around what the
+    # lanes would wrap (Quart's app, and the artifact routes' body flow)
+    lanes = app.asgi_app.app
+    assert isinstance(lanes, LeanLanes)
+    without = RequestLogMiddleware(lanes.app)
+    off = load_settings({"RUNPLANE_DATA_DIR": str(tmp_path / "off"), "RUNPLANE_LEAN_LANES": "0"})
+    stack = create_app(off).asgi_app
+    assert isinstance(stack, RequestLogMiddleware) and type(stack.app) is type(lanes.app)
     ports: dict[str, int] = {}
 
     async def both(scope: Any, receive: Any, send: Any) -> None:
