@@ -30,6 +30,7 @@ from quart_trio import QuartTrio
 
 from runplane.http import serving
 from runplane.http.app import create_app
+from runplane.http.gate import Gate
 from runplane.http.lean import LeanLanes
 from runplane.http.lean import sse as lean_sse
 from runplane.http.middleware import RequestLogMiddleware
@@ -51,10 +52,6 @@ class Served:
     quart: int  # the port of the stack without lanes (Quart writes the frames)
     writes: list[bool]  # one per follow whose frames the lean writer wrote
     stop: trio.Event  # set: the server shuts down
-
-    @property
-    def services(self) -> Any:
-        return self.app.extensions["runplane"]
 
 
 @pytest.fixture
@@ -111,12 +108,13 @@ class Answer:
     status: int
     headers: list[tuple[str, str]]
     body: bytes
+    ended: bool = True  # the body's end came (a chunked body's last chunk)
 
     def same_as(self, other: Answer) -> bool:
-        def kept(a: Answer) -> list[tuple[str, str]]:
-            return [h for h in a.headers if h[0] != "date"]
+        def kept(a: Answer) -> tuple[Any, ...]:
+            return (a.status, [h for h in a.headers if h[0] != "date"], a.body, a.ended)
 
-        return (self.status, kept(self), self.body) == (other.status, kept(other), other.body)
+        return kept(self) == kept(other)
 
 
 async def get(
@@ -154,14 +152,13 @@ def parse(raw: bytes) -> Answer:
     headers = [(n.lower(), v) for n, _, v in (line.partition(": ") for line in lines[1:])]
     if ("transfer-encoding", "chunked") not in headers:
         return Answer(int(lines[0].split()[1]), headers, rest)
-    body = b""
-    while rest:
+    body, ended = b"", False
+    while rest and not ended:
         size_line, _, rest = rest.partition(b"\r\n")
         size = int(size_line, 16)
-        if size == 0:
-            break
+        ended = size == 0
         body, rest = body + rest[:size], rest[size + 2 :]
-    return Answer(int(lines[0].split()[1]), headers, body)
+    return Answer(int(lines[0].split()[1]), headers, body, ended)
 
 
 async def until(check: Callable[[], Any]) -> None:
@@ -187,9 +184,9 @@ async def both_lanes(served: Served, target: str, version: str = "1.1") -> tuple
     return answers[served.lean], answers[served.quart]
 
 
-async def finished_job(served: Served) -> str:
+async def finished_job(app: QuartTrio) -> str:
     """A cancelled job with a stream: its follow reads the hub's ring (no actor's)."""
-    client = served.app.test_client()
+    client = app.test_client()
     submitted = await client.post("/v1/jobs", json={"stack": "shell", "command": ["true"]})
     job_id = str((await submitted.get_json())["job_id"])
     assert (await client.post(f"/v1/jobs/{job_id}/cancel")).status_code < 300
@@ -200,12 +197,13 @@ async def finished_job(served: Served) -> str:
 
     await until(cancelled)
     saved = json.dumps({STREAM: {"kind": "data", "count": 0, "last_seq": 0}})
-    await served.services.store.execute("UPDATE jobs SET streams = ? WHERE id = ?", (saved, job_id))
+    store = app.extensions["runplane"].store
+    await store.execute("UPDATE jobs SET streams = ? WHERE id = ?", (saved, job_id))
     return job_id
 
 
-def ring_of(served: Served, job_id: str, capacity: int = 64) -> Ring[StreamChunk]:
-    hub = served.services.root.streams.hub
+def ring_of(app: QuartTrio, job_id: str, capacity: int = 64) -> Ring[StreamChunk]:
+    hub = app.extensions["runplane"].root.streams.hub
     ring: Ring[StreamChunk] = hub.ring(ring_name(job_id, STREAM), capacity=capacity)
     return ring
 
@@ -236,8 +234,8 @@ def log_lines(caplog: pytest.LogCaptureFixture, path: str) -> list[dict[str, Any
 async def test_a_finished_streams_replay_and_since_seq_are_the_same_on_both_lanes(
     served: Served, caplog: pytest.LogCaptureFixture
 ) -> None:
-    job_id = await finished_job(served)
-    ring = ring_of(served, job_id)
+    job_id = await finished_job(served.app)
+    ring = ring_of(served.app, job_id)
     publish(ring, *range(1, 8))
     ring.close()
     with caplog.at_level(logging.INFO, logger="runplane.http"):
@@ -256,8 +254,8 @@ async def test_a_finished_streams_replay_and_since_seq_are_the_same_on_both_lane
 
 
 async def test_a_live_tail_is_the_same_on_both_lanes(served: Served) -> None:
-    job_id = await finished_job(served)
-    ring = ring_of(served, job_id)
+    job_id = await finished_job(served.app)
+    ring = ring_of(served.app, job_id)
     publish(ring, 1, 2)
     answers: list[Answer] = []
 
@@ -280,8 +278,8 @@ async def test_a_live_tail_is_the_same_on_both_lanes(served: Served) -> None:
 
 
 async def test_a_lagged_marker_is_the_same_on_both_lanes(served: Served) -> None:
-    job_id = await finished_job(served)
-    ring = ring_of(served, job_id, capacity=4)
+    job_id = await finished_job(served.app)
+    ring = ring_of(served.app, job_id, capacity=4)
     publish(ring, *range(10))
     ring.close()
     lean, quart = await both_lanes(served, data_path(job_id, "?since_seq=1"))
@@ -290,7 +288,7 @@ async def test_a_lagged_marker_is_the_same_on_both_lanes(served: Served) -> None
 
 
 async def test_a_refused_ticket_is_quarts_problem_on_both_lanes(served: Served) -> None:
-    job_id = await finished_job(served)
+    job_id = await finished_job(served.app)
     lean, quart = await both_lanes(served, data_path(job_id, "?ticket=rpst_nope.nope"))
     assert lean.status == 401 and lean.same_as(quart)
     assert served.writes == []  # a problem is Quart's, whole
@@ -301,8 +299,8 @@ async def test_the_keepalive_is_the_same_on_both_lanes(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(streams_service, "IDLE_SEC", 0.05)
-    job_id = await finished_job(served)
-    ring = ring_of(served, job_id)
+    job_id = await finished_job(served.app)
+    ring = ring_of(served.app, job_id)
     answers: dict[int, Answer] = {}
     seen = {served.lean: trio.Event(), served.quart: trio.Event()}
 
@@ -325,7 +323,7 @@ async def test_the_keepalive_is_the_same_on_both_lanes(
 async def test_the_job_events_follow_is_the_same_on_both_lanes(
     served: Served, caplog: pytest.LogCaptureFixture
 ) -> None:
-    job_id = await finished_job(served)
+    job_id = await finished_job(served.app)
     with caplog.at_level(logging.INFO, logger="runplane.http"):
         lean, quart = await both_lanes(served, f"/v1/jobs/{job_id}/events")
     assert lean.status == 200 and lean.same_as(quart)
@@ -339,8 +337,8 @@ async def test_the_job_events_follow_is_the_same_on_both_lanes(
 async def test_a_client_that_leaves_mid_follow_frees_its_cursor(
     served: Served, caplog: pytest.LogCaptureFixture, lane: str
 ) -> None:
-    job_id = await finished_job(served)
-    ring = ring_of(served, job_id)
+    job_id = await finished_job(served.app)
+    ring = ring_of(served.app, job_id)
     publish(ring, 1, 2, 3)
     port = served.lean if lane == "lean" else served.quart
     with caplog.at_level(logging.INFO, logger="runplane.http"), trio.fail_after(HANG):
@@ -357,8 +355,8 @@ async def test_a_client_that_leaves_mid_follow_frees_its_cursor(
 async def test_an_http_1_0_follow_is_the_same_on_both_lanes(served: Served) -> None:
     """HTTP/1.0: no chunked encoding (the body ends with the connection), so the writer
     below hypercorn's send steps aside and the frames go through hypercorn's send."""
-    job_id = await finished_job(served)
-    ring = ring_of(served, job_id)
+    job_id = await finished_job(served.app)
+    ring = ring_of(served.app, job_id)
     publish(ring, 1, 2, 3)
     ring.close()
     lean, quart = await both_lanes(served, data_path(job_id), version="1.0")
@@ -372,8 +370,8 @@ async def test_a_burst_bigger_than_the_socket_takes_arrives_whole_on_both_lanes(
 ) -> None:
     """8 MiB ready at once: one write the kernel cannot take whole, so the rest goes
     through hypercorn's send (its lock, waiting for room), in order."""
-    job_id = await finished_job(served)
-    ring = ring_of(served, job_id)
+    job_id = await finished_job(served.app)
+    ring = ring_of(served.app, job_id)
     answers: dict[int, Answer] = {}
 
     async def follow(port: int) -> None:
@@ -397,8 +395,8 @@ async def test_a_burst_bigger_than_the_socket_takes_arrives_whole_on_both_lanes(
 
 
 async def test_a_shutdown_ends_an_open_follow_and_frees_its_cursor(served: Served) -> None:
-    job_id = await finished_job(served)
-    ring = ring_of(served, job_id)
+    job_id = await finished_job(served.app)
+    ring = ring_of(served.app, job_id)
     publish(ring, 1)
     seen = {served.lean: trio.Event(), served.quart: trio.Event()}
     answers: dict[int, Answer] = {}
@@ -416,3 +414,74 @@ async def test_a_shutdown_ends_an_open_follow_and_frees_its_cursor(served: Serve
         await until(lambda: ring.subscribers == 0)
     assert answers[served.lean].body == answers[served.quart].body
     assert answers[served.lean].body.startswith(b"id: 1\n") and served.writes == [True]
+
+
+@pytest.mark.parametrize("lane", ["lean", "quart"])
+async def test_an_ha_step_down_cuts_an_open_follow_and_frees_its_cursor(
+    nursery: trio.Nursery, tmp_path: Path, lane: str
+) -> None:
+    """A replica that loses its lease cuts every exchange with its app (the gate's cancel
+    scope): the follow ends short (no last chunk) and its cursor is freed, on either
+    lane. Behind the gate the frames go through its ``send`` (never below it)."""
+    settings = load_settings(
+        {"RUNPLANE_DATA_DIR": str(tmp_path / "data"), "RUNPLANE_LOCAL_AGENT": "0"}
+    )
+    app = create_app(settings)
+    lanes = app.asgi_app.app
+    assert isinstance(lanes, LeanLanes)
+    gate = Gate(
+        app if lane == "lean" else RequestLogMiddleware(lanes.app),
+        status=dict,
+        leader=lambda: None,
+    )
+    gate.leading = True
+    config = serving.Config()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    stop = trio.Event()
+    async with app.test_app():  # the app's lifespan (a replica's runs it under the gate)
+        binds = await nursery.start(partial(serve, gate, config, shutdown_trigger=stop.wait))
+        port = int(binds[0].rsplit(":", 1)[1])
+        job_id = await finished_job(app)
+        ring = ring_of(app, job_id)
+        publish(ring, 1)
+        seen = trio.Event()
+        answers: list[Answer] = []
+
+        async def follow() -> None:
+            answers.append(await get(port, data_path(job_id), seen=seen))
+
+        with trio.fail_after(HANG):
+            async with trio.open_nursery() as inner:
+                inner.start_soon(follow)
+                await seen.wait()
+                gate.step_down()
+            await until(lambda: ring.subscribers == 0)
+        stop.set()
+    await gate.aclose()
+    [answer] = answers
+    assert answer.status == 200 and answer.body.startswith(b"id: 1\n") and not answer.ended
+
+
+async def test_every_follower_writes_the_chunks_own_bytes(served: Served) -> None:
+    """A chunk is encoded once: each follower's write of it is the same bytes object."""
+    job_id = await finished_job(served.app)
+    ring = ring_of(served.app, job_id)
+    streams = served.app.extensions["runplane"].root.streams
+    follows = [streams.follow(job_id, STREAM, None) for _ in range(3)]
+    got: list[bytes] = []
+
+    async def first(follow: Any) -> None:
+        got.append(await follow.__anext__())
+
+    with trio.fail_after(HANG):
+        async with trio.open_nursery() as nursery:
+            for follow in follows:
+                nursery.start_soon(first, follow)
+            await until(lambda: ring.subscribers == 3)
+            publish(ring, 1)
+    chunk = ring.retained()[0][1]
+    assert len(got) == 3 and all(frame is chunk.frame for frame in got)
+    for follow in follows:
+        await follow.aclose()
+    assert ring.subscribers == 0
