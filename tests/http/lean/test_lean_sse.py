@@ -485,3 +485,25 @@ async def test_every_follower_writes_the_chunks_own_bytes(served: Served) -> Non
     for follow in follows:
         await follow.aclose()
     assert ring.subscribers == 0
+
+
+async def test_the_connection_serves_the_next_request_after_a_lean_follow(served: Served) -> None:
+    """The chunks went below hypercorn and h11, the body's end through them: h11 is in
+    step, and the keep-alive connection answers its next request."""
+    job_id = await finished_job(served.app)
+    ring = ring_of(served.app, job_id)
+    publish(ring, 1, 2)
+    ring.close()
+    stream = await trio.open_tcp_stream("127.0.0.1", served.lean)
+    raw = b""
+    with trio.fail_after(HANG):
+        async with stream:
+            await stream.send_all(f"GET {data_path(job_id)} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+            while not raw.endswith(b"\r\n0\r\n\r\n"):
+                raw += await stream.receive_some(65536)
+            await stream.send_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            after = b""
+            while chunk := await stream.receive_some(65536):
+                after += chunk
+    assert parse(raw).body.count(b"event: stream\n") == 2 and served.writes == [True]
+    assert after.startswith(b"HTTP/1.1 200 ")
