@@ -18,6 +18,8 @@ REQUEST_ID_HEADER = b"x-request-id"
 _SAFE_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,64}$")
 
 Scope = dict[str, Any]
+#: The scope key of the request's :class:`Tally`.
+TALLY = "runplane.tally"
 
 
 def new_request_id() -> str:
@@ -30,6 +32,19 @@ def _incoming_request_id(scope: Mapping[str, Any]) -> str | None:
         if name == REQUEST_ID_HEADER and _SAFE_ID.match(value):
             return value.decode()
     return None
+
+
+class Tally:
+    """What a request's log line counts of its answer, and the ``send`` below this
+    wrapper (hypercorn's, or the HA gate's), in the scope as ``runplane.tally``: a lean
+    writer that sends below the wrapper (``runplane/http/lean/sse.py``) adds its bytes to
+    ``sent`` so the line stays the same."""
+
+    __slots__ = ("send", "sent")
+
+    def __init__(self, send: ASGISendCallable) -> None:
+        self.send = send
+        self.sent = 0
 
 
 class RequestLogMiddleware:
@@ -53,7 +68,7 @@ class RequestLogMiddleware:
         cast(Scope, scope)["runplane.request_id"] = request_id
         started = time.perf_counter()
         status = 0
-        sent = 0
+        tally = cast(Scope, scope)[TALLY] = Tally(send)
         gone = False
 
         async def receive_wrapper() -> Any:
@@ -64,14 +79,14 @@ class RequestLogMiddleware:
             return message
 
         async def send_wrapper(message: dict[str, Any]) -> None:
-            nonlocal status, sent
+            nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
                 headers = [h for h in message.get("headers", []) if h[0] != REQUEST_ID_HEADER]
                 headers.append((REQUEST_ID_HEADER, request_id.encode()))
                 message = {**message, "headers": headers}
             elif message["type"] == "http.response.body":
-                sent += len(message.get("body", b""))
+                tally.sent += len(message.get("body", b""))
             await send(cast(ASGISendEvent, message))
 
         try:
@@ -87,7 +102,7 @@ class RequestLogMiddleware:
                     "method": scope.get("method"),
                     "path": scope.get("path"),
                     "status": status or (499 if gone else 500),
-                    "bytes": sent,
+                    "bytes": tally.sent,
                     "duration_ms": round((time.perf_counter() - started) * 1000, 3),
                     "remote": client[0] if client else None,
                 },

@@ -14,7 +14,7 @@ import trio
 from runplane.actors.job_messages import JOBS, OpenStream, SendTeleop, TeleopOrder
 from runplane.jobs.rows import JobRow
 from runplane.persistence import Store
-from runplane.runtime import ActorGone, Hub, Lagged, MailboxClosed, Registry, Ring
+from runplane.runtime import ActorGone, Cursor, Hub, Lagged, MailboxClosed, Registry, Ring
 from runplane.sessions import repo as sessions_repo
 from runplane.settings import Settings
 from runplane.stacks import Catalog
@@ -30,10 +30,13 @@ LIVE_BATCH = 256
 #: Writes per second all followers of one stream aim to stay under together: a follower
 #: of a stream with many followers waits ``followers / WRITE_BUDGET`` seconds (at most
 #: :data:`MAX_COALESCE_SEC`) after each write, so the chunks that arrived meanwhile go out
-#: in one write. Each SSE write costs the server ~70-90 us (Quart, hypercorn, h11, the
-#: socket); 1,000 followers of a 100 Hz stream would otherwise need 100,000 writes/s.
-WRITE_BUDGET = 4_000.0
-MAX_COALESCE_SEC = 0.25
+#: in one write. A write costs the server ~30 us on the lean SSE writer (the follow's
+#: loop, the wake-up, the socket; ~65 us through Quart and hypercorn's ASGI send with
+#: ``RUNPLANE_LEAN_LANES=0``): 16,000 writes/s is about half a core. 1,000 followers of
+#: a 100 Hz stream would otherwise need 100,000 writes/s.
+WRITE_BUDGET = 16_000.0
+#: The longest wait: a chunk waits at most this long for its follower's next write.
+MAX_COALESCE_SEC = 0.05
 #: Below this many followers a stream's chunks go out one write each (no wait).
 COALESCE_FROM = 16
 KEEPALIVE = b": keepalive\n\n"
@@ -42,6 +45,27 @@ KEEPALIVE = b": keepalive\n\n"
 def lagged_frame(dropped: int, resume_seq: int) -> bytes:
     body = json.dumps({"dropped": dropped, "resume_seq": resume_seq}, separators=(",", ":"))
     return f"event: lagged\ndata: {body}\n\n".encode()
+
+
+async def _next_frames(ring: Ring[StreamChunk], cursor: Cursor[StreamChunk]) -> bytes | None:
+    """The next write of a follow: every chunk ready (the chunk's own bytes when it is
+    one), a lagged marker, or a keepalive after :data:`IDLE_SEC` without one; None at the
+    end. The idle timer (a cancel scope) is set only when the follower has to wait."""
+    if cursor.next_seq <= ring.last_seq or ring.closed:
+        return await _take(cursor)
+    with trio.move_on_after(IDLE_SEC):
+        return await _take(cursor)
+    return KEEPALIVE
+
+
+async def _take(cursor: Cursor[StreamChunk]) -> bytes | None:
+    try:
+        batch = await cursor.receive_many(LIVE_BATCH)
+    except Lagged as lag:
+        return lagged_frame(lag.dropped, cursor.next_seq)
+    except trio.EndOfChannel:
+        return None
+    return b"".join(chunk.sse() for _, chunk in batch)  # one chunk: its cached bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,16 +179,7 @@ class Streams:
             return
         start = ring.first_seq - 1 if since is None else since
         with ring.subscribe(from_seq=start) as cursor:
-            while True:
-                out: bytes = KEEPALIVE
-                with trio.move_on_after(IDLE_SEC):
-                    try:
-                        batch = await cursor.receive_many(LIVE_BATCH)
-                        out = b"".join(chunk.sse() for _, chunk in batch)
-                    except Lagged as lag:
-                        out = lagged_frame(lag.dropped, cursor.next_seq)
-                    except trio.EndOfChannel:
-                        return
+            while (out := await _next_frames(ring, cursor)) is not None:
                 yield out
                 followers = ring.subscribers
                 if followers >= COALESCE_FROM:

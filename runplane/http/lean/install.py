@@ -6,7 +6,7 @@ from typing import Any
 
 from runplane.settings import Settings
 
-from . import submits
+from . import sse, submits
 from .lanes import LeanLanes, Next
 
 
@@ -19,4 +19,5 @@ def lean_app(app: Any, settings: Settings, inner: Any) -> Next:
         return quart
     lanes = LeanLanes(inner)
     submits.install(app, lanes)
+    lanes.wrap(sse.layer)  # the SSE follows' writes (docs/lean-lanes.md)
     return lanes

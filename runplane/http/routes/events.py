@@ -17,6 +17,7 @@ from quart import Blueprint, Response
 from runplane.auth.rules import Rule
 from runplane.http.caller import current_caller
 from runplane.http.context import services
+from runplane.http.lean.sse import sse_response
 from runplane.http.openapi import doc
 from runplane.http.query import accepts_query, integer, resume_seq
 from runplane.jobs.events import JobEvent
@@ -61,8 +62,4 @@ async def job_events(job_id: str) -> Response:
         async for batch in batches:
             yield b"".join(_frame_of(e) for e in batch) if batch else KEEPALIVE
 
-    response = Response(stream(), content_type="text/event-stream")
-    response.headers["Cache-Control"] = "no-cache"
-    response.headers["X-Accel-Buffering"] = "no"
-    response.timeout = None
-    return response
+    return sse_response(stream())  # written by the lean SSE layer when lanes are on

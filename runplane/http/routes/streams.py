@@ -21,6 +21,7 @@ from runplane.http.caller import current_caller
 from runplane.http.context import services
 from runplane.http.guards import require_area
 from runplane.http.input_checks import decode_json
+from runplane.http.lean.sse import sse_response
 from runplane.http.openapi import doc
 from runplane.http.openapi import views as v
 from runplane.http.openapi.route_doc import RawBody
@@ -162,11 +163,7 @@ async def stream_data(job_id: str, name: str) -> Response:
     if row.session_id is not None and drives:
         # a driver of a session holds this open: it keeps the session alive meanwhile
         frames = root.sessions.driving(row.session_id, frames)
-    response = Response(frames, content_type="text/event-stream")
-    response.headers["Cache-Control"] = "no-cache"
-    response.headers["X-Accel-Buffering"] = "no"
-    response.timeout = None
-    return response
+    return sse_response(frames)  # written by the lean SSE layer when lanes are on
 
 
 @blueprint.post("/v1/jobs/<job_id>/streams/<name>/teleop")
