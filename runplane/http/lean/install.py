@@ -6,6 +6,7 @@ from typing import Any
 
 from runplane.settings import Settings
 
+from .agents import agents_lane
 from .lanes import LeanLanes, Next
 
 
@@ -17,4 +18,5 @@ def lean_app(app: Any, settings: Settings, inner: Any) -> Next:
         quart: Next = inner
         return quart
     lanes = LeanLanes(inner)
+    lanes.add("websocket", "GET", "/v1/nodes/connect", agents_lane(app.extensions))
     return lanes
