@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import trio
 from pydantic import ValidationError
 
-from runplane.actors.node import NodeMsg
+from runplane.actors.node import Beat, NodeMsg
 from runplane.agent import protocol as p
 from runplane.http.agent_dispatch import dispatch
 from runplane.http.context import Services
@@ -50,6 +50,12 @@ HELLO_TIMEOUT = 10.0
 OUTBOX_CAPACITY = 1024
 #: Bytes a close reason may take (a control frame holds 125, two of them for the code).
 CLOSE_REASON_MAX = 120
+#: An idle agent's heartbeat (no attempt running, no image change) as every agent encodes
+#: it: nothing in it for the frame checks to refuse or clean, so it goes to the node
+#: actor without them (they cost more than the rest of the beat's handling in ours;
+#: docs/benchmarks.md, "lean lanes: the agents' WebSocket").
+IDLE_BEAT = p.encode(p.Heartbeat())
+_IDLE = Beat(())
 
 
 class Socket(Protocol):
@@ -237,6 +243,10 @@ async def _read(
     try:
         while True:
             raw = await sock.receive()
+            if raw == IDLE_BEAT:
+                # what dispatch() does with it, without a scheduling point of its own
+                await node.tell_now(_IDLE)
+                continue
             if raw is None:
                 return  # the agent went
             try:
