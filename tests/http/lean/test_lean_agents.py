@@ -266,14 +266,17 @@ async def test_a_heartbeat_reaches_the_node_actor(both: tuple[Served, Served]) -
                 nodes = {n["id"]: n for n in (await client.get("/v1/nodes")).json()}
                 return nodes[welcome.node_id]["last_heartbeat"]  # type: ignore[no-any-return]
 
-            before = await beat()
-            await trio.sleep(0.01)  # a later wall-clock ms
-            await ws.send_message(p.encode(p.Heartbeat()))
-            after = await wait_for(lambda: _changed(beat, before), 10, "the beat recorded")
-        return [before is not None, after != before]
+            seen = [await beat()]
+            # an idle beat (its short way), then one naming an attempt (checked, dispatched)
+            running = [p.RunningJob(job_id="job_elsewhere", attempt=1)]
+            for sent in (p.Heartbeat(), p.Heartbeat(running=running)):
+                await trio.sleep(0.01)  # a later wall-clock ms
+                await ws.send_message(p.encode(sent))
+                seen.append(await wait_for(lambda: _changed(beat, seen[-1]), 10, "the beat"))
+        return [None not in seen, len(set(seen))]
 
     lean, quart = await on_both(both, conversation)
-    assert lean == quart == [True, True]
+    assert lean == quart == [True, 3]
     assert both[0].quart_calls == []
 
 
