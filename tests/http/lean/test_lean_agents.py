@@ -203,6 +203,25 @@ async def test_the_refusals_name_their_codes(both: tuple[Served, Served]) -> Non
     assert old[-1][:2] == ("closed", p.CLOSE_UPGRADE_REQUIRED)
 
 
+async def test_enrollments_over_the_address_limit_close_4429(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """``RUNPLANE_RATE_LIMIT_ADDRESS``: the fourth enrollment from one address within the
+    window is closed with 4429 (the agent retries after its backoff), on both lanes."""
+    limits = {"auth": "required", "rate_limit_address": "1/min,burst=3"}
+    lean = await _serve(nursery, tmp_path / "lean", **limits)
+    quart = await _serve(nursery, tmp_path / "quart", lean_lanes="0", **limits)
+    said = []
+    for served in (lean, quart):
+        said.append(
+            [(await talk(served.ws_url, [hello(join_token="rpj_x")]))[-1][:2] for _ in range(4)]
+        )
+        served.live.stop.set()
+        await served.live.done.wait()
+    assert said[0] == said[1] == [("closed", p.CLOSE_UNAUTHORIZED)] * 3 + [("closed", 4429)]
+    assert lean.quart_calls == []
+
+
 async def test_no_hello_in_time(
     both: tuple[Served, Served], monkeypatch: pytest.MonkeyPatch
 ) -> None:
