@@ -7,6 +7,7 @@ from typing import Any
 from runplane.settings import Settings
 
 from . import sse, submits
+from .agents import agents_lane
 from .lanes import LeanLanes, Next
 
 
@@ -19,5 +20,6 @@ def lean_app(app: Any, settings: Settings, inner: Any) -> Next:
         return quart
     lanes = LeanLanes(inner)
     submits.install(app, lanes)
+    lanes.add("websocket", "GET", "/v1/nodes/connect", agents_lane(app.extensions))
     lanes.wrap(sse.layer)  # the SSE follows' writes (docs/lean-lanes.md)
     return lanes
