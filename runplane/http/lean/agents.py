@@ -16,23 +16,16 @@ handlers (``app.py``) log it, and the session closed as Quart closes it (1000).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any
 
 from runplane.auth.rules import OWN_CREDENTIAL
 from runplane.http.agent_session import Server, run_session
+from runplane.http.error_answers import Where, answer
 from runplane.http.openapi.route_doc import doc_of
-from runplane.http.readiness import log_request_full, log_request_outage
 from runplane.http.routes.agents import connect
-from runplane.persistence.errors import FencedError, WriteBatchError, store_full, store_outage
-from runplane.policy.refusal import AdmissionRefused
-from runplane.problems import Problem
-from runplane.runtime import AskTimeout, MailboxFull
 
 from .lanes import Lane, Next, Receive, Scope, Send
-
-log = logging.getLogger("runplane.http")
 
 PATH = "/v1/nodes/connect"
 #: the headers the auth hook reads on this route: with one of them, Quart answers
@@ -114,25 +107,6 @@ def agents_lane(extensions: Mapping[str, Any]) -> Lane:
 
 
 def log_failure(exc: Exception, extensions: Mapping[str, Any]) -> None:
-    """Log an exception out of the session as Quart's error handlers (``app.py``) log one
-    out of the websocket route."""
-    if isinstance(exc, (Problem, AdmissionRefused)):
-        return  # an answer, not an error; a websocket has no body to put it in
-    if isinstance(exc, (MailboxFull, AskTimeout)):
-        log.warning("overloaded", extra={"error": str(exc), "kind": type(exc).__name__})
-        return
-    if isinstance(exc, WriteBatchError) and isinstance(exc.cause, FencedError):
-        return  # not the leader any more: the agent reconnects to the new one
-    outage = store_outage(exc)
-    if outage is not None:
-        log_request_outage(outage, WEBSOCKET, PATH)
-        return
-    full = store_full(exc)
-    if full is not None:
-        log_request_full(full, WEBSOCKET, PATH)
-        return
-    leading = extensions.get("runplane.ha.leading")
-    if leading is not None and not leading():
-        log.warning("request cut by a lost lease", extra={"error": repr(exc)})
-        return
-    log.error("unhandled error", exc_info=exc, extra={"method": WEBSOCKET, "path": PATH})
+    """Log an exception out of the session as Quart's error handlers log one out of the
+    websocket route: the same ``error_answers`` (its answer has nowhere to go)."""
+    answer(exc, Where(None, WEBSOCKET, PATH, extensions.get("runplane.ha.leading")))
