@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "lean_lanes": args.lean_lanes,
         },
     }
-    env = {"RUNPLANE_LEAN_LANES": "1" if args.lean_lanes == "on" else "0"}
+    env = common.lanes_env(args.lean_lanes)
     with common.server(env=env) as srv:
         common.http_load(srv.pid, srv.port, connections=1, seconds=0.5, warmup=0)
         base = common.proc_stat(srv.pid)

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--quick", action="store_true", help="a 4 s phase")
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument(
-        "--lanes",
+        "--lean-lanes",
         choices=("on", "off"),
         default="on",
         help="the lean lanes (docs/lean-lanes.md): on, as shipped; off: Quart answers all",
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "bench": "batch_submit",
         "machine": {**common.machine(), "loadavg_before": common.loadavg()},
         "settings": {
-            "lean_lanes": args.lanes,
+            "lean_lanes": args.lean_lanes,
             "batch": args.batch,
             "connections": args.connections,
             "seconds": seconds,
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "nodes": 0,
         },
     }
-    with common.server(env=common.lanes_env(args.lanes)) as srv:
+    with common.server(env=common.lanes_env(args.lean_lanes)) as srv:
         load = common.http_load(
             srv.pid,
             srv.port,

@@ -443,5 +443,5 @@ def wait_count(db_path: Any, sql: str, params: Sequence[Any], n: int, limit: flo
 
 
 def lanes_env(lanes: str) -> dict[str, str]:
-    """The server env for ``--lanes on|off`` (``RUNPLANE_LEAN_LANES``, docs/lean-lanes.md)."""
+    """The server env for ``--lean-lanes on|off`` (``RUNPLANE_LEAN_LANES``, docs/lean-lanes.md)."""
     return {"RUNPLANE_LEAN_LANES": "1" if lanes == "on" else "0"}

@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short phases (about 40 s in all)")
     parser.add_argument(
-        "--lanes",
+        "--lean-lanes",
         choices=("on", "off"),
         default="on",
         help="the lean lanes (docs/lean-lanes.md): on, as shipped; off: Quart answers all",
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "bench": "submit",
         "machine": {**common.machine(), "loadavg_before": common.loadavg()},
         "settings": {
-            "lean_lanes": args.lanes,
+            "lean_lanes": args.lean_lanes,
             "connections": conns,
             "seconds": seconds,
             "ceiling_seconds": ceiling_seconds,
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "nodes": 0,
         },
     }
-    with common.server(env=common.lanes_env(args.lanes)) as srv:
+    with common.server(env=common.lanes_env(args.lean_lanes)) as srv:
         submit = common.http_load(
             srv.pid,
             srv.port,
