@@ -32,11 +32,12 @@ LIVE_BATCH = 256
 #: :data:`MAX_COALESCE_SEC`) after each write, so the chunks that arrived meanwhile go out
 #: in one write. A write costs the server ~30 us on the lean SSE writer (the follow's
 #: loop, the wake-up, the socket; ~65 us through Quart and hypercorn's ASGI send with
-#: ``RUNPLANE_LEAN_LANES=0``): 16,000 writes/s is about half a core. 1,000 followers of
-#: a 100 Hz stream would otherwise need 100,000 writes/s.
-WRITE_BUDGET = 16_000.0
+#: ``RUNPLANE_LEAN_LANES=0``): 8,000 writes/s is about a quarter of a core. 1,000
+#: followers of a 100 Hz stream would otherwise need 100,000 writes/s; 16,000 and 50 ms
+#: fell behind at 1,000 followers here (docs/streams.md "On the server").
+WRITE_BUDGET = 8_000.0
 #: The longest wait: a chunk waits at most this long for its follower's next write.
-MAX_COALESCE_SEC = 0.05
+MAX_COALESCE_SEC = 0.1
 #: Below this many followers a stream's chunks go out one write each (no wait).
 COALESCE_FROM = 16
 KEEPALIVE = b": keepalive\n\n"
