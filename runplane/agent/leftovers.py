@@ -80,30 +80,46 @@ def processes_of(owned: Owned) -> dict[int, list[int]]:
 def kill_uid(uid: int, timeout: float = KILL_TIMEOUT_SEC) -> int:
     """SIGKILL every process of ``uid`` until none is left; how many were killed.
     Raises :class:`StillAlive` when some are still there after ``timeout``."""
-    killed: set[int] = set()
+    killed, alive = kill_uids({uid}, timeout)
+    if alive:
+        raise StillAlive(uid)
+    return killed.get(uid, 0)
+
+
+def kill_uids(uids: set[int], timeout: float = KILL_TIMEOUT_SEC) -> tuple[dict[int, int], set[int]]:
+    """SIGKILL every process of each of ``uids`` until none is left, one ``/proc`` scan a
+    round for all of them: (uid -> how many were killed, the uids with a process still
+    there after ``timeout``)."""
+    killed: dict[int, set[int]] = {}
     deadline = time.monotonic() + timeout
     while True:
-        pids = processes_of(uid.__eq__).get(uid, [])
-        if not pids:
-            return len(killed)
+        found = processes_of(uids.__contains__)
+        counts = {uid: len(pids) for uid, pids in killed.items()}
+        if not found:
+            return counts, set()
         if time.monotonic() > deadline:
-            raise StillAlive(uid)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
+            return counts, set(found)
+        for uid, pids in found.items():
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.setdefault(uid, set()).add(pid)
         time.sleep(0.005)
 
 
 # --------------------------------------------------------------------------- files
 
 
-def hand_back_shared(owned: Owned, dirs: Iterable[Path] = SHARED_DIRS) -> int:
-    """Hand back to root what ``owned`` uids own in the shared dirs; how many entries."""
-    return sum(_hand_back_owned(str(top), owned, _SHARED_DEPTH) for top in dirs)
+def hand_back_shared(
+    owned: Owned, dirs: Iterable[Path] = SHARED_DIRS, counts: dict[int, int] | None = None
+) -> int:
+    """Hand back to root what ``owned`` uids own in the shared dirs; how many entries
+    (``counts``: also by uid)."""
+    tally = counts if counts is not None else {}
+    return sum(_hand_back_owned(str(top), owned, _SHARED_DEPTH, tally) for top in dirs)
 
 
-def _hand_back_owned(directory: str, owned: Owned, depth: int) -> int:
+def _hand_back_owned(directory: str, owned: Owned, depth: int, counts: dict[int, int]) -> int:
     count = 0
     try:
         entries = list(os.scandir(directory))
@@ -115,16 +131,18 @@ def _hand_back_owned(directory: str, owned: Owned, depth: int) -> int:
         except OSError:
             continue
         if owned(st.st_uid) or owned(st.st_gid):
+            owner = st.st_uid if owned(st.st_uid) else st.st_gid
             try:
                 _to_root(entry.path, st)
                 count += 1
+                counts[owner] = counts.get(owner, 0) + 1
             except OSError as exc:
                 log.warning(
                     "cannot hand back a job uid's file",
                     extra={"path": entry.path, "uid": st.st_uid, "error": str(exc)},
                 )
         if stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_IWOTH and depth > 0:
-            count += _hand_back_owned(entry.path, owned, depth - 1)
+            count += _hand_back_owned(entry.path, owned, depth - 1, counts)
     return count
 
 
@@ -217,13 +235,14 @@ def ipc_owners(owned: Owned) -> set[int]:
     }
 
 
-def remove_ipc(owned: Owned) -> int:
+def remove_ipc(owned: Owned, counts: dict[int, int] | None = None) -> int:
     """Remove the System V IPC objects (shared memory, queues, semaphores) the ``owned``
-    uids own or created; how many."""
+    uids own or created; how many (``counts``: also by uid)."""
     removed = 0
     for table, column, option in _IPC_TABLES:
         for ident, owners in _ipc_rows(table, column):
-            if not any(owned(uid) for uid in owners):
+            mine = [uid for uid in owners if owned(uid)]
+            if not mine:
                 continue
             try:
                 done = subprocess.run(["ipcrm", option, str(ident)], capture_output=True)
@@ -232,6 +251,8 @@ def remove_ipc(owned: Owned) -> int:
                 return removed
             if done.returncode == 0:
                 removed += 1
+                if counts is not None:
+                    counts[min(mine)] = counts.get(min(mine), 0) + 1
             elif b"invalid id" not in done.stderr.lower():
                 log.warning(
                     "cannot remove a job uid's IPC object",

@@ -62,6 +62,7 @@ from runplane.agent.protocol import (
 from runplane.agent.pulling import pull_and_mount
 from runplane.agent.requirements import deps_dir_of
 from runplane.agent.streams import append_teleop, forwarding, make_streams_dir, streams_dir_of
+from runplane.agent.uid_releases import Releases
 from runplane.agent.uids import UidPool
 from runplane.agent.urls import http_origin
 
@@ -100,6 +101,8 @@ class JobRunner:
         self.rules = NodeRules(node=core.name or "")
         self.job_user: JobUser | None = None
         self.uids: UidPool | None = None
+        #: the uids given back in batches (``uid_releases.py``)
+        self._releases: Releases | None = None
         self.host_paths = HostPaths()
         #: the image cache of a container node (``--executor container``); None: this
         #: node runs no images (an image job is refused)
@@ -490,8 +493,10 @@ class JobRunner:
         if pool is None or pool.uid_of(job.key) is None:
             return
         own = [job.workdir, deps_dir_of(job.workdir), streams_dir_of(job.workdir)]
+        if self._releases is None or self._releases.pool is not pool:
+            self._releases = Releases(pool)
         with trio.CancelScope(shield=True):
-            released = await trio.to_thread.run_sync(pool.release, job.key, own)
+            released = await self._releases.release(job.key, own)
         if released is not None and (released.killed or released.handed_back or released.removed):
             log.info(
                 "job uid swept",

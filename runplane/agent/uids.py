@@ -41,7 +41,7 @@ import pwd
 import random
 import stat
 import threading
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +52,7 @@ from runplane.agent.leftovers import (
     hand_back_shared,
     ipc_owners,
     kill_uid,
+    kill_uids,
     processes_of,
     remove_ipc,
     take_back,
@@ -272,26 +273,62 @@ class UidPool:
         """Give ``holder``'s uid back: its processes killed, its shared files handed back
         and IPC removed, ``own_dirs`` handed back to the agent, then the lock released.
         None when ``holder`` holds none."""
+        result = self.release_many([(holder, own_dirs)])[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def release_many(
+        self, items: Sequence[tuple[Hashable, Iterable[Path]]]
+    ) -> list[Released | Exception | None]:
+        """:meth:`release` of each ``(holder, own_dirs)``, all swept together: one scan of
+        ``/proc`` a kill round, one walk of the shared dirs and one read of the IPC tables
+        for every uid of the batch (``leftovers.py``), each uid's own steps in the same
+        order as alone. What one holder's release raised is its result (the others go on)."""
         with self._mutex:
-            held = self._held.get(holder)
-        if held is None:
-            return None
+            held = [self._held.get(holder) for holder, _ in items]
+        uids = {h[0] for h in held if h is not None}
+        killed, stuck = kill_uids(uids) if uids else ({}, set())
+        handed: dict[int, int] = {}
+        removed: dict[int, int] = {}
+        if uids - stuck:
+            owned = (uids - stuck).__contains__
+            hand_back_shared(owned, self.shared_dirs, handed)
+            remove_ipc(owned, removed)
+        out: list[Released | Exception | None] = []
+        for (holder, own_dirs), found in zip(items, held, strict=True):
+            if found is None:
+                out.append(None)
+            elif found[0] in stuck:
+                out.append(self._stuck_now(holder, found))
+            else:
+                uid = found[0]
+                result = Released(uid, killed.get(uid, 0), handed.get(uid, 0), removed.get(uid, 0))
+                out.append(self._give_back(holder, found, own_dirs, result))
+        return out
+
+    def _stuck_now(self, holder: Hashable, held: tuple[int, int]) -> Released:
+        """A uid whose processes did not die: it stays held (the next take retries it)."""
         uid, fd = held
-        result = Released(uid)
+        with self._mutex:
+            del self._held[holder]
+            self._stuck[uid] = fd
+        log.error(
+            "job uid not freed: its processes did not die",
+            extra={"uid": uid, "holder": str(holder)},
+        )
+        return Released(uid, freed=False)
+
+    def _give_back(
+        self, holder: Hashable, held: tuple[int, int], own_dirs: Iterable[Path], result: Released
+    ) -> Released | Exception:
+        """The uid's own directories handed back, then its lock marked clean and released."""
         try:
-            result.killed, result.handed_back, result.removed = _sweep(uid, self.shared_dirs)
             for path in own_dirs:
                 take_back(path)
-        except StillAlive:
-            result.freed = False
-            with self._mutex:
-                del self._held[holder]
-                self._stuck[uid] = fd
-            log.error(
-                "job uid not freed: its processes did not die",
-                extra={"uid": uid, "holder": str(holder)},
-            )
-            return result
+        except Exception as exc:  # the uid stays held, as when release raised alone
+            return exc
+        fd = held[1]
         _mark(fd, _CLEAN)  # the next take needs no sweep
         with self._mutex:
             del self._held[holder]  # held until now: never given out half swept
