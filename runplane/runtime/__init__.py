@@ -25,6 +25,7 @@ from .mailbox import MailboxStatistics
 from .registry import ActorKind, Kind, Registry, RegistryStatistics
 from .reply import Reply
 from .supervisor import ChildSpec, Restart, Supervisor, SupervisorStatistics
+from .tick import SharedTick
 
 __all__ = [
     "DEFAULT_ASK_TIMEOUT",
@@ -52,6 +53,7 @@ __all__ = [
     "Restart",
     "Ring",
     "RingStatistics",
+    "SharedTick",
     "Supervisor",
     "SupervisorEscalated",
     "SupervisorStatistics",

@@ -8,13 +8,23 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import trio
 
 from runplane.actors.job_messages import JOBS, OpenStream, SendTeleop, TeleopOrder
 from runplane.jobs.rows import JobRow
 from runplane.persistence import Store
-from runplane.runtime import ActorGone, Cursor, Hub, Lagged, MailboxClosed, Registry, Ring
+from runplane.runtime import (
+    ActorGone,
+    Cursor,
+    Hub,
+    Lagged,
+    MailboxClosed,
+    Registry,
+    Ring,
+    SharedTick,
+)
 from runplane.sessions import repo as sessions_repo
 from runplane.settings import Settings
 from runplane.stacks import Catalog
@@ -41,6 +51,17 @@ MAX_COALESCE_SEC = 0.1
 #: Below this many followers a stream's chunks go out one write each (no wait).
 COALESCE_FROM = 16
 KEEPALIVE = b": keepalive\n\n"
+
+
+#: each ring's shared coalescing timer (runtime/tick.py), gone with the ring
+_TICKS: WeakKeyDictionary[Ring[StreamChunk], SharedTick] = WeakKeyDictionary()
+
+
+def _tick_of(ring: Ring[StreamChunk]) -> SharedTick:
+    tick = _TICKS.get(ring)
+    if tick is None:
+        tick = _TICKS[ring] = SharedTick()
+    return tick
 
 
 def lagged_frame(dropped: int, resume_seq: int) -> bytes:
@@ -183,8 +204,8 @@ class Streams:
             while (out := await _next_frames(ring, cursor)) is not None:
                 yield out
                 followers = ring.subscribers
-                if followers >= COALESCE_FROM:
-                    await trio.sleep(min(MAX_COALESCE_SEC, followers / WRITE_BUDGET))
+                if followers >= COALESCE_FROM:  # one timer for the stream's followers
+                    await _tick_of(ring).wait(min(MAX_COALESCE_SEC, followers / WRITE_BUDGET))
 
     # -- teleop
 
