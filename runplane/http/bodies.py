@@ -121,16 +121,6 @@ def validation_problem(
     return Problem(status, errors[0].code if len(errors) == 1 else "invalid_body", detail, errors)
 
 
-async def read_json() -> Any:
-    """The request's JSON body, checked by :func:`runplane.http.input_checks.decode_json` (depth,
-    int64 range, finite numbers, no NUL or lone surrogate in a string): a 400 naming
-    where it is wrong, never a 500."""
-    raw = await request.get_data(as_text=False)
-    if not raw:
-        raise Problem(400, "missing_body", "request body is empty; send a JSON object")
-    return decode_json(raw)
-
-
 def validate_body(model: type[B], data: Mapping[str, Any]) -> B:
     """``data`` (a decoded JSON object) as ``model``, strictly: each field takes the JSON
     type it declares and nothing converted to it (an integer refuses ``true``, ``1.5`` and
@@ -147,11 +137,24 @@ def validate_body(model: type[B], data: Mapping[str, Any]) -> B:
 async def parse_body(
     model: type[B], fast: Callable[[Mapping[str, Any]], B | None] | None = None
 ) -> B:
-    """Parse the request's JSON body into ``model`` (:func:`validate_body`, strict) or raise
-    a 400 Problem. ``fast``: a cheaper validation of the same model for the bodies it
-    knows (a job array's items, validated once per distinct item), None for any other
-    body or any fault, which is then validated (and answered) as ever."""
-    data = await read_json()
+    """Parse the request's JSON body into ``model`` (:func:`body_of`) or raise a 400
+    Problem."""
+    return body_of(await request.get_data(as_text=False), model, fast)
+
+
+def body_of(
+    raw: str | bytes, model: type[B], fast: Callable[[Mapping[str, Any]], B | None] | None = None
+) -> B:
+    """``raw`` (a request's body) as ``model`` (:func:`validate_body`, strict) or a 400
+    Problem: Quart's routes and the lean lanes (docs/lean-lanes.md) parse alike. The JSON
+    is checked by :func:`runplane.http.input_checks.decode_json` (depth, int64 range,
+    finite numbers, no NUL or lone surrogate in a string) first. ``fast``:
+    a cheaper validation of the same model for the bodies it knows (a job array's items,
+    validated once per distinct item), None for any other body or any fault, which is then
+    validated (and answered) as ever."""
+    if not raw:
+        raise Problem(400, "missing_body", "request body is empty; send a JSON object")
+    data = decode_json(raw)
     if not isinstance(data, dict):
         raise Problem(400, "malformed_json", "request body must be a JSON object")
     return (fast(data) if fast is not None else None) or validate_body(model, data)

@@ -25,10 +25,9 @@ from quart_trio import QuartTrio
 
 from runplane.auth.principal import Principal
 from runplane.http.auth_hook import plain_principal, verdict
-from runplane.http.bodies import validate_body
+from runplane.http.bodies import body_of
 from runplane.http.context import Services
 from runplane.http.error_answers import Where, answer
-from runplane.http.input_checks import decode_json
 from runplane.http.openapi.route_doc import RouteDoc, doc_of
 from runplane.http.openapi.views import View
 from runplane.http.ratelimit import limiter_of
@@ -105,13 +104,10 @@ class JsonLane:
 
     def _parse(self, body: Body) -> BaseModel | None:
         """The body as the route's model; None for anything Quart must answer."""
-        if not body.complete or not body.size:
+        if not body.complete:
             return None
         try:
-            data = decode_json(body.data)
-            if not isinstance(data, dict):
-                return None
-            return (self.fast(data) if self.fast else None) or validate_body(self.body_model, data)
+            return body_of(body.data, self.body_model, self.fast)
         except Problem:
             return None
 
