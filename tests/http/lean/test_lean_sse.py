@@ -295,26 +295,34 @@ async def test_a_refused_ticket_is_quarts_problem_on_both_lanes(served: Served) 
     assert json.loads(lean.body)["type"].endswith("unauthorized")
 
 
+async def follow_both(
+    served: Served, job_id: str, cut: Callable[[], object]
+) -> tuple[Answer, Answer]:
+    """Follow ``job_id``'s stream on both lanes at once; once both answers have started,
+    ``cut()`` ends them. The (lean, quart) answers."""
+    seen = {served.lean: trio.Event(), served.quart: trio.Event()}
+    answers: dict[int, Answer] = {}
+
+    async def follow(port: int) -> None:
+        answers[port] = await get(port, data_path(job_id), seen=seen[port])
+
+    async with trio.open_nursery() as nursery:
+        for port in seen:
+            nursery.start_soon(follow, port)
+        for event in seen.values():
+            await event.wait()
+        cut()
+    return answers[served.lean], answers[served.quart]
+
+
 async def test_the_keepalive_is_the_same_on_both_lanes(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(streams_service, "IDLE_SEC", 0.05)
     job_id = await finished_job(served.app)
     ring = ring_of(served.app, job_id)
-    answers: dict[int, Answer] = {}
-    seen = {served.lean: trio.Event(), served.quart: trio.Event()}
-
-    async def follow(port: int) -> None:
-        answers[port] = await get(port, data_path(job_id), seen=seen[port])
-
     with trio.fail_after(HANG):
-        async with trio.open_nursery() as nursery:
-            for port in seen:
-                nursery.start_soon(follow, port)
-            for event in seen.values():
-                await event.wait()
-            ring.close()
-    lean, quart = answers[served.lean], answers[served.quart]
+        lean, quart = await follow_both(served, job_id, ring.close)
     for answer in (lean, quart):  # how many keepalives each got is the clock's business
         assert answer.body and answer.body == KEEPALIVE * (len(answer.body) // len(KEEPALIVE))
     assert lean.same_as(Answer(quart.status, quart.headers, lean.body))
@@ -398,22 +406,12 @@ async def test_a_shutdown_ends_an_open_follow_and_frees_its_cursor(served: Serve
     job_id = await finished_job(served.app)
     ring = ring_of(served.app, job_id)
     publish(ring, 1)
-    seen = {served.lean: trio.Event(), served.quart: trio.Event()}
-    answers: dict[int, Answer] = {}
-
-    async def follow(port: int) -> None:
-        answers[port] = await get(port, data_path(job_id), seen=seen[port])
-
     with trio.fail_after(HANG):
-        async with trio.open_nursery() as nursery:
-            for port in seen:
-                nursery.start_soon(follow, port)
-            for event in seen.values():
-                await event.wait()
-            served.stop.set()  # the follows are cut (the ring stays open)
+        # the follows are cut by the shutdown (the ring stays open)
+        lean, quart = await follow_both(served, job_id, served.stop.set)
         await until(lambda: ring.subscribers == 0)
-    assert answers[served.lean].body == answers[served.quart].body
-    assert answers[served.lean].body.startswith(b"id: 1\n") and served.writes == [True]
+    assert lean.body == quart.body
+    assert lean.body.startswith(b"id: 1\n") and served.writes == [True]
 
 
 @pytest.mark.parametrize("lane", ["lean", "quart"])
