@@ -287,23 +287,17 @@ class UidPool:
         order as alone. What one holder's release raised is its result (the others go on)."""
         with self._mutex:
             held = [self._held.get(holder) for holder, _ in items]
-        uids = {h[0] for h in held if h is not None}
-        killed, stuck = kill_uids(uids) if uids else ({}, set())
-        handed: dict[int, int] = {}
-        removed: dict[int, int] = {}
-        if uids - stuck:
-            owned = (uids - stuck).__contains__
-            hand_back_shared(owned, self.shared_dirs, handed)
-            remove_ipc(owned, removed)
+        swept = _sweep_many({h[0] for h in held if h is not None}, self.shared_dirs)
         out: list[Released | Exception | None] = []
         for (holder, own_dirs), found in zip(items, held, strict=True):
             if found is None:
                 out.append(None)
-            elif found[0] in stuck:
+            elif found[0] in swept.stuck:
                 out.append(self._stuck_now(holder, found))
             else:
                 uid = found[0]
-                result = Released(uid, killed.get(uid, 0), handed.get(uid, 0), removed.get(uid, 0))
+                counts = (swept.killed.get(uid, 0), swept.handed.get(uid, 0))
+                result = Released(uid, *counts, swept.removed.get(uid, 0))
                 out.append(self._give_back(holder, found, own_dirs, result))
         return out
 
@@ -409,9 +403,37 @@ def _sweep(
 ) -> tuple[int, int, int]:
     """Everything of ``uid`` gone: (processes killed, shared files handed back, IPC objects
     removed). Raises StillAlive (nothing else done) when a process would not die."""
-    killed = kill_uid(uid) if timeout is None else kill_uid(uid, timeout)
-    only = uid.__eq__
-    return killed, hand_back_shared(only, shared_dirs), remove_ipc(only)
+    swept = _sweep_many({uid}, shared_dirs, timeout)
+    if swept.stuck:
+        raise StillAlive(uid)
+    return swept.killed.get(uid, 0), swept.handed.get(uid, 0), swept.removed.get(uid, 0)
+
+
+@dataclass(slots=True)
+class _SweptMany:
+    """What :func:`_sweep_many` did, by uid; ``stuck``: the uids left alone."""
+
+    killed: dict[int, int]
+    stuck: set[int]
+    handed: dict[int, int] = field(default_factory=dict)
+    removed: dict[int, int] = field(default_factory=dict)
+
+
+def _sweep_many(
+    uids: set[int], shared_dirs: Iterable[Path], timeout: float | None = None
+) -> _SweptMany:
+    """Everything of each of ``uids`` gone, in this order: its processes killed, its files
+    in the shared dirs handed back, its IPC objects removed; one scan of each for all of
+    them. A uid whose processes would not die is ``stuck``: nothing else is done to it."""
+    if not uids:
+        return _SweptMany({}, set())
+    killed, stuck = kill_uids(uids) if timeout is None else kill_uids(uids, timeout)
+    swept = _SweptMany(killed, stuck)
+    if uids - stuck:
+        owned = (uids - stuck).__contains__
+        hand_back_shared(owned, shared_dirs, swept.handed)
+        remove_ipc(owned, swept.removed)
+    return swept
 
 
 #: What a uid's lock file says once it was given back swept (a take then sweeps nothing),
